@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make run` and `make test` (see README.md).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8761
+JS_DIR := tests/interop/js
+
+.PHONY: run test lint check install clean bench
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+var:
+	mkdir -p var
+
+run: install var
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
+
+lint: install
+	$(BIN)/ruff check .
+
+check: install var
+	$(BIN)/python manage.py check
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+$(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(JS_DIR) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
+	else echo "npm not found: the eureka-js-client suite will be skipped (install Node.js 18+ to run it)"; fi
+
+test: install lint check $(JS_DIR)/node_modules/.installed
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python bench/registry_load.py --help
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,174 @@
+"""Settings for the registry. The environment is read here and nowhere else.
+
+Every variable, with its default, is listed in ``deploy/.env.example``. Malformed values raise
+ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def _env(reader, name, default):
+    try:
+        return reader(name, default=default)
+    except (ValueError, TypeError) as exc:
+        raise ImproperlyConfigured(f"Environment variable {name} is malformed: {exc}") from exc
+
+
+def env_int(name, default, minimum=None):
+    value = _env(env.int, name, default)
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"Environment variable {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def env_bool(name, default):
+    return _env(env.bool, name, default)
+
+
+def env_float(name, default):
+    return _env(env.float, name, default)
+
+
+def env_secret(name, default=None):
+    """A secret from NAME, or from the file named by NAME_FILE (Docker/systemd credentials)."""
+    path = env.str(f"{name}_FILE", default="")
+    if path:
+        return Path(path).read_text().strip()
+    return env.str(name, default=default)
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_secret("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("EUREKA_EMBEDDED", True):
+        raise ImproperlyConfigured(
+            "SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off in production mode"
+        )
+    # Embedded mode (make run / tests) gets a fixed development key; production sets its own.
+    SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "registry",
+    "dashboard",
+]
+
+# Kept short on purpose: every middleware runs on every heartbeat. Sessions and auth are lazy.
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "eureka_site.urls"
+WSGI_APPLICATION = "eureka_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_THROTTLE_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.http.EurekaContentNegotiation",
+    "EXCEPTION_HANDLER": "registry.http.plain_exception_handler",
+}
+
+# Request bodies larger than this are refused with 413 (also the limit after gunzip).
+EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
+
+_lease_expiry = env.str("EUREKA_LEASE_EXPIRY", default="exact")
+if _lease_expiry not in ("exact", "eureka"):
+    raise ImproperlyConfigured("EUREKA_LEASE_EXPIRY must be 'exact' or 'eureka'")
+
+# The registry's knobs, named after Eureka's eureka.server.* keys (defaults as Spring Cloud's).
+EUREKA = {
+    "REGISTRY": {
+        "enable_self_preservation": env_bool("EUREKA_ENABLE_SELF_PRESERVATION", True),
+        "renewal_percent_threshold": env_float("EUREKA_RENEWAL_PERCENT_THRESHOLD", 0.85),
+        "expected_client_renewal_interval_secs": env_int(
+            "EUREKA_EXPECTED_CLIENT_RENEWAL_INTERVAL_SECONDS", 30
+        ),
+        "expected_number_of_clients_sending_renews": env_int(
+            "EUREKA_EXPECTED_NUMBER_OF_CLIENTS_SENDING_RENEWS", 1, minimum=0
+        ),
+        "default_open_for_traffic_count": env_int("EUREKA_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", 1, minimum=0),
+        "renewal_threshold_update_interval_ms": env_int(
+            "EUREKA_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS", 900_000, minimum=1
+        ),
+        "eviction_interval_ms": env_int("EUREKA_EVICTION_INTERVAL_MS", 60_000, minimum=1),
+        "delta_retention_ms": env_int("EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS", 180_000, minimum=1),
+        "delta_retention_timer_interval_ms": env_int(
+            "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS", 30_000, minimum=1
+        ),
+        "disable_delta": env_bool("EUREKA_DISABLE_DELTA", False),
+        "sync_when_timestamp_differs": env_bool("EUREKA_SYNC_WHEN_TIMESTAMP_DIFFERS", True),
+        "lease_expiry": _lease_expiry,
+        "wait_time_in_ms_when_sync_empty": env_int("EUREKA_WAIT_TIME_IN_MS_WHEN_SYNC_EMPTY", 0, minimum=0),
+        "override_idle_expiry_ms": env_int("EUREKA_OVERRIDE_IDLE_EXPIRY_MS", 3_600_000, minimum=1),
+    },
+    "response_cache_update_interval_ms": env_int(
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 30_000, minimum=1
+    ),
+    "response_cache_auto_expiration_ms": 1000
+    * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
+    "use_read_only_response_cache": env_bool("EUREKA_USE_READ_ONLY_RESPONSE_CACHE", True),
+    # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
+    "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        # 4xx answers are part of the protocol (404 on heartbeat means "re-register"): not warnings.
+        "django.request": {"level": "ERROR"},
+    },
+}

@@ -1,0 +1,1 @@
+"""The Eureka registry: lease map, wire protocol, response cache and periodic jobs."""

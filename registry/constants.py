@@ -1,0 +1,27 @@
+"""Names and defaults fixed by the Eureka wire protocol (see the protocol reference, sections 3 and 6)."""
+
+UP = "UP"
+DOWN = "DOWN"
+STARTING = "STARTING"
+OUT_OF_SERVICE = "OUT_OF_SERVICE"
+UNKNOWN = "UNKNOWN"
+STATUSES = frozenset({UP, DOWN, STARTING, OUT_OF_SERVICE, UNKNOWN})
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+
+DEFAULT_DATA_CENTER_CLASS = "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo"
+AMAZON_DATA_CENTER_CLASS = "com.netflix.appinfo.AmazonInfo"
+DATA_CENTER_NAMES = frozenset({"Netflix", "Amazon", "MyOwn"})
+EMPTY_MAP_CLASS = "java.util.Collections$EmptyMap"
+
+# InstanceInfo defaults the Java decoder starts from when a key is missing.
+DEFAULT_PORT = 7001
+DEFAULT_SECURE_PORT = 7002
+DEFAULT_COUNTRY_ID = 1
+DEFAULT_SID = "na"
+DEFAULT_RENEWAL_INTERVAL_SECS = 30
+DEFAULT_DURATION_SECS = 90
+
+RECENT_EVENTS_KEPT = 1000

@@ -1,0 +1,508 @@
+"""The authoritative lease map of one node, with Eureka's server rules. Plain Python, no Django.
+
+Every operation takes ``now`` (epoch milliseconds) from the caller and reads no clock of its own, so
+the rules are unit-tested with a fake clock. One lock guards all state; operations hold it for O(1)
+work, except the periodic jobs (eviction, recount) and the snapshot copies behind cache misses.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import random
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from . import constants as c
+from .instances import InstanceInfo, freeze
+from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate
+
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """Server knobs; names follow Eureka's ``eureka.server.*`` keys, defaults as in Spring Cloud."""
+
+    enable_self_preservation: bool = True
+    renewal_percent_threshold: float = 0.85
+    expected_client_renewal_interval_secs: int = 30
+    expected_number_of_clients_sending_renews: int = 1
+    default_open_for_traffic_count: int = 1
+    renewal_threshold_update_interval_ms: int = 900_000
+    eviction_interval_ms: int = 60_000
+    delta_retention_ms: int = 180_000
+    delta_retention_timer_interval_ms: int = 30_000
+    disable_delta: bool = False
+    sync_when_timestamp_differs: bool = True
+    lease_expiry: str = "exact"
+    wait_time_in_ms_when_sync_empty: int = 0
+    override_idle_expiry_ms: int = 3_600_000
+
+    @property
+    def eureka_timing(self) -> bool:
+        return self.lease_expiry == LEASE_EXPIRY_EUREKA
+
+    @property
+    def renewal_interval_secs(self) -> int:
+        value = self.expected_client_renewal_interval_secs
+        return value if value > 0 else c.DEFAULT_RENEWAL_INTERVAL_SECS
+
+
+class Renew(enum.Enum):
+    OK = 200
+    NOT_FOUND = 404
+    CONFLICT = 409
+
+
+@dataclass(frozen=True, slots=True)
+class RenewResult:
+    outcome: Renew
+    # The node's own copy, returned with a 409 so a replicating peer can adopt it.
+    current: LeaseView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Instances grouped by app plus the reconcile hashcode, all read under one lock acquisition."""
+
+    apps: list[tuple[str, list[LeaseView]]]
+    hashcode: str
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecentEvent:
+    timestamp: int
+    app: str
+    instance_id: str
+
+
+def resolve_status(
+    instance: InstanceInfo, existing: Lease | None, override: str | None, is_replication: bool
+) -> str:
+    """Eureka's first-match-wins override rules (protocol reference 5.7.1).
+
+    1. an instance reporting DOWN, STARTING or UNKNOWN keeps that status;
+    2. an override recorded for the id wins;
+    3. a client (not a peer) cannot flip an existing UP / OUT_OF_SERVICE lease by itself;
+    4. otherwise the instance's own status.
+    """
+    status = instance.status
+    if status not in (c.UP, c.OUT_OF_SERVICE):
+        return status
+    if override is not None:
+        return override
+    if not is_replication and existing is not None and existing.instance.status in (c.UP, c.OUT_OF_SERVICE):
+        return existing.instance.status
+    return status
+
+
+def reconcile_hashcode(counts: Mapping[str, int]) -> str:
+    """``STATUS_count_`` per status present, alphabetically (``Applications.getReconcileHashCode``)."""
+    return "".join(f"{status}_{counts[status]}_" for status in sorted(counts) if counts[status] > 0)
+
+
+def group_by_app(views: Iterable[LeaseView]) -> list[tuple[str, list[LeaseView]]]:
+    grouped: dict[str, list[LeaseView]] = {}
+    for view in views:
+        grouped.setdefault(view.instance.app, []).append(view)
+    return list(grouped.items())
+
+
+ChangeListener = Callable[[str, Iterable[str | None]], None]
+
+
+class Registry:
+    """``app -> {instance id -> Lease}`` plus the state Eureka keeps beside it.
+
+    ``on_change(app, vips)`` is called (under the lock, so it must be cheap) after every change that
+    the response cache must see: it receives the app name and the raw vip/secure-vip strings involved.
+    """
+
+    def __init__(
+        self,
+        config: RegistryConfig,
+        now: int,
+        on_change: ChangeListener | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.config = config
+        self._lock = threading.Lock()
+        self._apps: dict[str, dict[str, Lease]] = {}
+        self._size = 0
+        self._status_counts: Counter[str] = Counter()
+        self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
+        self._delta: deque[tuple[int, Lease]] = deque()
+        self._delta_versions = itertools.count(1)
+        self._renews = MeasuredRate(MINUTE_MS, now)
+        self._last_eviction_run: int | None = None
+        self._on_change = on_change or (lambda app, vips: None)
+        self._rng = rng or random.Random()
+        self.recent_registered: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
+        self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
+        self.expected_clients = config.expected_number_of_clients_sending_renews
+        self.renews_threshold = 0
+        self.start_ts = now
+        self.peer_transfer_empty = True
+        self.open_for_traffic(0, now)
+
+    # ----------------------------------------------------------------- lifecycle and arithmetic
+
+    def open_for_traffic(self, synced_count: int, now: int) -> None:
+        """Start serving after the startup sync copied ``synced_count`` instances from peers."""
+        with self._lock:
+            self.expected_clients = synced_count or self.config.default_open_for_traffic_count
+            self.peer_transfer_empty = self.expected_clients == 0
+            self.start_ts = now
+            self._renews.reset(now)
+            self._update_threshold()
+
+    def _update_threshold(self) -> None:
+        cfg = self.config
+        self.renews_threshold = int(
+            self.expected_clients * (60.0 / cfg.renewal_interval_secs) * cfg.renewal_percent_threshold
+        )
+
+    def renews_last_minute(self, now: int) -> int:
+        with self._lock:
+            return self._renews.count(now)
+
+    def _lease_expiration_enabled(self, now: int) -> bool:
+        if not self.config.enable_self_preservation:
+            return True
+        return self.renews_threshold > 0 and self._renews.count(now) > self.renews_threshold
+
+    def lease_expiration_enabled(self, now: int) -> bool:
+        """False while the node is in self-preservation (it then evicts nothing)."""
+        with self._lock:
+            return self._lease_expiration_enabled(now)
+
+    def allows_reads(self, now: int) -> bool:
+        """Eureka's read gate: closed for a while after a startup sync that found no instances."""
+        wait = self.config.wait_time_in_ms_when_sync_empty
+        return wait <= 0 or not self.peer_transfer_empty or now > self.start_ts + wait
+
+    # ------------------------------------------------------------------------- override map
+
+    def _override(self, instance_id: str, now: int) -> str | None:
+        entry = self._overrides.get(instance_id)
+        if entry is None:
+            return None
+        if now - entry[1] > self.config.override_idle_expiry_ms:
+            del self._overrides[instance_id]
+            return None
+        entry[1] = now
+        return entry[0]
+
+    def overrides(self) -> dict[str, str]:
+        with self._lock:
+            return {instance_id: entry[0] for instance_id, entry in self._overrides.items()}
+
+    # ------------------------------------------------------------------------------- writes
+
+    def register(self, instance: InstanceInfo, now: int, is_replication: bool = False) -> None:
+        with self._lock:
+            self._register(instance, now, is_replication)
+
+    def _register(self, instance: InstanceInfo, now: int, is_replication: bool) -> None:
+        """Eureka ``AbstractInstanceRegistry.register`` (protocol reference 5.2)."""
+        app_leases = self._apps.setdefault(instance.app, {})
+        existing = app_leases.get(instance.instance_id)
+        if existing is not None:
+            # The copy with the newer client-side clock wins; a tie goes to the incoming payload.
+            if existing.instance.last_dirty_timestamp > instance.last_dirty_timestamp:
+                instance = existing.instance
+        elif self.expected_clients > 0:
+            self.expected_clients += 1
+            self._update_threshold()
+
+        override = self._override(instance.instance_id, now)
+        if override is None and instance.overridden_status != c.UNKNOWN:
+            override = instance.overridden_status
+            self._overrides[instance.instance_id] = [override, now]
+        status = resolve_status(instance, existing, override, is_replication)
+        instance = instance.evolve(
+            status=status,
+            overridden_status=override or instance.overridden_status,
+            action_type=c.ADDED,
+            last_updated_timestamp=now,
+        )
+        lease = Lease(
+            instance,
+            instance.duration_secs * 1000,
+            now,
+            service_up_ts=existing.service_up_ts if existing is not None else 0,
+        )
+        if status == c.UP:
+            lease.service_up(now)
+        app_leases[instance.instance_id] = lease
+        if existing is None:
+            self._size += 1
+        else:
+            self._status_counts[existing.instance.status] -= 1
+        self._status_counts[status] += 1
+        self._delta.append((now, lease))
+        self.recent_registered.append(RecentEvent(now, instance.app, instance.instance_id))
+        old = existing.instance if existing is not None else instance
+        self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
+
+    def renew(
+        self,
+        app: str,
+        instance_id: str,
+        now: int,
+        last_dirty_timestamp: int | None = None,
+        overridden_status: str | None = None,
+        is_replication: bool = False,
+    ) -> RenewResult:
+        """Eureka ``renew`` plus the resource's dirty-timestamp check (protocol reference 5.3)."""
+        with self._lock:
+            lease = self._apps.get(app, {}).get(instance_id)
+            if lease is None:
+                return RenewResult(Renew.NOT_FOUND)
+            instance = lease.instance
+            status = resolve_status(instance, lease, self._override(instance_id, now), is_replication)
+            if status == c.UNKNOWN:
+                # After an override removal without a value: make the client re-register.
+                return RenewResult(Renew.NOT_FOUND)
+            if status != instance.status:
+                # Eureka changes the status silently here: no delta entry, no cache invalidation.
+                self._status_counts[instance.status] -= 1
+                self._status_counts[status] += 1
+                instance = lease.instance = instance.evolve(status=status)
+            self._renews.increment(now)
+            lease.renew(now)
+
+            if last_dirty_timestamp is None or not self.config.sync_when_timestamp_differs:
+                return RenewResult(Renew.OK)
+            if last_dirty_timestamp > instance.last_dirty_timestamp:
+                if (
+                    is_replication
+                    and overridden_status not in (None, c.UNKNOWN)
+                    and instance_id not in self._overrides
+                ):
+                    self._overrides[instance_id] = [overridden_status, now]
+                return RenewResult(Renew.NOT_FOUND)
+            if last_dirty_timestamp < instance.last_dirty_timestamp and is_replication:
+                return RenewResult(Renew.CONFLICT, lease.view(self.config.eureka_timing))
+            return RenewResult(Renew.OK)
+
+    def cancel(self, app: str, instance_id: str, now: int) -> bool:
+        with self._lock:
+            return self._cancel(app, instance_id, now)
+
+    def _cancel(self, app: str, instance_id: str, now: int) -> bool:
+        """Eureka ``internalCancel``: the override goes even when there is no lease."""
+        self._overrides.pop(instance_id, None)
+        app_leases = self._apps.get(app)
+        lease = app_leases.pop(instance_id, None) if app_leases is not None else None
+        if lease is None:
+            return False
+        if not app_leases:
+            del self._apps[app]
+        self._size -= 1
+        self._status_counts[lease.instance.status] -= 1
+        lease.cancel(now)
+        lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
+        self._delta.append((now, lease))
+        self.recent_cancelled.append(RecentEvent(now, app, instance_id))
+        if self.expected_clients > 0:
+            self.expected_clients -= 1
+            self._update_threshold()
+        self._on_change(app, _vips_of(lease.instance))
+        return True
+
+    def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
+        """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
+        lease = self._apps.get(app, {}).get(instance_id)
+        if lease is None:
+            return None
+        if lease.is_expired(now, self.config.eureka_timing) and self._lease_expiration_enabled(now):
+            return None
+        return lease
+
+    def _modify(self, lease: Lease, now: int, last_dirty_timestamp: int | None, **changes) -> None:
+        old = lease.instance
+        if last_dirty_timestamp is not None and last_dirty_timestamp > old.last_dirty_timestamp:
+            changes["last_dirty_timestamp"] = last_dirty_timestamp
+        new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
+        self._status_counts[old.status] -= 1
+        self._status_counts[new.status] += 1
+        self._delta.append((now, lease))
+        self._on_change(new.app, _vips_of(new))
+
+    def set_status_override(
+        self, app: str, instance_id: str, status: str, now: int, last_dirty_timestamp: int | None = None
+    ) -> bool:
+        """``PUT .../status?value=X``. False when no visible instance (404); a no-op when already X."""
+        with self._lock:
+            lease = self._visible_lease(app, instance_id, now)
+            if lease is None:
+                return False
+            lease.renew(now)
+            if lease.instance.status != status:
+                if status == c.UP:
+                    lease.service_up(now)
+                self._overrides[instance_id] = [status, now]
+                self._modify(lease, now, last_dirty_timestamp, status=status, overridden_status=status)
+            return True
+
+    def remove_status_override(
+        self,
+        app: str,
+        instance_id: str,
+        now: int,
+        new_status: str = c.UNKNOWN,
+        last_dirty_timestamp: int | None = None,
+    ) -> bool:
+        """``DELETE .../status``. False when no visible instance (404); a missing override is still 200."""
+        with self._lock:
+            lease = self._visible_lease(app, instance_id, now)
+            if lease is None:
+                return False
+            lease.renew(now)
+            if self._overrides.pop(instance_id, None) is not None:
+                self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
+            return True
+
+    def update_metadata(self, app: str, instance_id: str, entries: Mapping[str, str], now: int) -> bool:
+        """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka)."""
+        with self._lock:
+            lease = self._visible_lease(app, instance_id, now)
+            if lease is None:
+                return False
+            instance = lease.instance
+            merged = instance.evolve(metadata=freeze({**instance.metadata, **entries}))
+            self._register(merged, now, is_replication=False)
+            return True
+
+    # ------------------------------------------------------------------------ periodic jobs
+
+    def evict(self, now: int) -> list[tuple[str, str]]:
+        """Eureka's eviction: expired leases, at most ``size - int(size * pct)`` per run, chosen at random."""
+        with self._lock:
+            interval = self.config.eviction_interval_ms
+            last = self._last_eviction_run
+            compensation = max(0, now - last - interval) if last is not None else 0
+            self._last_eviction_run = now
+            if not self._lease_expiration_enabled(now):
+                return []
+            timing = self.config.eureka_timing
+            expired = [
+                (app, instance_id)
+                for app, leases in self._apps.items()
+                for instance_id, lease in leases.items()
+                if lease.is_expired(now, timing, compensation)
+            ]
+            limit = self._size - int(self._size * self.config.renewal_percent_threshold)
+            chosen = self._rng.sample(expired, min(len(expired), limit)) if expired else []
+            for app, instance_id in chosen:
+                self._cancel(app, instance_id, now)
+            return chosen
+
+    def recount_expected_clients(self, now: int) -> None:
+        """The 15-minute recount: adopt the local registry size unless it fell below the threshold share."""
+        with self._lock:
+            count = self._size
+            if count > self.config.renewal_percent_threshold * self.expected_clients or (
+                not self.config.enable_self_preservation
+            ):
+                self.expected_clients = count
+                self._update_threshold()
+
+    def prune(self, now: int) -> int:
+        """Drop delta-queue entries past retention and override entries idle too long."""
+        with self._lock:
+            horizon = now - self.config.delta_retention_ms
+            dropped = 0
+            while self._delta and self._delta[0][0] < horizon:
+                self._delta.popleft()
+                dropped += 1
+            idle = self.config.override_idle_expiry_ms
+            for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
+                del self._overrides[instance_id]
+            return dropped
+
+    # -------------------------------------------------------------------------------- reads
+
+    def snapshot(self) -> Snapshot:
+        """Every lease, including expired ones not yet evicted (as Eureka's full fetch)."""
+        timing = self.config.eureka_timing
+        with self._lock:
+            apps = [
+                (app, [lease.view(timing) for lease in leases.values()]) for app, leases in self._apps.items()
+            ]
+            return Snapshot(apps, reconcile_hashcode(self._status_counts))
+
+    def snapshot_app(self, app: str) -> list[LeaseView]:
+        timing = self.config.eureka_timing
+        with self._lock:
+            return [lease.view(timing) for lease in self._apps.get(app, {}).values()]
+
+    def snapshot_delta(self) -> Snapshot:
+        """Changed instances of the retention window with their *current* data, and the full-registry hash."""
+        timing = self.config.eureka_timing
+        with self._lock:
+            latest: dict[tuple[str, str], Lease] = {}
+            for _, lease in self._delta:
+                key = (lease.instance.app, lease.instance.instance_id)
+                latest.pop(key, None)
+                latest[key] = lease
+            views = [lease.view(timing) for lease in latest.values()]
+            return Snapshot(
+                group_by_app(views), reconcile_hashcode(self._status_counts), next(self._delta_versions)
+            )
+
+    def snapshot_vip(self, vip: str, secure: bool) -> Snapshot:
+        """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""
+        timing = self.config.eureka_timing
+        with self._lock:
+            views = [
+                lease.view(timing)
+                for leases in self._apps.values()
+                for lease in leases.values()
+                if vip in (lease.instance.secure_vips() if secure else lease.instance.vips())
+            ]
+        counts = Counter(view.instance.status for view in views)
+        return Snapshot(group_by_app(views), reconcile_hashcode(counts), -1)
+
+    def get_instance(self, app: str, instance_id: str, now: int) -> LeaseView | None:
+        with self._lock:
+            lease = self._visible_lease(app, instance_id, now)
+            return lease.view(self.config.eureka_timing) if lease is not None else None
+
+    def find_instance(self, instance_id: str, now: int) -> LeaseView | None:
+        """``GET instances/{id}``: the first app holding the id."""
+        with self._lock:
+            for app, leases in self._apps.items():
+                if instance_id in leases:
+                    lease = self._visible_lease(app, instance_id, now)
+                    return lease.view(self.config.eureka_timing) if lease is not None else None
+            return None
+
+    def size(self) -> int:
+        return self._size
+
+    def stats(self, now: int) -> dict:
+        """Numbers the status console and /status show."""
+        with self._lock:
+            return {
+                "instances": self._size,
+                "applications": len(self._apps),
+                "expected_clients": self.expected_clients,
+                "renews_threshold": self.renews_threshold,
+                "renews_last_minute": self._renews.count(now),
+                "lease_expiration_enabled": self._lease_expiration_enabled(now),
+                "self_preservation_enabled": self.config.enable_self_preservation,
+                "delta_queue_length": len(self._delta),
+                "overrides": len(self._overrides),
+                "status_counts": {k: v for k, v in self._status_counts.items() if v > 0},
+                "start_ts": self.start_ts,
+            }
+
+
+def _vips_of(instance: InstanceInfo) -> tuple[str | None, str | None]:
+    return (instance.vip_address, instance.secure_vip_address)

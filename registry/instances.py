@@ -1,0 +1,82 @@
+"""Instance records as the registry stores them. Plain Python, no Django.
+
+Instances are immutable: every change builds a new record with ``dataclasses.replace``. A lease swaps
+its record atomically, so a reader that copied a reference under the registry lock can render it later
+without holding the lock and without seeing a half-applied change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from . import constants as c
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class DataCenterInfo:
+    name: str = "MyOwn"
+    # Only an Amazon data center carries metadata; strict Jackson readers reject it on any other kind.
+    metadata: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+    @property
+    def is_amazon(self) -> bool:
+        return self.name == "Amazon"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One registered instance, in the shape of Netflix ``InstanceInfo``.
+
+    ``instance_id`` always holds the *effective* id (explicit id, else Amazon instance-id, else host
+    name), which is the key in the lease map, the ``{id}`` in URLs and the key of the override map.
+    """
+
+    instance_id: str
+    app: str
+    host_name: str
+    ip_addr: str
+    sid: str = c.DEFAULT_SID
+    status: str = c.UP
+    overridden_status: str = c.UNKNOWN
+    port: int = c.DEFAULT_PORT
+    port_enabled: bool = True
+    secure_port: int = c.DEFAULT_SECURE_PORT
+    secure_port_enabled: bool = False
+    country_id: int = c.DEFAULT_COUNTRY_ID
+    data_center_info: DataCenterInfo = field(default_factory=DataCenterInfo)
+    renewal_interval_secs: int = c.DEFAULT_RENEWAL_INTERVAL_SECS
+    duration_secs: int = c.DEFAULT_DURATION_SECS
+    metadata: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    app_group_name: str | None = None
+    home_page_url: str | None = None
+    status_page_url: str | None = None
+    health_check_url: str | None = None
+    secure_health_check_url: str | None = None
+    vip_address: str | None = None
+    secure_vip_address: str | None = None
+    is_coordinating_discovery_server: bool = False
+    last_updated_timestamp: int = 0
+    last_dirty_timestamp: int = 0
+    action_type: str | None = None
+    asg_name: str | None = None
+
+    def evolve(self, **changes) -> InstanceInfo:
+        return replace(self, **changes)
+
+    def vips(self) -> list[str]:
+        """VIP names as ``/vips/{vip}`` matches them: split on commas, no trimming, case kept."""
+        return self.vip_address.split(",") if self.vip_address else []
+
+    def secure_vips(self) -> list[str]:
+        return self.secure_vip_address.split(",") if self.secure_vip_address else []
+
+
+def freeze(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
+    """A read-only copy, so a stored record's metadata cannot change behind the lock's back."""
+    if not mapping:
+        return _EMPTY
+    return MappingProxyType(dict(mapping))

@@ -1,0 +1,115 @@
+"""Leases, lease expiry and the renewals-per-minute meter. Plain Python; time is always passed in (ms)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .instances import InstanceInfo
+
+LEASE_EXPIRY_EXACT = "exact"
+LEASE_EXPIRY_EUREKA = "eureka"
+
+
+class Lease:
+    """A lease on one instance.
+
+    ``last_renewal_ts`` is when the instance last proved it was alive. With Eureka's timing the
+    Java server stores ``renewal + duration`` after a renew and adds the duration again when testing
+    expiry (a known, deliberately unfixed bug): a renewed lease then lives for twice its duration.
+    ``eureka_timing`` reproduces that, including the inflated ``lastRenewalTimestamp`` on the wire.
+    """
+
+    __slots__ = (
+        "instance",
+        "duration_ms",
+        "registration_ts",
+        "last_renewal_ts",
+        "renewed",
+        "eviction_ts",
+        "service_up_ts",
+    )
+
+    def __init__(self, instance: InstanceInfo, duration_ms: int, now: int, service_up_ts: int = 0):
+        self.instance = instance
+        self.duration_ms = duration_ms
+        self.registration_ts = now
+        self.last_renewal_ts = now
+        self.renewed = False
+        self.eviction_ts = 0
+        self.service_up_ts = service_up_ts
+
+    def renew(self, now: int) -> None:
+        self.last_renewal_ts = now
+        self.renewed = True
+
+    def cancel(self, now: int) -> None:
+        if self.eviction_ts <= 0:
+            self.eviction_ts = now
+
+    def service_up(self, now: int) -> None:
+        if self.service_up_ts == 0:
+            self.service_up_ts = now
+
+    def last_update_ts(self, eureka_timing: bool) -> int:
+        if eureka_timing and self.renewed:
+            return self.last_renewal_ts + self.duration_ms
+        return self.last_renewal_ts
+
+    def is_expired(self, now: int, eureka_timing: bool, additional_ms: int = 0) -> bool:
+        if self.eviction_ts > 0:
+            return True
+        return now > self.last_update_ts(eureka_timing) + self.duration_ms + additional_ms
+
+    def view(self, eureka_timing: bool) -> LeaseView:
+        """The lease fields a payload needs, copied so they can be rendered outside the lock."""
+        return LeaseView(
+            instance=self.instance,
+            registration_ts=self.registration_ts,
+            last_renewal_ts=self.last_update_ts(eureka_timing),
+            eviction_ts=self.eviction_ts,
+            service_up_ts=self.service_up_ts,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    instance: InstanceInfo
+    registration_ts: int
+    last_renewal_ts: int
+    eviction_ts: int
+    service_up_ts: int
+
+
+class MeasuredRate:
+    """Counts events per fixed bucket and reports the *previous* full bucket, like Netflix MeasuredRate.
+
+    Buckets are aligned to ``start`` so the answer depends only on the timestamps passed in.
+    """
+
+    __slots__ = ("bucket_ms", "start", "_bucket", "_current", "_last")
+
+    def __init__(self, bucket_ms: int, start: int):
+        self.bucket_ms = bucket_ms
+        self.start = start
+        self._bucket = 0
+        self._current = 0
+        self._last = 0
+
+    def _roll(self, now: int) -> None:
+        bucket = max(0, (now - self.start) // self.bucket_ms)
+        if bucket != self._bucket:
+            self._last = self._current if bucket == self._bucket + 1 else 0
+            self._current = 0
+            self._bucket = bucket
+
+    def increment(self, now: int) -> None:
+        self._roll(now)
+        self._current += 1
+
+    def count(self, now: int) -> int:
+        self._roll(now)
+        return self._last
+
+    def reset(self, start: int) -> None:
+        self.start = start
+        self._bucket = self._current = self._last = 0

@@ -1,0 +1,129 @@
+"""Eureka's two-tier response cache (protocol reference 5.9). Plain Python, no Django.
+
+* read-write tier: payloads built on demand from the registry, dropped by writes and after
+  ``expire_ms``;
+* read-only tier: what readers see; filled lazily and refreshed from the read-write tier by the
+  cache-sync job, so changes reach readers 0..sync-interval later, exactly as with Eureka.
+
+A payload is serialized once per key and gzip-compressed at most once, never per request.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+APPS = "apps"
+DELTA = "delta"
+APP = "app"
+VIP = "vip"
+SVIP = "svip"
+
+FORMATS = ("json", "xml")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    entity: str
+    name: str
+    fmt: str
+    compact: bool = False
+
+
+class Payload:
+    """Serialized bytes for one key; ``body is None`` means "not found" (served as an empty 404)."""
+
+    __slots__ = ("body", "built_at", "_gzipped", "_lock")
+
+    def __init__(self, body: bytes | None, built_at: int):
+        self.body = body
+        self.built_at = built_at
+        self._gzipped: bytes | None = None
+        self._lock = threading.Lock()
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            with self._lock:
+                if self._gzipped is None:
+                    self._gzipped = gzip.compress(self.body or b"", compresslevel=6, mtime=0)
+        return self._gzipped
+
+
+Builder = Callable[[CacheKey], "bytes | None"]
+
+
+class ResponseCache:
+    def __init__(self, build: Builder, expire_ms: int, use_read_only: bool = True):
+        self._build = build
+        self._expire_ms = expire_ms
+        self._use_read_only = use_read_only
+        self._read_write: dict[CacheKey, Payload] = {}
+        self._read_only: dict[CacheKey, Payload] = {}
+        # Guards only check-and-store against invalidation; never held while building, because
+        # invalidate() runs under the registry lock and building takes that lock.
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._build_locks: dict[CacheKey, threading.Lock] = {}
+
+    def get(self, key: CacheKey, now: int) -> Payload:
+        if self._use_read_only:
+            payload = self._read_only.get(key)
+            if payload is None:
+                payload = self._read_only[key] = self._load(key, now)
+            return payload
+        return self._load(key, now)
+
+    def _load(self, key: CacheKey, now: int) -> Payload:
+        payload = self._read_write.get(key)
+        if payload is not None and now - payload.built_at < self._expire_ms:
+            return payload
+        # One builder per key; concurrent readers of the same key wait for its result.
+        build_lock = self._build_locks.setdefault(key, threading.Lock())
+        with build_lock:
+            payload = self._read_write.get(key)
+            if payload is not None and now - payload.built_at < self._expire_ms:
+                return payload
+            generation = self._generation
+            payload = Payload(self._build(key), now)
+            with self._lock:
+                # A write that landed while we built may not be in this payload: serve it once, keep nothing.
+                if generation == self._generation:
+                    self._read_write[key] = payload
+            return payload
+
+    def invalidate(self, app: str, vips: Iterable[str | None]) -> None:
+        """Drop what a change to ``app`` (with these raw vip / secure-vip strings) makes stale."""
+        names: set[str] = set()
+        for raw in vips:
+            if raw:
+                names.add(raw)
+                names.update(raw.split(","))
+        with self._lock:
+            self._generation += 1
+            pop = self._read_write.pop
+            for fmt in FORMATS:
+                for compact in (False, True):
+                    pop(CacheKey(APPS, "", fmt, compact), None)
+                    pop(CacheKey(DELTA, "", fmt, compact), None)
+                    pop(CacheKey(APP, app, fmt, compact), None)
+                    for name in names:
+                        pop(CacheKey(VIP, name, fmt, compact), None)
+                        pop(CacheKey(SVIP, name, fmt, compact), None)
+
+    def sync(self, now: int) -> int:
+        """The cache-sync job: refresh every read-only entry from the read-write tier."""
+        keys = list(self._read_only)
+        for key in keys:
+            self._read_only[key] = self._load(key, now)
+        return len(keys)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._read_write.clear()
+            self._read_only.clear()
+
+    def stats(self) -> dict:
+        return {"read_write_keys": len(self._read_write), "read_only_keys": len(self._read_only)}
