@@ -1,0 +1,55 @@
+"""Shared fixtures: a fresh registry node per test, driven by a fake clock."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from registry.node import build_node, reset_node
+
+START_MS = 1_796_000_000_000
+
+
+class FakeClock:
+    """Epoch milliseconds that move only when a test says so."""
+
+    def __init__(self, start: int = START_MS):
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def eureka_options():
+    """A copy of settings.EUREKA that a test may edit before asking for ``node``."""
+    options = copy.deepcopy(settings.EUREKA)
+    # Most API tests want to see writes at once; tests of the read-only tier turn it back on.
+    options["use_read_only_response_cache"] = False
+    return options
+
+
+@pytest.fixture
+def node(eureka_options, clock):
+    """The process node replaced by a fresh one on the fake clock; views see this one."""
+    fresh = build_node(eureka_options, clock=clock)
+    reset_node(fresh)
+    yield fresh
+    reset_node(None)
+
+
+@pytest.fixture
+def api(node) -> APIClient:
+    return APIClient()

@@ -1,0 +1,41 @@
+"""Builders of registration bodies in the shapes real clients send."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def instance_body(
+    app: str = "ORDERS",
+    host: str = "10.0.0.1",
+    port: int = 8080,
+    instance_id: str | None = None,
+    status: str = "UP",
+    vip: str | None = None,
+    last_dirty: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A registration in the Java legacy codec's shape (strings for timestamps and @enabled)."""
+    body: dict[str, Any] = {
+        "instanceId": instance_id or f"{host}:{app.lower()}:{port}",
+        "hostName": host,
+        "app": app,
+        "ipAddr": host,
+        "status": status,
+        "overriddenStatus": "UNKNOWN",
+        "port": {"$": port, "@enabled": "true"},
+        "securePort": {"$": 443, "@enabled": "false"},
+        "countryId": 1,
+        "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
+        "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90},
+        "metadata": {"@class": "java.util.Collections$EmptyMap"},
+        "homePageUrl": f"http://{host}:{port}/",
+        "vipAddress": vip or app.lower(),
+        "secureVipAddress": vip or app.lower(),
+        "isCoordinatingDiscoveryServer": "false",
+    }
+    if last_dirty is not None:
+        body["lastDirtyTimestamp"] = str(last_dirty)
+    body.update(copy.deepcopy(extra))
+    return {"instance": body}
