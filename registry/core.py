@@ -112,7 +112,7 @@ def group_by_app(views: Iterable[LeaseView]) -> list[tuple[str, list[LeaseView]]
     return list(grouped.items())
 
 
-ChangeListener = Callable[[str, Iterable[str | None]], None]
+ChangeListener = Callable[[str, Iterable[str]], None]
 
 
 class Registry:
@@ -504,5 +504,5 @@ class Registry:
             }
 
 
-def _vips_of(instance: InstanceInfo) -> tuple[str | None, str | None]:
-    return (instance.vip_address, instance.secure_vip_address)
+def _vips_of(instance: InstanceInfo) -> tuple[str, ...]:
+    return tuple(vip for vip in (instance.vip_address, instance.secure_vip_address) if vip)

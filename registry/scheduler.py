@@ -52,8 +52,8 @@ class EmbeddedScheduler:
         for job in self.jobs:
             if now < job.next_due:
                 continue
-            # Next slot counts from the due time, not from when the run finished, so jobs do not drift.
-            job.next_due = max(job.next_due + job.interval_ms, now + 1)
+            # The next slot is on the job's own grid (no drift) and missed slots are skipped, not replayed.
+            job.next_due += job.interval_ms * ((now - job.next_due) // job.interval_ms + 1)
             try:
                 job.run(now)
                 job.runs += 1

@@ -1,0 +1,530 @@
+"""Unit tests of the Django-free registry core, on a fake clock (milliseconds passed explicitly)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from registry import constants as c
+from registry.core import Registry, RegistryConfig, Renew, reconcile_hashcode, resolve_status
+from registry.instances import InstanceInfo
+from registry.leases import Lease, MeasuredRate
+
+T0 = 1_796_000_000_000
+SEC = 1000
+MIN = 60 * SEC
+
+
+def inst(app="ORDERS", n=1, status=c.UP, dirty=T0, duration=90, vip=None, **kw) -> InstanceInfo:
+    return InstanceInfo(
+        instance_id=f"host{n}:{app.lower()}:8080",
+        app=app,
+        host_name=f"host{n}",
+        ip_addr=f"10.0.0.{n}",
+        status=status,
+        duration_secs=duration,
+        last_dirty_timestamp=dirty,
+        vip_address=vip or app.lower(),
+        **kw,
+    )
+
+
+def make_registry(**config) -> tuple[Registry, list]:
+    changes: list = []
+    registry = Registry(
+        RegistryConfig(**config), T0, on_change=lambda app, vips: changes.append((app, set(vips))), rng=random.Random(7)
+    )
+    return registry, changes
+
+
+def status_of(registry: Registry, app: str, instance_id: str) -> str:
+    views = {v.instance.instance_id: v for v in registry.snapshot_app(app)}
+    return views[instance_id].instance.status
+
+
+# ------------------------------------------------------------------ register / renew / cancel
+
+
+def test_register_creates_a_lease_and_counts_a_new_expected_client():
+    registry, changes = make_registry()
+    registry.register(inst(), T0)
+    snapshot = registry.snapshot()
+    assert [(app, [v.instance.instance_id for v in views]) for app, views in snapshot.apps] == [
+        ("ORDERS", ["host1:orders:8080"])
+    ]
+    assert snapshot.hashcode == "UP_1_"
+    assert registry.expected_clients == 2
+    assert registry.renews_threshold == int(2 * 2 * 0.85)
+    assert changes == [("ORDERS", {"orders"})]
+    view = registry.snapshot_app("ORDERS")[0]
+    assert view.instance.action_type == c.ADDED
+    assert view.instance.last_updated_timestamp == T0
+    assert view.service_up_ts == T0
+
+
+def test_reregistration_keeps_the_stored_copy_when_it_has_a_newer_dirty_timestamp():
+    registry, _ = make_registry()
+    registry.register(inst(dirty=T0 + 5, metadata={"v": "new"}), T0)
+    registry.register(inst(dirty=T0 + 1, metadata={"v": "old"}), T0 + SEC)
+    assert registry.snapshot_app("ORDERS")[0].instance.metadata == {"v": "new"}
+    # A tie goes to the incoming payload.
+    registry.register(inst(dirty=T0 + 5, metadata={"v": "tie"}), T0 + 2 * SEC)
+    assert registry.snapshot_app("ORDERS")[0].instance.metadata == {"v": "tie"}
+    assert registry.expected_clients == 2, "re-registrations are not new clients"
+
+
+def test_reregistration_resets_the_lease_but_keeps_service_up_timestamp():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    registry.register(inst(), T0 + 10 * SEC)
+    view = registry.snapshot_app("ORDERS")[0]
+    assert view.registration_ts == T0 + 10 * SEC
+    assert view.service_up_ts == T0
+
+
+def test_renew_of_unknown_lease_is_not_found():
+    registry, _ = make_registry()
+    assert registry.renew("ORDERS", "nope", T0).outcome is Renew.NOT_FOUND
+
+
+def test_renew_never_invalidates_the_cache_nor_adds_a_delta_entry():
+    registry, changes = make_registry()
+    registry.register(inst(), T0)
+    changes.clear()
+    before = registry.snapshot_delta().apps
+    assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
+    assert changes == []
+    assert [len(v) for _, v in registry.snapshot_delta().apps] == [len(v) for _, v in before]
+
+
+def test_renew_with_newer_client_dirty_timestamp_asks_the_client_to_reregister():
+    registry, _ = make_registry()
+    registry.register(inst(dirty=T0), T0)
+    result = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0 + 1)
+    assert result.outcome is Renew.NOT_FOUND
+
+
+def test_renew_with_older_dirty_timestamp_conflicts_only_for_replication():
+    registry, _ = make_registry()
+    registry.register(inst(dirty=T0 + 100), T0)
+    client = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0)
+    assert client.outcome is Renew.OK
+    peer = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0, is_replication=True)
+    assert peer.outcome is Renew.CONFLICT
+    assert peer.current is not None and peer.current.instance.last_dirty_timestamp == T0 + 100
+
+
+def test_replicated_renew_with_newer_timestamp_stores_the_peers_override():
+    registry, _ = make_registry()
+    registry.register(inst(dirty=T0), T0)
+    result = registry.renew(
+        "ORDERS",
+        "host1:orders:8080",
+        T0 + SEC,
+        last_dirty_timestamp=T0 + 5,
+        overridden_status=c.OUT_OF_SERVICE,
+        is_replication=True,
+    )
+    assert result.outcome is Renew.NOT_FOUND
+    assert registry.overrides() == {"host1:orders:8080": c.OUT_OF_SERVICE}
+
+
+def test_dirty_timestamp_check_can_be_switched_off():
+    registry, _ = make_registry(sync_when_timestamp_differs=False)
+    registry.register(inst(dirty=T0), T0)
+    result = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0 + 9)
+    assert result.outcome is Renew.OK
+
+
+def test_cancel_removes_lease_override_and_expected_client():
+    registry, changes = make_registry()
+    registry.register(inst(), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    assert registry.cancel("ORDERS", "host1:orders:8080", T0 + SEC)
+    assert registry.snapshot().apps == []
+    assert registry.snapshot().hashcode == ""
+    assert registry.overrides() == {}
+    assert registry.expected_clients == 1
+    assert registry.cancel("ORDERS", "host1:orders:8080", T0 + SEC) is False
+    delta = dict(registry.snapshot_delta().apps)["ORDERS"]
+    assert [v.instance.action_type for v in delta] == [c.DELETED]
+    assert delta[0].eviction_ts == T0 + SEC
+    assert changes[-1][0] == "ORDERS"
+
+
+def test_cancel_of_unknown_lease_still_drops_its_override():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    assert registry.cancel("OTHER", "host1:orders:8080", T0) is False
+    assert registry.overrides() == {}
+
+
+def test_recent_registrations_and_cancellations_keep_the_last_thousand():
+    registry, _ = make_registry()
+    for n in range(1005):
+        registry.register(inst(n=n), T0 + n)
+    registry.cancel("ORDERS", "host3:orders:8080", T0 + 2000)
+    assert len(registry.recent_registered) == 1000
+    assert registry.recent_registered[0].instance_id == "host5:orders:8080"
+    assert [e.instance_id for e in registry.recent_cancelled] == ["host3:orders:8080"]
+
+
+# ------------------------------------------------------------------------------ override rules
+
+
+@pytest.mark.parametrize(
+    ("own", "override", "existing", "replication", "expected"),
+    [
+        (c.DOWN, c.OUT_OF_SERVICE, None, False, c.DOWN),
+        (c.STARTING, c.OUT_OF_SERVICE, None, False, c.STARTING),
+        (c.UNKNOWN, c.UP, None, False, c.UNKNOWN),
+        (c.UP, c.OUT_OF_SERVICE, None, False, c.OUT_OF_SERVICE),
+        (c.UP, None, c.OUT_OF_SERVICE, False, c.OUT_OF_SERVICE),
+        (c.OUT_OF_SERVICE, None, c.UP, False, c.UP),
+        (c.UP, None, c.OUT_OF_SERVICE, True, c.UP),
+        (c.UP, None, c.DOWN, False, c.UP),
+        (c.UP, None, None, False, c.UP),
+    ],
+)
+def test_override_rules_apply_first_match_wins(own, override, existing, replication, expected):
+    lease = Lease(inst(status=existing), 90_000, T0) if existing else None
+    assert resolve_status(inst(status=own), lease, override, replication) == expected
+
+
+def test_status_override_survives_reregistration_and_is_kept_by_renewals():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    assert registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC)
+    registry.register(inst(dirty=T0 + 10), T0 + 2 * SEC)
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
+    assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"
+    # A client registering DOWN beats the override.
+    registry.register(inst(status=c.DOWN, dirty=T0 + 20), T0 + 3 * SEC)
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.DOWN
+
+
+def test_status_override_is_ignored_when_status_already_matches():
+    registry, changes = make_registry()
+    registry.register(inst(), T0)
+    changes.clear()
+    assert registry.set_status_override("ORDERS", "host1:orders:8080", c.UP, T0 + SEC)
+    assert registry.overrides() == {}
+    assert changes == []
+
+
+def test_status_override_adopts_a_newer_dirty_timestamp_and_records_a_modified_delta():
+    registry, _ = make_registry()
+    registry.register(inst(dirty=T0), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC, T0 + 50)
+    view = registry.get_instance("ORDERS", "host1:orders:8080", T0 + SEC)
+    assert view is not None
+    assert view.instance.last_dirty_timestamp == T0 + 50
+    assert view.instance.overridden_status == c.OUT_OF_SERVICE
+    assert view.instance.action_type == c.MODIFIED
+
+
+def test_status_override_of_unknown_instance_is_not_found():
+    registry, _ = make_registry()
+    assert registry.set_status_override("ORDERS", "x", c.OUT_OF_SERVICE, T0) is False
+    assert registry.remove_status_override("ORDERS", "x", T0) is False
+
+
+def test_removing_override_without_value_makes_next_heartbeat_not_found_then_reregister_restores_up():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    assert registry.remove_status_override("ORDERS", "host1:orders:8080", T0 + SEC)
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UNKNOWN
+    assert registry.renew("ORDERS", "host1:orders:8080", T0 + 2 * SEC).outcome is Renew.NOT_FOUND
+    registry.register(inst(dirty=T0 + 3), T0 + 3 * SEC)
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
+    assert registry.snapshot().hashcode == "UP_1_"
+
+
+def test_removing_override_with_value_sets_that_status_and_missing_override_changes_nothing():
+    registry, changes = make_registry()
+    registry.register(inst(), T0)
+    changes.clear()
+    assert registry.remove_status_override("ORDERS", "host1:orders:8080", T0, c.UP)
+    assert changes == [], "no override existed: nothing to record"
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    registry.remove_status_override("ORDERS", "host1:orders:8080", T0 + SEC, c.UP)
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
+    assert registry.overrides() == {}
+
+
+def test_override_expires_after_an_hour_without_access():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    registry.prune(T0 + 3_600_000 + 1)
+    assert registry.overrides() == {}
+
+
+def test_metadata_update_is_a_reregistration_recorded_as_added():
+    registry, changes = make_registry()
+    registry.register(inst(metadata={"a": "1"}), T0)
+    changes.clear()
+    assert registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2"}, T0 + SEC)
+    view = registry.snapshot_app("ORDERS")[0]
+    assert dict(view.instance.metadata) == {"a": "1", "b": "2"}
+    assert view.instance.action_type == c.ADDED
+    assert changes and changes[0][0] == "ORDERS"
+    assert registry.update_metadata("ORDERS", "nope", {"b": "2"}, T0) is False
+
+
+# ------------------------------------------------------------------------ expiry and eviction
+
+
+def test_exact_expiry_is_one_duration_after_the_last_renewal():
+    lease = Lease(inst(), 90 * SEC, T0)
+    lease.renew(T0 + 30 * SEC)
+    assert not lease.is_expired(T0 + 120 * SEC, eureka_timing=False)
+    assert lease.is_expired(T0 + 120 * SEC + 1, eureka_timing=False)
+
+
+def test_eureka_timing_expires_a_renewed_lease_after_twice_the_duration():
+    lease = Lease(inst(), 90 * SEC, T0)
+    assert lease.is_expired(T0 + 90 * SEC + 1, eureka_timing=True), "never renewed: one duration"
+    lease.renew(T0 + 30 * SEC)
+    assert not lease.is_expired(T0 + 210 * SEC, eureka_timing=True)
+    assert lease.is_expired(T0 + 210 * SEC + 1, eureka_timing=True)
+    assert lease.view(eureka_timing=True).last_renewal_ts == T0 + 120 * SEC
+
+
+def fill(registry: Registry, count: int, now: int) -> None:
+    for n in range(count):
+        registry.register(inst(n=n), now)
+
+
+def keep_renewing(registry: Registry, count: int, start: int, end: int, step: int = 30 * SEC) -> None:
+    for t in range(start, end, step):
+        for n in range(count):
+            registry.renew("ORDERS", f"host{n}:orders:8080", t)
+
+
+def test_eviction_is_capped_at_fifteen_percent_and_picks_at_random():
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, 10, T0)
+    evicted = registry.evict(T0 + 100 * SEC)
+    assert len(evicted) == 2, "10 leases: at most 10 - int(10 * 0.85) = 2 per run"
+    assert registry.size() == 8
+    # Repeated runs drain the rest, a capped batch at a time.
+    while registry.size():
+        assert registry.evict(T0 + 100 * SEC)
+    assert registry.snapshot().hashcode == ""
+
+
+@pytest.mark.parametrize(("size", "cap"), [(1, 1), (2, 1), (10, 2), (100, 15)])
+def test_eviction_cap_matches_eureka(size, cap):
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, size, T0)
+    assert len(registry.evict(T0 + 100 * SEC)) == cap
+
+
+def test_eviction_choice_depends_on_the_random_source():
+    picks = set()
+    for seed in range(5):
+        registry, _ = make_registry(enable_self_preservation=False)
+        registry._rng = random.Random(seed)
+        fill(registry, 20, T0)
+        picks.add(tuple(sorted(registry.evict(T0 + 100 * SEC))))
+    assert len(picks) > 1
+
+
+def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
+    registry, _ = make_registry(enable_self_preservation=False, eviction_interval_ms=60 * SEC)
+    fill(registry, 1, T0)
+    registry.evict(T0)  # first run, sets the baseline
+    registry.renew("ORDERS", "host0:orders:8080", T0 + 30 * SEC)
+    assert registry.evict(T0 + 60 * SEC) == []
+    # A run 200 s late tolerates 200 s more: the lease (expired at T0+120s) is still spared.
+    assert registry.evict(T0 + 320 * SEC) == []
+    assert registry.evict(T0 + 380 * SEC) == [("ORDERS", "host0:orders:8080")]
+
+
+def test_evicted_leases_lose_override_and_show_deleted_in_delta():
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, 1, T0)
+    registry.set_status_override("ORDERS", "host0:orders:8080", c.OUT_OF_SERVICE, T0)
+    registry.evict(T0 + 200 * SEC)
+    assert registry.overrides() == {}
+    assert dict(registry.snapshot_delta().apps)["ORDERS"][0].instance.action_type == c.DELETED
+
+
+def test_expired_but_not_evicted_leases_stay_in_full_fetch_and_hide_from_single_reads():
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, 1, T0)
+    later = T0 + 100 * SEC
+    assert registry.snapshot().hashcode == "UP_1_"
+    assert registry.get_instance("ORDERS", "host0:orders:8080", later) is None
+    assert registry.find_instance("host0:orders:8080", later) is None
+    assert registry.set_status_override("ORDERS", "host0:orders:8080", c.DOWN, later) is False
+
+
+# --------------------------------------------------------------------------- self-preservation
+
+
+def test_threshold_follows_expected_clients():
+    registry, _ = make_registry()
+    assert (registry.expected_clients, registry.renews_threshold) == (1, 1)
+    fill(registry, 10, T0)
+    assert (registry.expected_clients, registry.renews_threshold) == (11, int(11 * 2 * 0.85))
+    registry.cancel("ORDERS", "host0:orders:8080", T0)
+    assert (registry.expected_clients, registry.renews_threshold) == (10, 17)
+
+
+def test_expected_clients_never_move_while_zero():
+    registry, _ = make_registry(default_open_for_traffic_count=0)
+    assert registry.expected_clients == 0
+    fill(registry, 3, T0)
+    assert registry.expected_clients == 0
+    assert registry.renews_threshold == 0
+    assert registry.lease_expiration_enabled(T0 + 5 * MIN) is False, "threshold 0 disables eviction"
+
+
+def test_self_preservation_uses_previous_full_minute_and_strict_comparison():
+    registry, _ = make_registry()
+    fill(registry, 10, T0)  # threshold int(11 * 2 * 0.85) = 18
+    assert registry.renews_threshold == 18
+    for _ in range(18):
+        registry.renew("ORDERS", "host0:orders:8080", T0 + 10 * SEC)
+    assert registry.renews_last_minute(T0 + 50 * SEC) == 0, "current minute is not counted yet"
+    assert registry.renews_last_minute(T0 + 70 * SEC) == 18
+    assert registry.lease_expiration_enabled(T0 + 70 * SEC) is False, "18 is not > 18"
+    for _ in range(19):
+        registry.renew("ORDERS", "host0:orders:8080", T0 + 130 * SEC)
+    assert registry.lease_expiration_enabled(T0 + 190 * SEC) is True
+    assert registry.lease_expiration_enabled(T0 + 250 * SEC) is False, "a silent minute reads as 0"
+
+
+def test_no_eviction_in_self_preservation():
+    registry, _ = make_registry()
+    fill(registry, 10, T0)
+    assert registry.evict(T0 + 10 * MIN) == []
+    assert registry.size() == 10
+
+
+def test_healthy_renewals_allow_eviction_of_a_dead_instance():
+    registry, _ = make_registry()
+    fill(registry, 20, T0)  # expected 21 -> threshold int(21 * 2 * 0.85) = 35
+    # 19 live instances heartbeat every 30 s: 38 renewals a minute > 35; host0 is dead.
+    for t in range(T0 + 30 * SEC, T0 + 5 * MIN, 30 * SEC):
+        for n in range(1, 20):
+            registry.renew("ORDERS", f"host{n}:orders:8080", t)
+    now = T0 + 5 * MIN
+    assert registry.lease_expiration_enabled(now)
+    assert registry.evict(now) == [("ORDERS", "host0:orders:8080")]
+
+
+def test_recount_adopts_the_registry_size_unless_it_fell_too_far():
+    registry, _ = make_registry()
+    fill(registry, 10, T0)
+    registry.expected_clients = 5
+    registry.recount_expected_clients(T0)
+    assert registry.expected_clients == 10
+    assert registry.renews_threshold == 17
+    registry.expected_clients = 100
+    registry.recount_expected_clients(T0)
+    assert registry.expected_clients == 100, "10 is not > 0.85 * 100: keep the old expectation"
+
+
+def test_recount_always_adopts_when_self_preservation_is_off():
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, 3, T0)
+    registry.expected_clients = 100
+    registry.recount_expected_clients(T0)
+    assert registry.expected_clients == 3
+
+
+def test_measured_rate_reports_the_previous_bucket():
+    rate = MeasuredRate(60_000, T0)
+    rate.increment(T0 + 1)
+    rate.increment(T0 + 59_999)
+    assert rate.count(T0 + 59_999) == 0
+    assert rate.count(T0 + 60_000) == 2
+    assert rate.count(T0 + 180_000) == 0
+
+
+def test_read_gate_closes_after_empty_sync_only_when_configured():
+    registry, _ = make_registry()
+    assert registry.allows_reads(T0)
+    gated, _ = make_registry(wait_time_in_ms_when_sync_empty=5 * MIN, default_open_for_traffic_count=0)
+    assert not gated.allows_reads(T0 + MIN)
+    assert gated.allows_reads(T0 + 5 * MIN + 1)
+    gated.open_for_traffic(3, T0 + 6 * MIN)
+    assert gated.allows_reads(T0 + 6 * MIN)
+
+
+# ----------------------------------------------------------------------------- delta and hash
+
+
+def test_reconcile_hashcode_is_alphabetical_and_counts_every_status():
+    assert reconcile_hashcode({}) == ""
+    assert reconcile_hashcode({"UP": 10, "DOWN": 1, "OUT_OF_SERVICE": 2, "STARTING": 0}) == (
+        "DOWN_1_OUT_OF_SERVICE_2_UP_10_"
+    )
+    registry, _ = make_registry()
+    registry.register(inst(n=1, status=c.STARTING), T0)
+    registry.register(inst(n=2, status=c.UNKNOWN), T0)
+    registry.register(inst(n=3), T0)
+    assert registry.snapshot().hashcode == "STARTING_1_UNKNOWN_1_UP_1_"
+
+
+def test_delta_shows_each_changed_instance_once_with_current_data_and_full_registry_hash():
+    registry, _ = make_registry()
+    registry.register(inst(n=1), T0)
+    registry.register(inst(n=2), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC)
+    registry.cancel("ORDERS", "host2:orders:8080", T0 + 2 * SEC)
+    registry.register(inst(app="BILLING", n=3), T0 + 3 * SEC)
+    delta = registry.snapshot_delta()
+    got = {
+        (app, v.instance.instance_id): (v.instance.action_type, v.instance.status) for app, views in delta.apps for v in views
+    }
+    assert got == {
+        ("ORDERS", "host1:orders:8080"): (c.MODIFIED, c.OUT_OF_SERVICE),
+        ("ORDERS", "host2:orders:8080"): (c.DELETED, c.UP),
+        ("BILLING", "host3:billing:8080"): (c.ADDED, c.UP),
+    }
+    assert delta.hashcode == "OUT_OF_SERVICE_1_UP_1_" == registry.snapshot().hashcode
+
+
+def test_delta_version_grows_with_each_regeneration():
+    registry, _ = make_registry()
+    first = registry.snapshot_delta().version
+    assert registry.snapshot_delta().version == first + 1
+    assert registry.snapshot().version == 1
+
+
+def test_delta_entries_leave_after_retention():
+    registry, _ = make_registry(delta_retention_ms=180 * SEC)
+    registry.register(inst(n=1), T0)
+    registry.register(inst(n=2), T0 + 100 * SEC)
+    assert registry.prune(T0 + 180 * SEC) == 0
+    assert registry.prune(T0 + 181 * SEC) == 1
+    ids = [v.instance.instance_id for _, views in registry.snapshot_delta().apps for v in views]
+    assert ids == ["host2:orders:8080"]
+
+
+def test_vip_snapshot_matches_split_vips_exactly_and_hashes_only_the_subset():
+    registry, _ = make_registry()
+    registry.register(inst(n=1, vip="a,b"), T0)
+    registry.register(inst(n=2, vip="B"), T0)
+    registry.register(inst(n=3, vip=" a"), T0)
+    snap = registry.snapshot_vip("a", secure=False)
+    assert [v.instance.instance_id for _, views in snap.apps for v in views] == ["host1:orders:8080"]
+    assert snap.hashcode == "UP_1_" and snap.version == -1
+    assert registry.snapshot_vip("zzz", secure=False).apps == []
+
+
+def test_renew_silently_changes_status_when_rules_say_so_and_keeps_hash_consistent():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    # A peer told us about an override for an instance already here (stored without a status change).
+    registry._overrides["host1:orders:8080"] = [c.OUT_OF_SERVICE, T0]
+    assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
+    assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"
