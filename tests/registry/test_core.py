@@ -33,7 +33,10 @@ def inst(app="ORDERS", n=1, status=c.UP, dirty=T0, duration=90, vip=None, **kw) 
 def make_registry(**config) -> tuple[Registry, list]:
     changes: list = []
     registry = Registry(
-        RegistryConfig(**config), T0, on_change=lambda app, vips: changes.append((app, set(vips))), rng=random.Random(7)
+        RegistryConfig(**config),
+        T0,
+        on_change=lambda app, vips: changes.append((app, set(vips))),
+        rng=random.Random(7),
     )
     return registry, changes
 
@@ -110,7 +113,9 @@ def test_renew_with_older_dirty_timestamp_conflicts_only_for_replication():
     registry.register(inst(dirty=T0 + 100), T0)
     client = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0)
     assert client.outcome is Renew.OK
-    peer = registry.renew("ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0, is_replication=True)
+    peer = registry.renew(
+        "ORDERS", "host1:orders:8080", T0 + SEC, last_dirty_timestamp=T0, is_replication=True
+    )
     assert peer.outcome is Renew.CONFLICT
     assert peer.current is not None and peer.current.instance.last_dirty_timestamp == T0 + 100
 
@@ -482,7 +487,9 @@ def test_delta_shows_each_changed_instance_once_with_current_data_and_full_regis
     registry.register(inst(app="BILLING", n=3), T0 + 3 * SEC)
     delta = registry.snapshot_delta()
     got = {
-        (app, v.instance.instance_id): (v.instance.action_type, v.instance.status) for app, views in delta.apps for v in views
+        (app, v.instance.instance_id): (v.instance.action_type, v.instance.status)
+        for app, views in delta.apps
+        for v in views
     }
     assert got == {
         ("ORDERS", "host1:orders:8080"): (c.MODIFIED, c.OUT_OF_SERVICE),
