@@ -33,6 +33,8 @@ class EurekaView(APIView):
     authentication_classes: list = []
     permission_classes: list = []
     throttle_classes: list = []
+    # No DRF OPTIONS metadata documents: OPTIONS answers 405 like any other method the protocol lacks.
+    metadata_class = None
 
 
 def _status_param(value: str | None, required: bool) -> str | None:
