@@ -7,6 +7,7 @@ Input is lenient, because every real client sends a slightly different shape (re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from xml.etree.ElementTree import Element
@@ -42,6 +43,11 @@ _COMPACT_DROPPED = frozenset(
 _COMPACT_AMAZON_KEYS = ("instance-id", "public-ipv4", "public-hostname", "local-ipv4", "availability-zone")
 
 _EMPTY_METADATA = {"@class": c.EMPTY_MAP_CLASS}
+
+# Metadata keys become XML element names; one key that is not a valid name would make the whole
+# registry unreadable for every XML client (py-eureka-client, fargo), so such keys are refused.
+# ``$`` is allowed: XStream writes it as ``_-``.
+_XML_NAME = re.compile(r"(?:[^\W\d]|\$)[\w.\-$]*\Z")
 
 
 class BadInput(ValueError):
@@ -313,8 +319,14 @@ def _metadata(value: Any, what: str) -> dict[str, str]:
             continue
         if isinstance(item, (dict, list)):
             raise BadInput(f"Invalid {what} value for {key!r}: expected a string")
-        out[str(key)] = "true" if item is True else "false" if item is False else str(item)
+        out[metadata_key(key, what)] = "true" if item is True else "false" if item is False else str(item)
     return out
+
+
+def metadata_key(key: str, what: str = "metadata") -> str:
+    if not _XML_NAME.match(key):
+        raise BadInput(f"Invalid {what} key {key[:40]!r}: keys must be XML names (letters, digits, _ - . $)")
+    return key
 
 
 def _data_center(value: Any) -> DataCenterInfo | None:

@@ -10,7 +10,7 @@ from django.http import HttpResponse
 from rest_framework.views import APIView
 
 from . import constants as c
-from .codecs import BadInput, decode_instance, instance_dict, render
+from .codecs import BadInput, decode_instance, instance_dict, metadata_key, render
 from .core import Renew
 from .http import (
     PassthroughRenderer,
@@ -149,7 +149,7 @@ class InstanceMetadataView(EurekaView):
     """``PUT apps/{app}/{id}/metadata?k=v``: merge into the metadata (a re-registration, as in Eureka)."""
 
     def put(self, request, app, instance_id):
-        entries = {key: request.query_params.getlist(key)[0] for key in request.query_params}
+        entries = {metadata_key(key): request.query_params.getlist(key)[0] for key in request.query_params}
         node = get_node()
         found = node.registry.update_metadata(app.upper(), instance_id, entries, node.now())
         return empty(200 if found else 404)
