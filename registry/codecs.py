@@ -47,6 +47,7 @@ _EMPTY_METADATA = {"@class": c.EMPTY_MAP_CLASS}
 # Metadata keys become XML element names; one key that is not a valid name would make the whole
 # registry unreadable for every XML client (py-eureka-client, fargo), so such keys are refused.
 # ``$`` is allowed: XStream writes it as ``_-``.
+_NOT_XML_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _XML_NAME = re.compile(r"(?:[^\W\d]|\$)[\w.\-$]*\Z")
 
 
@@ -236,11 +237,32 @@ def _xml_instance_to_raw(root: Element) -> dict[str, Any]:
 
 
 def _xml_map(element: Element) -> dict[str, str]:
-    return {part.tag.replace("_-", "$").replace("__", "_"): (part.text or "") for part in element}
+    return {_XML_ESCAPE.sub(_unescape_xml_name, part.tag): (part.text or "") for part in element}
+
+
+_XML_ESCAPE = re.compile(r"__|_-")
+
+
+def _unescape_xml_name(match: re.Match) -> str:
+    # Left to right, so "odd_-key" written as "odd__-key" reads back as "odd_-key".
+    return "_" if match.group() == "__" else "$"
 
 
 def _present(value: Any) -> bool:
     return value is not None and value != ""
+
+
+def _blank(value: str | None) -> bool:
+    """Java's ``isBlank``: missing, empty or only whitespace."""
+    return value is None or not value.strip()
+
+
+def xml_safe(text: str, what: str) -> str:
+    """Refuse characters XML 1.0 cannot carry: one would make the registry unreadable to XML clients."""
+    bad = _NOT_XML_CHAR.search(text)
+    if bad:
+        raise BadInput(f"Invalid {what}: character U+{ord(bad.group()):04X} is not allowed")
+    return text
 
 
 def _text(raw: Mapping[str, Any], key: str) -> str | None:
@@ -251,21 +273,34 @@ def _text(raw: Mapping[str, Any], key: str) -> str | None:
         raise BadInput(f"Invalid {key}: expected a string")
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return xml_safe(str(value), key)
 
 
-def _int(value: Any, what: str) -> int:
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int(value: Any, what: str, bounds: tuple[int, int] = INT32) -> int:
+    """A Java int (or long, with ``bounds=INT64``) given as a number or a numeric string."""
     if isinstance(value, (bool, dict, list)):
         raise BadInput(f"Invalid {what}: expected a number")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise BadInput(f"Invalid {what}: {text[:40]!r} is not a number") from None
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = int(text)
+        except ValueError:
+            raise BadInput(f"Invalid {what}: {text[:40]!r} is not a number") from None
+    if not bounds[0] <= number <= bounds[1]:
+        raise BadInput(f"Invalid {what}: {str(number)[:40]} is out of range")
+    return number
+
+
+def parse_long(value: Any, what: str) -> int:
+    return _int(value, what, INT64)
 
 
 def _bool(value: Any, what: str) -> bool:
@@ -319,7 +354,8 @@ def _metadata(value: Any, what: str) -> dict[str, str]:
             continue
         if isinstance(item, (dict, list)):
             raise BadInput(f"Invalid {what} value for {key!r}: expected a string")
-        out[metadata_key(key, what)] = "true" if item is True else "false" if item is False else str(item)
+        text = "true" if item is True else "false" if item is False else str(item)
+        out[metadata_key(key, what)] = xml_safe(text, f"{what} value for {key!r}")
     return out
 
 
@@ -364,15 +400,15 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
         instance_id = data_center.metadata.get("instance-id")
     if not _present(instance_id):
         instance_id = host_name
-    if not _present(instance_id) or not instance_id.strip():
+    if _blank(instance_id):
         raise BadInput("Missing instanceId")
-    if not _present(host_name):
+    if _blank(host_name):
         raise BadInput("Missing hostname")
     ip_addr = _text(raw, "ipAddr")
-    if not _present(ip_addr):
+    if _blank(ip_addr):
         raise BadInput("Missing ip address")
     app = _text(raw, "app")
-    if not _present(app) or not app.strip():
+    if _blank(app):
         raise BadInput("Missing appName")
     app = app.strip().upper()
     if path_app is not None and path_app != app:
@@ -398,7 +434,9 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
 
     port, port_enabled = _port(raw, "port", c.DEFAULT_PORT, True)
     secure_port, secure_enabled = _port(raw, "securePort", c.DEFAULT_SECURE_PORT, False)
-    overridden = raw.get("overriddenStatus", raw.get("overriddenstatus"))
+    overridden = raw.get("overriddenStatus")
+    if overridden is None:
+        overridden = raw.get("overriddenstatus")
     dirty = raw.get("lastDirtyTimestamp")
     country = raw.get("countryId")
     coordinating = raw.get("isCoordinatingDiscoveryServer")
@@ -433,7 +471,7 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
         if _present(coordinating)
         else False,
         last_updated_timestamp=now,
-        last_dirty_timestamp=_int(dirty, "lastDirtyTimestamp") if _present(dirty) else now,
+        last_dirty_timestamp=_int(dirty, "lastDirtyTimestamp", INT64) if _present(dirty) else now,
         action_type=None,
         asg_name=_text(raw, "asgName"),
     )

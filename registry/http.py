@@ -17,7 +17,7 @@ from rest_framework import exceptions
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
-from .codecs import JSON, XML, BadInput
+from .codecs import JSON, XML, BadInput, parse_long
 from .response_cache import Payload
 
 CONTENT_TYPES = {JSON: "application/json", XML: "application/xml"}
@@ -131,10 +131,7 @@ def read_body(request: HttpRequest) -> bytes:
 def parse_timestamp(value: str | None, name: str) -> int | None:
     if value is None or value == "":
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadInput(f"Invalid {name}: {value[:40]!r} is not a number") from None
+    return parse_long(value, name)
 
 
 def plain_exception_handler(exc, context):

@@ -10,7 +10,7 @@ from django.http import HttpResponse
 from rest_framework.views import APIView
 
 from . import constants as c
-from .codecs import BadInput, decode_instance, instance_dict, metadata_key, render
+from .codecs import BadInput, decode_instance, instance_dict, metadata_key, render, xml_safe
 from .core import Renew
 from .http import (
     PassthroughRenderer,
@@ -149,7 +149,11 @@ class InstanceMetadataView(EurekaView):
     """``PUT apps/{app}/{id}/metadata?k=v``: merge into the metadata (a re-registration, as in Eureka)."""
 
     def put(self, request, app, instance_id):
-        entries = {metadata_key(key): request.query_params.getlist(key)[0] for key in request.query_params}
+        params = request.query_params
+        entries = {
+            metadata_key(key): xml_safe(params.getlist(key)[0], f"metadata value for {key!r}")
+            for key in params
+        }
         node = get_node()
         found = node.registry.update_metadata(app.upper(), instance_id, entries, node.now())
         return empty(200 if found else 404)

@@ -27,7 +27,10 @@ def instance_body(
         "port": {"$": port, "@enabled": "true"},
         "securePort": {"$": 443, "@enabled": "false"},
         "countryId": 1,
-        "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
+        "dataCenterInfo": {
+            "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
+            "name": "MyOwn",
+        },
         "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90},
         "metadata": {"@class": "java.util.Collections$EmptyMap"},
         "homePageUrl": f"http://{host}:{port}/",
