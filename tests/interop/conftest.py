@@ -1,0 +1,403 @@
+"""Fixtures of the interoperability suites: a live gunicorn node on loopback and toolchain checks.
+
+The suites drive real, unmodified Eureka clients over HTTP, so they need a real server process (not
+Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` on a free
+127.0.0.1 port with one-second jobs and an access log the tests read to count requests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+STARTUP_TIMEOUT_S = 30.0
+SHUTDOWN_TIMEOUT_S = 10.0
+
+# One request per line, tab-separated: method, path (percent-decoded, as Django routes it), query, status.
+ACCESS_LOG_FORMAT = "\t".join(["%(m)s", "%(U)s", "%(q)s", "%(s)s"])
+
+# Jobs every second so a change is visible to readers (read-only cache) within ~1 s. Delta entries
+# live 4 s: several client polls (1 s), yet short enough that a test can wait for an instance to leave
+# the delta window and check that apps__hashcode still covers the whole registry.
+DELTA_RETENTION_MS = 4000
+SERVER_ENV = {
+    "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "1000",
+    "EUREKA_USE_READ_ONLY_RESPONSE_CACHE": "true",
+    "EUREKA_EVICTION_INTERVAL_MS": "1000",
+    "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "1000",
+    "EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS": str(DELTA_RETENTION_MS),
+    "EUREKA_EMBEDDED_SCHEDULER": "true",
+    "LOG_LEVEL": "WARNING",
+}
+
+
+def require_toolchain(name: str, ok: bool, how_to_install: str) -> None:
+    """Skip the calling test when a toolchain is missing; fail instead when CI demands every suite."""
+    if ok:
+        return
+    message = f"{name} is not available: {how_to_install}"
+    if os.environ.get("EUREKA_REQUIRE_ALL_SUITES") == "1":
+        pytest.fail(f"{message} (EUREKA_REQUIRE_ALL_SUITES=1 forbids skipping this suite)", pytrace=False)
+    pytest.skip(message)
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float,
+    message: str | Callable[[], str],
+    interval: float = 0.1,
+):
+    """Poll ``predicate`` until it returns something truthy and return that; fail at the deadline.
+
+    ``message`` may be a callable, evaluated only on failure (to report the state at that moment).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            pytest.fail(f"timed out after {timeout:.1f}s: {text}", pytrace=False)
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    method: str
+    path: str
+    query: str
+    status: int
+
+
+PathMatcher = str | re.Pattern[str]
+
+
+def _matches(record: AccessRecord, method: str | None, path: PathMatcher | None, status: int | None) -> bool:
+    if method is not None and record.method != method:
+        return False
+    if status is not None and record.status != status:
+        return False
+    if path is None:
+        return True
+    if isinstance(path, re.Pattern):
+        return path.fullmatch(record.path) is not None
+    return record.path == path
+
+
+@dataclass
+class LiveServer:
+    """A running registry node. ``url`` is the client service URL (``http://127.0.0.1:PORT/eureka/``)."""
+
+    url: str
+    base_url: str
+    port: int
+    access_log_path: Path
+    server_log_path: Path
+    process: subprocess.Popen
+
+    def records(self) -> list[AccessRecord]:
+        """Every request the server logged so far, in order."""
+        try:
+            text = self.access_log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            parts = line.split("\t")
+            if len(parts) != 4 or not parts[3].isdigit():
+                continue
+            method, path, query, status = parts
+            out.append(AccessRecord(method, path, "" if query == "-" else query, int(status)))
+        return out
+
+    def mark(self) -> int:
+        """A checkpoint in the access log: pass it as ``since`` to look only at later requests."""
+        return len(self.records())
+
+    def requests(
+        self,
+        method: str | None = None,
+        path: PathMatcher | None = None,
+        since: int = 0,
+        status: int | None = None,
+    ) -> list[AccessRecord]:
+        return [r for r in self.records()[since:] if _matches(r, method, path, status)]
+
+    def count(
+        self,
+        method: str | None = None,
+        path: PathMatcher | None = None,
+        since: int = 0,
+        status: int | None = None,
+    ) -> int:
+        """How many logged requests match ``method`` and ``path`` (exact string or full-match regex)."""
+        return len(self.requests(method, path, since, status))
+
+    def wait_for_requests(
+        self,
+        method: str | None,
+        path: PathMatcher | None,
+        since: int = 0,
+        status: int | None = None,
+        at_least: int = 1,
+        timeout: float = 10.0,
+    ) -> list[AccessRecord]:
+        """Wait (bounded) until ``at_least`` matching requests are logged after ``since``."""
+
+        def found() -> list[AccessRecord]:
+            matching = self.requests(method, path, since, status)
+            return matching if len(matching) >= at_least else []
+
+        return wait_until(
+            found,
+            timeout,
+            lambda: (
+                f"{at_least} x {method} {path} (status {status}) in the access log after line {since}; "
+                f"last requests: {self.records()[-15:]}"
+            ),
+        )
+
+    def server_log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.server_log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no server log)"
+
+
+class RegistryAdmin:
+    """The test's own view of the server, over plain httpx with JSON (``Accept: application/json``).
+
+    ``prefix`` is the protocol prefix the test uses (``eureka/`` or ``eureka/v2/``): pick the one the client
+    under test does *not* use, so the access log tells the client's requests from the test's.
+    Instances it registers are cancelled by ``cleanup()``.
+    """
+
+    def __init__(self, server: LiveServer, prefix: str):
+        self.server = server
+        self.prefix = prefix
+        self.http = httpx.Client(
+            base_url=f"{server.base_url}/{prefix}", headers={"Accept": "application/json"}, timeout=5.0
+        )
+        self._registered: list[tuple[str, str]] = []
+
+    @staticmethod
+    def _path(app: str, instance_id: str, suffix: str = "") -> str:
+        return f"apps/{quote(app, safe='')}/{quote(instance_id, safe='')}{suffix}"
+
+    def register(
+        self,
+        app: str,
+        instance_id: str,
+        port: int,
+        vip: str | None = None,
+        status: str = "UP",
+        host: str = "127.0.0.1",
+    ) -> None:
+        """POST a registration shaped like the Java client's (and py-eureka-client's) JSON."""
+        now = str(int(time.time() * 1000))
+        body = {
+            "instance": {
+                "instanceId": instance_id,
+                "hostName": host,
+                "app": app.upper(),
+                "ipAddr": "127.0.0.1",
+                "status": status,
+                "overriddenStatus": "UNKNOWN",
+                "port": {"$": port, "@enabled": "true"},
+                "securePort": {"$": 443, "@enabled": "false"},
+                "countryId": 1,
+                "dataCenterInfo": {
+                    "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
+                    "name": "MyOwn",
+                },
+                "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90},
+                "metadata": {"registered.by": "interop-test"},
+                "homePageUrl": f"http://{host}:{port}/",
+                "statusPageUrl": f"http://{host}:{port}/info",
+                "healthCheckUrl": f"http://{host}:{port}/health",
+                "vipAddress": vip or app.lower(),
+                "secureVipAddress": vip or app.lower(),
+                "isCoordinatingDiscoveryServer": "false",
+                "lastUpdatedTimestamp": now,
+                "lastDirtyTimestamp": now,
+            }
+        }
+        response = self.http.post(f"apps/{quote(app, safe='')}", json=body)
+        assert response.status_code == 204, (
+            f"register {app}/{instance_id}: {response.status_code} {response.text}"
+        )
+        self._registered.append((app, instance_id))
+
+    def instance(self, app: str, instance_id: str) -> dict | None:
+        """The live record from ``GET apps/{app}/{id}`` (not cached), or None on 404."""
+        response = self.http.get(self._path(app, instance_id))
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, f"GET {app}/{instance_id}: {response.status_code} {response.text}"
+        return response.json()["instance"]
+
+    def applications(self) -> dict:
+        """``GET apps/`` (served from the read-only cache, so up to ~1 s behind)."""
+        response = self.http.get("apps/")
+        assert response.status_code == 200, response.text
+        return response.json()["applications"]
+
+    def delta(self) -> dict:
+        response = self.http.get("apps/delta")
+        assert response.status_code == 200, response.text
+        return response.json()["applications"]
+
+    def delta_queue_length(self) -> int:
+        """How many changes the server's delta queue holds (``GET status``, computed live)."""
+        response = self.http.get("status")
+        assert response.status_code == 200, response.text
+        return response.json()["status"]["registry"]["delta_queue_length"]
+
+    def listed_ids(self, app: str, listing: dict | None = None) -> set[str]:
+        """Instance ids of ``app`` in the full registry (or in ``listing``, e.g. a delta)."""
+        listing = self.applications() if listing is None else listing
+        return {
+            instance["instanceId"]
+            for application in listing["application"]
+            if application["name"] == app.upper()
+            for instance in application["instance"]
+        }
+
+    def set_status(self, app: str, instance_id: str, value: str) -> int:
+        return self.http.put(self._path(app, instance_id, "/status"), params={"value": value}).status_code
+
+    def delete_status_override(self, app: str, instance_id: str) -> int:
+        return self.http.delete(self._path(app, instance_id, "/status")).status_code
+
+    def put_metadata(self, app: str, instance_id: str, entries: dict[str, str]) -> int:
+        return self.http.put(self._path(app, instance_id, "/metadata"), params=entries).status_code
+
+    def cancel(self, app: str, instance_id: str) -> int:
+        return self.http.delete(self._path(app, instance_id)).status_code
+
+    def cleanup(self) -> None:
+        for app, instance_id in self._registered:
+            try:
+                self.cancel(app, instance_id)
+            except httpx.HTTPError:
+                pass
+        self._registered.clear()
+        self.http.close()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gunicorn() -> Path:
+    # The gunicorn of the interpreter running the tests (the project's virtualenv).
+    return Path(sys.executable).with_name("gunicorn")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=SHUTDOWN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=SHUTDOWN_TIMEOUT_S)
+
+
+def _start(workdir: Path) -> LiveServer:
+    port = _free_port()
+    access_log = workdir / "access.log"
+    server_log = workdir / "server.log"
+    env = {**os.environ, **SERVER_ENV, "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}"}
+    command = [
+        str(_gunicorn()),
+        "-c",
+        "deploy/gunicorn.conf.py",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--access-logfile",
+        str(access_log),
+        "--access-logformat",
+        ACCESS_LOG_FORMAT,
+    ]
+    with server_log.open("ab") as log:
+        process = subprocess.Popen(
+            command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    server = LiveServer(
+        url=f"{base_url}/eureka/",
+        base_url=base_url,
+        port=port,
+        access_log_path=access_log,
+        server_log_path=server_log,
+        process=process,
+    )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"gunicorn exited with {process.returncode} before answering:\n{server.server_log_tail()}"
+            )
+        try:
+            if httpx.get(f"{base_url}/eureka/apps", timeout=1.0).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        if time.monotonic() >= deadline:
+            _stop(process)
+            raise RuntimeError(
+                f"gunicorn did not answer GET /eureka/apps within {STARTUP_TIMEOUT_S:.0f}s:\n"
+                f"{server.server_log_tail()}"
+            )
+        time.sleep(0.1)
+
+
+@pytest.fixture(autouse=True)
+def _live_server_helper():
+    """Shadow pytest-django's autouse helper of the same name.
+
+    pytest-django has its own ``live_server`` (an in-process Django server) and an autouse helper that,
+    whenever a test uses a fixture called ``live_server``, asks for ``transactional_db`` and toggles that
+    server's settings. Ours is a separate gunicorn process that needs neither, so the helper does nothing
+    for the tests under this directory.
+    """
+    yield
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory) -> Iterator[LiveServer]:
+    """A gunicorn registry node for one test module, stopped (TERM, then KILL) when the module ends."""
+    gunicorn = _gunicorn()
+    require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
+    workdir = tmp_path_factory.mktemp("live_server")
+    try:
+        server = _start(workdir)
+    except RuntimeError as first_error:
+        # The free port may have been taken between probing and binding: one more try on a new port.
+        try:
+            server = _start(tmp_path_factory.mktemp("live_server"))
+        except RuntimeError as second_error:
+            pytest.fail(f"could not start gunicorn: {first_error}\n---\n{second_error}", pytrace=False)
+    try:
+        yield server
+    finally:
+        _stop(server.process)
