@@ -1,0 +1,720 @@
+"""The real Netflix eureka-client (Java, Maven Central 2.0.x, Jersey 3 transport) against a live node.
+
+``tests/interop/java`` is a small Maven project of ours around the unmodified client: its CLI
+``interop.EurekaInterop`` runs a ``service`` (registers, heartbeats, fetches, cancels on shutdown) or a
+fetch-only ``consumer``, with one-second heartbeats, registry fetches and instance-info replication
+(``eureka-client.properties``). It prints JSON lines: ``http`` for every call its transport makes (the
+status it got and whether it decoded a body), ``cacheRefreshed`` after every registry fetch with the
+client's own reconcile hashcode (``getApplications().getReconcileHashCode()``), ``statusChange`` when its
+own status in the fetched registry changes, and the replies to ``state`` / ``metadata`` / ``shutdown``
+commands read from stdin. The client's log lines (slf4j-simple) come interleaved as plain text.
+
+eureka-client 2.x ships no HTTP transport of its own: like Netflix's eureka-examples, the program uses
+``eureka-client-jersey3`` (``Jersey3TransportClientFactories``), whose heartbeat is a PUT with a ``{}``
+JSON body and which decodes *any* non-empty heartbeat answer as an InstanceInfo, whatever the status.
+A pass-through decorator under Netflix's retry/redirect/session decorators reports each call.
+
+Who speaks through which prefix, so the access log tells them apart: services use ``/eureka/``,
+consumers ``/eureka/v2/`` (Netflix's default), and the test's own ``RegistryAdmin`` ``/eureka/``; so
+the test never reads through ``/eureka/v2/`` and every ``GET /eureka/v2/apps/`` is a consumer's full fetch.
+
+The Maven build runs once per session (``mvn -o compile`` when the local repository already holds
+everything, online otherwise) and is skipped entirely while ``target/build.stamp`` matches the sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.interop.conftest import (
+    DELTA_RETENTION_MS,
+    LiveServer,
+    RegistryAdmin,
+    require_toolchain,
+    wait_until,
+)
+
+pytestmark = pytest.mark.interop
+
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+TARGET = JAVA_DIR / "target"
+CLASSPATH_FILE = TARGET / "classpath.txt"
+STAMP_FILE = TARGET / "build.stamp"
+MAIN_CLASS = "interop.EurekaInterop"
+EUREKA_VERSION = "2.0.6"
+MIN_JAVA_MAJOR = 17
+BUILD_TIMEOUT_S = 900
+# Quick JVM start for short-lived clients on a small, shared machine.
+JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-Xss512k"]
+
+SERVICE_PREFIX = "/eureka/"
+CONSUMER_PREFIX = "/eureka/v2/"
+CONSUMER_FULL_FETCH = f"{CONSUMER_PREFIX}apps/"
+CONSUMER_DELTA = f"{CONSUMER_PREFIX}apps/delta"
+# What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
+RESOLUTION_FAILURE = re.compile(
+    r"Could not resolve dependencies|Could not transfer|Could not resolve|Cannot access .* in offline mode|"
+    r"Unknown host|Connection refused|Network is unreachable|Plugin .* could not be resolved"
+)
+
+
+# --- toolchain and build -----------------------------------------------------------------------
+
+
+def _java_major(java: str) -> int:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not match:
+        return 0
+    major = int(match.group(1))
+    # Java 8 and older report "1.8.0_...".
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def _sources_digest(java: str) -> str:
+    digest = hashlib.sha256()
+    files = [JAVA_DIR / "pom.xml", *sorted(p for p in (JAVA_DIR / "src").rglob("*") if p.is_file())]
+    for path in files:
+        digest.update(str(path.relative_to(JAVA_DIR)).encode())
+        digest.update(path.read_bytes())
+    digest.update(str(_java_major(java)).encode())
+    return digest.hexdigest()
+
+
+def _classpath() -> str | None:
+    """The built run classpath, or None when the build output is missing or incomplete."""
+    if not CLASSPATH_FILE.is_file() or not (TARGET / "classes" / "interop" / "EurekaInterop.class").is_file():
+        return None
+    jars = [j for j in CLASSPATH_FILE.read_text().strip().split(":") if j]
+    if not jars or not all(Path(j).is_file() for j in jars):
+        return None
+    return ":".join([str(TARGET / "classes"), *jars])
+
+
+def _mvn(mvn: str, offline: bool) -> subprocess.CompletedProcess:
+    command = [mvn, "-B", "-q", *(["-o"] if offline else []), "compile"]
+    return subprocess.run(
+        command,
+        cwd=JAVA_DIR,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="session")
+def java_classpath() -> tuple[str, str]:
+    """Build tests/interop/java once (or reuse an up-to-date build); returns (java binary, classpath)."""
+    java = shutil.which("java")
+    require_toolchain(
+        "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
+    )
+    assert java is not None
+    require_toolchain(
+        f"java >= {MIN_JAVA_MAJOR}",
+        _java_major(java) >= MIN_JAVA_MAJOR,
+        f"{java} is too old; install JDK 17+",
+    )
+    mvn = shutil.which("mvn")
+    require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
+    assert mvn is not None
+
+    digest = _sources_digest(java)
+    classpath = _classpath()
+    if classpath and STAMP_FILE.is_file() and STAMP_FILE.read_text().strip() == digest:
+        return java, classpath
+
+    STAMP_FILE.unlink(missing_ok=True)
+    result = _mvn(mvn, offline=True)
+    if result.returncode != 0:
+        # Not everything is in the local repository yet: resolve it from Maven Central.
+        result = _mvn(mvn, offline=False)
+    output = (result.stdout + result.stderr)[-6000:]
+    if result.returncode != 0:
+        require_toolchain(
+            "Maven Central (com.netflix.eureka:eureka-client and its dependencies)",
+            not RESOLUTION_FAILURE.search(output),
+            f"`mvn compile` in {JAVA_DIR} could not resolve its dependencies:\n{output}",
+        )
+        pytest.fail(f"`mvn compile` in {JAVA_DIR} failed:\n{output}", pytrace=False)
+    classpath = _classpath()
+    assert classpath, f"the build left no usable {CLASSPATH_FILE}:\n{output}"
+    STAMP_FILE.write_text(digest + "\n")
+    return java, classpath
+
+
+# --- the Java client process -------------------------------------------------------------------
+
+
+class JavaClient:
+    """One JVM running interop.EurekaInterop; a reader thread collects its JSON lines as events."""
+
+    def __init__(
+        self, toolchain: tuple[str, str], server: LiveServer, role: str, app: str, port: int, vip: str
+    ):
+        java, classpath = toolchain
+        self.server = server
+        self.role = role
+        self.app = app.upper()
+        self.port = port
+        self.vip = vip
+        # The instance id the program configures (eureka.instanceId), Spring's host:app:port shape.
+        self.instance_id = f"127.0.0.1:{app.lower()}:{port}"
+        prefix = SERVICE_PREFIX if role == "service" else CONSUMER_PREFIX
+        self.service_url = f"{server.base_url}{prefix}"
+        self.register_path = f"{prefix}apps/{self.app}"
+        self.path = f"{prefix}apps/{self.app}/{self.instance_id}"
+        command = [
+            java,
+            *JVM_OPTIONS,
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            role,
+            self.service_url,
+            app,
+            str(port),
+            vip,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=JAVA_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+        self._next_id = 0
+        self._reader = threading.Thread(target=self._read, name=f"java-{role}-{app}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            text = line.rstrip("\n")
+            try:
+                event = json.loads(text)
+                if not isinstance(event, dict):
+                    raise ValueError
+            except ValueError:
+                event = {"event": "output", "line": text}
+            with self._cond:
+                self.events.append(event)
+                self._cond.notify_all()
+        with self._cond:
+            self.events.append({"event": "eof"})
+            self._cond.notify_all()
+
+    def mark(self) -> int:
+        with self._cond:
+            return len(self.events)
+
+    def named(self, name: str, since: int = 0, **fields) -> list[dict]:
+        with self._cond:
+            return [
+                e
+                for e in self.events[since:]
+                if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
+            ]
+
+    def http(self, op: str, since: int = 0, **fields) -> list[dict]:
+        """The client's ``op`` calls (Register, SendHeartBeat, Cancel, GetApplications, GetDelta...)."""
+        return self.named("http", since, op=op, **fields)
+
+    def tail(self, lines: int = 30) -> str:
+        with self._cond:
+            return "\n".join(json.dumps(e) for e in self.events[-lines:])
+
+    def wait_for(self, name: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields) -> list:
+        """Wait (bounded) for ``at_least`` events called ``name`` whose fields match, after ``since``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = [
+                    e
+                    for e in self.events[since:]
+                    if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
+                ]
+                if len(found) >= at_least:
+                    return found
+                left = deadline - time.monotonic()
+                ended = bool(self.events) and self.events[-1].get("event") == "eof"
+                if left <= 0 or ended:
+                    pytest.fail(
+                        f"no {at_least} x {name!r} {fields or ''} from the Java {self.role} "
+                        f"{'(process ended) ' if ended else ''}within {timeout}s; "
+                        f"last events:\n{self.tail()}",
+                        pytrace=False,
+                    )
+                self._cond.wait(min(left, 0.2))
+
+    def wait_for_http(
+        self, op: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields
+    ) -> list:
+        return self.wait_for("http", since=since, at_least=at_least, timeout=timeout, op=op, **fields)
+
+    def _send(self, command: dict) -> int:
+        self._next_id += 1
+        command["id"] = self._next_id
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._next_id
+
+    def state(self, apps: tuple[str, ...] = (), vips: tuple[str, ...] = (), picks: int = 0) -> dict:
+        """The client's registry as an application sees it: ``{"hash", "apps", "vips", "picks", ...}``.
+
+        ``vips`` come from ``getInstancesByVipAddress(vip, false)``, ``picks`` from ``picks`` calls of
+        ``getNextServerFromEureka(vip, false)`` (None when it throws: no instance to choose).
+        """
+        since = self.mark()
+        request_id = self._send({"cmd": "state", "apps": list(apps), "vips": list(vips), "picks": picks})
+        return self.wait_for("state", since=since, timeout=5, id=request_id)[0]
+
+    def ids_by_app(self, app: str) -> dict[str, dict]:
+        return {i["instanceId"]: i for i in self.state(apps=(app,))["apps"][app]}
+
+    def register_metadata(self, entries: dict[str, str]) -> None:
+        since = self.mark()
+        request_id = self._send({"cmd": "metadata", "entries": entries})
+        self.wait_for("done", since=since, timeout=5, id=request_id)
+
+    def shutdown(self) -> None:
+        since = self.mark()
+        request_id = self._send({"cmd": "shutdown"})
+        self.wait_for("stopped", since=since, timeout=15, id=request_id)
+        self.process.wait(timeout=10)
+
+    def client_problems(self, since: int = 0) -> list[str]:
+        """Warnings and errors the eureka-client logged (its transport failures, decode errors...)."""
+        return [
+            e["line"]
+            for e in self.named("output", since)
+            if ("[WARN]" in e["line"] or "[ERROR]" in e["line"]) and "com.netflix.discovery" in e["line"]
+        ]
+
+    def close(self) -> None:
+        """End of stdin makes the program shut the client down (cancel) and exit; kill it if it hangs."""
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+def fetch_pairs(client: JavaClient, since: int) -> list[tuple[dict, dict | None]]:
+    """Each registry fetch after ``since`` with the ``cacheRefreshed`` that followed it (None if none yet)."""
+    with client._cond:
+        events = list(client.events[since:])
+    pairs = []
+    for index, event in enumerate(events):
+        if event.get("event") == "http" and event.get("op") in ("GetDelta", "GetApplications"):
+            refreshed = next(
+                (
+                    e
+                    for e in events[index + 1 :]
+                    if e.get("event") == "cacheRefreshed"
+                    or (e.get("event") == "http" and e.get("op") in ("GetDelta", "GetApplications"))
+                ),
+                None,
+            )
+            if refreshed is not None and refreshed.get("event") != "cacheRefreshed":
+                refreshed = None
+            pairs.append((event, refreshed))
+    return pairs
+
+
+@pytest.fixture
+def admin(live_server):
+    admin = RegistryAdmin(live_server, prefix="eureka/")
+    yield admin
+    admin.cleanup()
+
+
+@pytest.fixture
+def java_client(java_classpath, live_server):
+    """A factory of running Java clients; each one is shut down (cancelled) when the test ends."""
+    clients: list[JavaClient] = []
+
+    def start(role: str, app: str, port: int, vip: str | None = None) -> JavaClient:
+        client = JavaClient(java_classpath, live_server, role, app, port, vip or f"{app.lower()}.vip")
+        clients.append(client)
+        client.wait_for("ready", timeout=60)
+        return client
+
+    yield start
+    for client in clients:
+        client.close()
+
+
+def wait_for_consumer_on_deltas(consumer: JavaClient, timeout: float = 15.0) -> None:
+    """Until the consumer holds a non-empty registry and fetches deltas (the Java client full-fetches
+    while its registry is empty)."""
+    consumer.wait_for_http("GetDelta", since=consumer.mark(), status=200, timeout=timeout)
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+
+def test_the_client_under_test_is_the_pinned_release(java_classpath):
+    _, classpath = java_classpath
+    jars = {Path(j).name for j in classpath.split(":")}
+    assert f"eureka-client-{EUREKA_VERSION}.jar" in jars
+    assert f"eureka-client-jersey3-{EUREKA_VERSION}.jar" in jars
+    assert f"<eureka.version>{EUREKA_VERSION}</eureka.version>" in (JAVA_DIR / "pom.xml").read_text()
+    # No Jersey 1 on the classpath: eureka-client 2.x talks through its Jersey 3 transport.
+    assert not any(name.startswith("jersey-client-1.") for name in jars)
+
+
+def test_lifecycle_register_heartbeat_and_cancel(live_server, java_client, admin):
+    since = live_server.mark()
+    client = java_client("service", "javalife", 8101)
+
+    # Register: 204 for the client and in the server's log.
+    client.wait_for_http("Register", status=204, timeout=10)
+    live_server.wait_for_requests("POST", client.register_path, since=since, status=204, timeout=5)
+    assert client.http("Register", status=204) == client.http("Register"), client.http("Register")
+    instance = wait_until(
+        lambda: (lambda i: i if i and i["status"] == "UP" else None)(
+            admin.instance("JAVALIFE", client.instance_id)
+        ),
+        timeout=5,
+        message="the server never held the instance UP",
+    )
+    assert instance["app"] == "JAVALIFE"
+    assert instance["hostName"] == "127.0.0.1"
+    assert instance["ipAddr"] == "127.0.0.1"
+    assert instance["port"] == {"$": 8101, "@enabled": "true"}
+    assert instance["securePort"]["@enabled"] == "false"
+    assert instance["vipAddress"] == "javalife.vip"
+    assert instance["dataCenterInfo"] == {
+        "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
+        "name": "MyOwn",
+    }
+    assert instance["leaseInfo"]["renewalIntervalInSecs"] == 1
+    assert instance["leaseInfo"]["durationInSecs"] == 10
+    assert instance["metadata"] == {"started.by": "java-interop"}
+    first_renewal = instance["leaseInfo"]["lastRenewalTimestamp"]
+
+    # Heartbeats: 200 with no body for the client (Jersey decodes any body it gets as an InstanceInfo).
+    beats_since = client.mark()
+    beats = client.wait_for_http("SendHeartBeat", since=beats_since, at_least=3, timeout=10)
+    assert all(b["status"] == 200 and b["entity"] is False for b in beats), beats
+    logged = live_server.wait_for_requests("PUT", client.path, since=since, status=200, at_least=3, timeout=5)
+    assert all(re.fullmatch(r"status=UP&lastDirtyTimestamp=\d+", r.query) for r in logged), logged
+    assert live_server.count("PUT", client.path, since=since, status=404) == 0
+    later = admin.instance("JAVALIFE", client.instance_id)
+    assert later["leaseInfo"]["lastRenewalTimestamp"] > first_renewal
+    assert later["leaseInfo"]["registrationTimestamp"] == instance["leaseInfo"]["registrationTimestamp"]
+    # The same request as the Jersey 3 heartbeat ("{}" JSON body, Accept JSON): nothing comes back.
+    renew = httpx.put(
+        f"{live_server.base_url}{client.path}",
+        params={"status": "UP", "lastDirtyTimestamp": instance["lastDirtyTimestamp"]},
+        content=b"{}",
+        headers={"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "gzip"},
+        timeout=5,
+    )
+    assert (renew.status_code, renew.content, renew.headers.get("content-type")) == (200, b"", None)
+
+    # The service's own registry: it fetched itself and follows on deltas with a matching hash.
+    client.wait_for_http("GetDelta", since=beats_since, status=200, timeout=5)
+    state = wait_until(
+        lambda: (lambda s: s if s["remoteStatus"] == "UP" else None)(client.state(apps=("JAVALIFE",))),
+        timeout=5,
+        message="the client never saw itself UP in its fetched registry",
+    )
+    assert [i["instanceId"] for i in state["apps"]["JAVALIFE"]] == [client.instance_id]
+    assert state["hash"] == admin.delta()["apps__hashcode"] == "UP_1_"
+
+    # Nothing went wrong for the client so far (its shutdown logs warnings of its own, hence now).
+    assert client.client_problems() == []
+
+    # Cancel: shutdown() DELETEs the instance, which the server acknowledges and forgets.
+    before_stop = live_server.mark()
+    client.shutdown()
+    assert [c["status"] for c in client.http("Cancel")] == [200]
+    live_server.wait_for_requests("DELETE", client.path, since=before_stop, status=200, timeout=5)
+    assert admin.instance("JAVALIFE", client.instance_id) is None
+    wait_until(
+        lambda: "JAVALIFE" not in {a["name"] for a in admin.applications()["application"]},
+        timeout=5,
+        message="the full registry still lists the cancelled app",
+    )
+    after_stop = live_server.mark()
+    time.sleep(1.5)
+    assert live_server.count(path=re.compile(r"/eureka/apps/JAVALIFE.*"), since=after_stop) == 0
+
+
+def test_deltas_keep_the_reconcile_hashcode_in_step_without_full_fetches(live_server, java_client, admin):
+    # The Java client full-fetches while its registry is empty: give it something to hold first, and
+    # wait until the full registry (the read-only cache the client reads too) lists it.
+    admin.register("JAVADELTA", "javadelta-1", port=8201, vip="javadelta.vip")
+    wait_until(
+        lambda: admin.listed_ids("JAVADELTA") == {"javadelta-1"},
+        timeout=5,
+        message="the full registry never listed JAVADELTA/javadelta-1",
+    )
+    start = live_server.mark()
+    consumer = java_client("consumer", "javadeltaconsumer", 8200)
+    wait_for_consumer_on_deltas(consumer)
+    # One full fetch (DiscoveryClient's constructor), deltas from the first refresh on.
+    first = consumer.http("GetApplications")
+    assert len(first) == 1 and first[0]["status"] == 200 and first[0]["instances"] == 1, first
+    # Let the registration age out of the delta queue: from now on a delta holds less than the
+    # registry, and its apps__hashcode must still cover the whole registry.
+    wait_until(
+        lambda: admin.delta_queue_length() == 0,
+        timeout=DELTA_RETENTION_MS / 1000 + 8,
+        message="the delta queue never emptied",
+    )
+    consumer.wait_for_http("GetDelta", since=consumer.mark(), status=200, timeout=5)
+    checkpoint, events_checkpoint = live_server.mark(), consumer.mark()
+
+    def server_hash() -> str:
+        return admin.delta()["apps__hashcode"]
+
+    def in_step(expected: str) -> bool:
+        state = consumer.state()
+        return state["hash"] == server_hash() == expected
+
+    # ADDED, in an app the client holds and in a new one.
+    admin.register("JAVADELTA", "javadelta-2", port=8202, vip="javadelta.vip")
+    admin.register("JAVADELTANEW", "javadeltanew-1", port=8203, vip="javadeltanew.vip")
+    wait_until(
+        lambda: (
+            set(consumer.ids_by_app("JAVADELTA")) == {"javadelta-1", "javadelta-2"}
+            and set(consumer.ids_by_app("JAVADELTANEW")) == {"javadeltanew-1"}
+        ),
+        timeout=8,
+        message=lambda: f"the ADDED instances never reached the client:\n{consumer.tail()}",
+    )
+    wait_until(lambda: in_step("UP_3_"), timeout=5, message="client and server hashcodes differ after ADDED")
+
+    # MODIFIED: a status override.
+    assert admin.set_status("JAVADELTA", "javadelta-2", "OUT_OF_SERVICE") == 200
+    wait_until(
+        lambda: consumer.ids_by_app("JAVADELTA")["javadelta-2"]["status"] == "OUT_OF_SERVICE",
+        timeout=8,
+        message="the MODIFIED status never reached the client",
+    )
+    wait_until(
+        lambda: in_step("OUT_OF_SERVICE_1_UP_2_"),
+        timeout=5,
+        message="client and server hashcodes differ after MODIFIED",
+    )
+
+    # MODIFIED without a hashcode change: metadata.
+    assert admin.put_metadata("JAVADELTA", "javadelta-1", {"color": "blue"}) == 200
+    wait_until(
+        lambda: consumer.ids_by_app("JAVADELTA")["javadelta-1"]["metadata"].get("color") == "blue",
+        timeout=8,
+        message="the metadata change never reached the client",
+    )
+
+    # DELETED: the new app's only instance; the client drops the emptied app.
+    assert admin.cancel("JAVADELTANEW", "javadeltanew-1") == 200
+    wait_until(
+        lambda: consumer.ids_by_app("JAVADELTANEW") == {},
+        timeout=8,
+        message="the DELETED instance was never removed from the client",
+    )
+    wait_until(
+        lambda: in_step("OUT_OF_SERVICE_1_UP_1_"),
+        timeout=5,
+        message="client and server hashcodes differ after DELETED",
+    )
+
+    # Every fetch since the checkpoint was a delta, and after each one the hash the client computed
+    # over its whole local registry equalled the delta's apps__hashcode (else it would have
+    # full-fetched to reconcile).
+    pairs = fetch_pairs(consumer, events_checkpoint)
+    assert {fetch["op"] for fetch, _ in pairs} == {"GetDelta"}, pairs
+    assert len(pairs) >= 4
+    assert all(fetch["status"] == 200 and fetch["entity"] for fetch, _ in pairs), pairs
+    compared = [(fetch["appsHashcode"], refreshed["hash"]) for fetch, refreshed in pairs if refreshed]
+    assert compared and all(server == client for server, client in compared), compared
+    assert {server for server, _ in compared} >= {"UP_3_", "OUT_OF_SERVICE_1_UP_2_", "OUT_OF_SERVICE_1_UP_1_"}
+    # Server side: deltas only, no full registry fetch.
+    assert live_server.count("GET", CONSUMER_DELTA, since=checkpoint, status=200) >= 4
+    assert live_server.count("GET", CONSUMER_FULL_FETCH, since=checkpoint) == 0, live_server.requests(
+        since=checkpoint
+    )
+    assert live_server.count("GET", CONSUMER_FULL_FETCH, since=start) == 1
+    assert len(consumer.http("GetApplications")) == 1
+    assert consumer.client_problems() == []
+
+
+def test_a_status_override_reaches_clients_through_the_delta(live_server, java_client, admin):
+    vip = "javaovr.vip"
+    admin.register("JAVAOVR", "javaovr-peer", port=8302, vip=vip)
+    service = java_client("service", "javaovr", 8301, vip)
+    consumer = java_client("consumer", "javaovrconsumer", 8300)
+    both = {service.instance_id, "javaovr-peer"}
+    wait_until(
+        lambda: set(consumer.state(vips=(vip,))["vips"][vip]) == both,
+        timeout=10,
+        message=lambda: f"the consumer never saw both JAVAOVR instances UP:\n{consumer.tail()}",
+    )
+    wait_for_consumer_on_deltas(consumer)
+    # getNextServerFromEureka goes round the UP instances of the vip.
+    assert set(consumer.state(vips=(vip,), picks=10)["picks"][vip]) == both
+    checkpoint, consumer_since, service_since = live_server.mark(), consumer.mark(), service.mark()
+
+    assert admin.set_status("JAVAOVR", service.instance_id, "OUT_OF_SERVICE") == 200
+
+    def overridden() -> dict | None:
+        state = consumer.state(apps=("JAVAOVR",), vips=(vip,), picks=20)
+        statuses = {i["instanceId"]: i["status"] for i in state["apps"]["JAVAOVR"]}
+        return state if statuses.get(service.instance_id) == "OUT_OF_SERVICE" else None
+
+    state = wait_until(overridden, timeout=8, message="the override never reached the consumer")
+    # Still in the registry (the hash counts it), but no longer among the client's choices.
+    assert {i["instanceId"] for i in state["apps"]["JAVAOVR"]} == both
+    mine = next(i for i in state["apps"]["JAVAOVR"] if i["instanceId"] == service.instance_id)
+    assert mine["overriddenStatus"] == "OUT_OF_SERVICE"
+    assert state["vips"][vip] == ["javaovr-peer"]
+    assert state["picks"][vip] == ["javaovr-peer"] * 20
+    wait_until(
+        lambda: consumer.state()["hash"] == admin.delta()["apps__hashcode"] == "OUT_OF_SERVICE_1_UP_1_",
+        timeout=5,
+        message="the consumer's hashcode never matched the server's after the override",
+    )
+
+    # The overridden service sees its remote status change in its own fetched registry, while it keeps
+    # heartbeating "status=UP" (its local status) and the server keeps the override.
+    service.wait_for("statusChange", since=service_since, current="OUT_OF_SERVICE", timeout=8)
+    beats_since = service.mark()
+    beats = service.wait_for_http("SendHeartBeat", since=beats_since, at_least=2, timeout=8)
+    assert all(b["status"] == 200 for b in beats), beats
+    assert service.state()["localStatus"] == "UP"
+    instance = admin.instance("JAVAOVR", service.instance_id)
+    assert (instance["status"], instance["overriddenStatus"]) == ("OUT_OF_SERVICE", "OUT_OF_SERVICE")
+
+    assert consumer.http("GetApplications", since=consumer_since) == []
+    assert live_server.count("GET", CONSUMER_FULL_FETCH, since=checkpoint) == 0
+
+    # Clearing the override (no value) leaves the instance UNKNOWN: the next heartbeat gets 404 and
+    # the client re-registers itself UP, which the consumer sees again through the delta.
+    cleared_since = service.mark()
+    assert admin.delete_status_override("JAVAOVR", service.instance_id) == 200
+    service.wait_for_http("SendHeartBeat", since=cleared_since, status=404, timeout=8)
+    service.wait_for_http("Register", since=cleared_since, status=204, timeout=8)
+    wait_until(
+        lambda: set(consumer.state(vips=(vip,))["vips"][vip]) == both,
+        timeout=8,
+        message="the instance never came back among the consumer's choices",
+    )
+    assert admin.instance("JAVAOVR", service.instance_id)["status"] == "UP"
+    assert consumer.http("GetApplications", since=consumer_since) == []
+    assert live_server.count("GET", CONSUMER_FULL_FETCH, since=checkpoint) == 0, live_server.requests(
+        since=checkpoint
+    )
+    assert consumer.client_problems() == []
+
+
+def test_it_re_registers_after_the_server_forgets_it(live_server, java_client, admin):
+    client = java_client("service", "javarereg", 8401)
+    client.wait_for_http("SendHeartBeat", status=200, timeout=10)
+
+    since, events_since = live_server.mark(), client.mark()
+    assert admin.cancel("JAVAREREG", client.instance_id) == 200
+
+    # The next heartbeat gets 404 (with no body, so the client sees the status), then it registers anew.
+    missed = client.wait_for_http("SendHeartBeat", since=events_since, status=404, timeout=8)[0]
+    assert missed["entity"] is False and "error" not in missed, missed
+    client.wait_for_http("Register", since=events_since, status=204, timeout=8)
+    # The client's own account of it (DiscoveryClient.renew, INFO).
+    wait_until(
+        lambda: any(
+            "Re-registering apps/JAVAREREG" in e["line"] for e in client.named("output", since=events_since)
+        ),
+        timeout=5,
+        message=lambda: f"the client never logged its re-registration:\n{client.tail()}",
+    )
+    live_server.wait_for_requests("PUT", client.path, since=since, status=404, timeout=5)
+    live_server.wait_for_requests("POST", client.register_path, since=since, status=204, timeout=5)
+    records = live_server.requests(since=since)
+    first_404 = next(i for i, r in enumerate(records) if r.path == client.path and r.status == 404)
+    first_post = next(
+        i for i, r in enumerate(records) if r.method == "POST" and r.path == client.register_path
+    )
+    assert first_404 < first_post, records
+
+    instance = wait_until(
+        lambda: admin.instance("JAVAREREG", client.instance_id),
+        timeout=5,
+        message="the server never listed the re-registered instance",
+    )
+    assert instance["status"] == "UP"
+    after = client.mark()
+    beats = client.wait_for_http("SendHeartBeat", since=after, at_least=2, timeout=8)
+    assert all(b["status"] == 200 for b in beats), beats
+    wait_until(
+        lambda: (
+            client.state()["remoteStatus"] == "UP" and client.instance_id in admin.listed_ids("JAVAREREG")
+        ),
+        timeout=5,
+        message="the instance is not back in the registry, UP",
+    )
+
+
+def test_a_metadata_change_by_the_client_reaches_other_clients(live_server, java_client, admin):
+    service = java_client("service", "javameta", 8501)
+    consumer = java_client("consumer", "javametaconsumer", 8500)
+    wait_until(
+        lambda: service.instance_id in consumer.ids_by_app("JAVAMETA"),
+        timeout=10,
+        message=lambda: f"the consumer never saw the service:\n{consumer.tail()}",
+    )
+    wait_for_consumer_on_deltas(consumer)
+    hashcode = consumer.state()["hash"]
+    since, service_since, consumer_since = live_server.mark(), service.mark(), consumer.mark()
+
+    # ApplicationInfoManager.registerAppMetadata marks the instance dirty; the InstanceInfoReplicator
+    # re-POSTs the whole registration.
+    service.register_metadata({"color": "blue", "build": "42"})
+    service.wait_for_http("Register", since=service_since, status=204, timeout=8)
+    live_server.wait_for_requests("POST", service.register_path, since=since, status=204, timeout=5)
+    instance = admin.instance("JAVAMETA", service.instance_id)
+    assert instance["metadata"] == {"started.by": "java-interop", "color": "blue", "build": "42"}
+    assert instance["status"] == "UP"
+
+    seen = wait_until(
+        lambda: (lambda i: i if i and i["metadata"].get("color") == "blue" else None)(
+            consumer.ids_by_app("JAVAMETA").get(service.instance_id)
+        ),
+        timeout=8,
+        message=lambda: f"the consumer never saw the new metadata:\n{consumer.tail()}",
+    )
+    assert seen["metadata"] == {"started.by": "java-interop", "color": "blue", "build": "42"}
+    assert seen["status"] == "UP"
+    # A metadata change leaves the status counts, hence the hashcode, as they were; deltas only.
+    assert consumer.state()["hash"] == hashcode == admin.delta()["apps__hashcode"]
+    assert consumer.http("GetApplications", since=consumer_since) == []
+    assert live_server.count("GET", CONSUMER_FULL_FETCH, since=since) == 0
+    assert live_server.count("GET", CONSUMER_DELTA, since=since, status=200) >= 1
+    assert service.client_problems() == [] and consumer.client_problems() == []
