@@ -1,0 +1,666 @@
+"""Real Spring Boot apps with ``spring-cloud-starter-netflix-eureka-client`` against a live node.
+
+``tests/interop/spring/`` holds one small app (``app/src``) built against two Spring Cloud trains
+(one Maven module each), which together cover the three HTTP transports users run:
+
+* ``restclient``: Spring Cloud 2025.1.4 on Boot 4.0.7 (Netflix 5.0.x), whose default is RestClient;
+* ``webclient``: the same jar with ``eureka.client.webclient.enabled=true``;
+* ``resttemplate``: Spring Cloud 2025.0.0 on Boot 3.5.7 (Netflix 4.3.x), whose default is RestTemplate.
+
+The same jar runs as "service" or "consumer" (``interop.role``). Both register and expose
+``GET /peers/{service}`` (what ``DiscoveryClient.getInstances`` returns); the consumer also logs each
+change of what it discovers. The module starts one service and one consumer per transport (six JVMs) and
+keeps them running for every test, so the soak test runs the three transports at once.
+
+The apps use the ``/eureka/`` prefix; the test checks the server through ``/eureka/v2/`` so the access
+log tells the two apart. The apps log ``com.netflix.discovery.DiscoveryClient`` at DEBUG, so every
+delta fetch, full fetch, hashcode mismatch and heartbeat of each app is in its own log.
+
+Every test fails on any ``Exception`` or ``ERROR`` in an app's log: Spring's transports decode with a
+strict Jackson mapper and log decoding failures with a stack trace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.interop.conftest import LiveServer, RegistryAdmin, require_toolchain, wait_until
+
+pytestmark = pytest.mark.interop
+
+SPRING_DIR = Path(__file__).resolve().parent / "spring"
+BUILD_TIMEOUT_S = 900.0
+# Six JVMs started one after the other on a 2-core machine that also runs the server.
+APP_START_TIMEOUT_S = 120.0
+APP_STOP_TIMEOUT_S = 30.0
+SOAK_S = 180.0
+SOAK_CHECK_EVERY_S = 5.0
+PR_SET_PDEATHSIG = 1
+# Heap and JIT settings that keep six JVMs cheap on two cores.
+JVM_OPTIONS = ("-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# A line of an app log that fails the suite.
+PROBLEM = re.compile(r"Exception|\bERROR\b")
+# The one problem tolerated, and only while the apps are starting: TimedSupervisorTask gives each
+# heartbeat / fetch run one interval (1 s) and logs a TimeoutException when the JVM got too little CPU
+# while the next JVM booted. It is the client's scheduler timing out, never an HTTP or decoding error.
+STARTUP_STALL_WARNING = "TimedSupervisorTask  : task supervisor timed out"
+STARTUP_STALL_EXCEPTION = "java.util.concurrent.TimeoutException"
+# Pause after the last app is up, so the startup window covers the stalls the last boot caused.
+SETTLE_S = 3.0
+FULL_FETCH = re.compile(r"/eureka/apps/?")
+DELTA = "/eureka/apps/delta"
+# DiscoveryClient DEBUG/INFO lines (Netflix eureka-client 2.0.x) the tests count.
+DELTA_LINE = "Got delta update with apps hashcode"
+FULL_FETCH_LINE = "Getting all instance registry info from the eureka server"
+MISMATCH_LINE = "The Reconcile hashcodes do not match"
+
+
+@dataclass(frozen=True)
+class Transport:
+    name: str
+    train: str  # the Maven module, i.e. the Spring Cloud train
+    eureka_client_jar: str  # prefix of spring-cloud-netflix-eureka-client in the jar
+    log_line: str  # what DiscoveryClientOptionalArgsConfiguration logs at startup
+    args: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.name}-{self.train}"
+
+
+TRANSPORTS = (
+    Transport(
+        "restclient",
+        "sc-2025.1",
+        "spring-cloud-netflix-eureka-client-5.0.",
+        "Eureka HTTP Client uses RestClient.",
+    ),
+    Transport(
+        "webclient",
+        "sc-2025.1",
+        "spring-cloud-netflix-eureka-client-5.0.",
+        "Eureka HTTP Client uses WebClient.",
+        ("--eureka.client.webclient.enabled=true",),
+    ),
+    Transport(
+        "resttemplate",
+        "sc-2025.0",
+        "spring-cloud-netflix-eureka-client-4.3.",
+        "Eureka HTTP Client uses RestTemplate.",
+    ),
+)
+TRANSPORT_LOG_LINES = {t.log_line for t in TRANSPORTS}
+TRAINS = sorted({t.train for t in TRANSPORTS})
+
+
+# --------------------------------------------------------------------------------------------- build
+
+
+def _jar(train: str) -> Path:
+    return SPRING_DIR / train / "target" / f"interop-{train}.jar"
+
+
+def _sources() -> list[Path]:
+    files = [SPRING_DIR / "pom.xml", *(SPRING_DIR / train / "pom.xml" for train in TRAINS)]
+    files += [p for p in (SPRING_DIR / "app").rglob("*") if p.is_file()]
+    return files
+
+
+def _stale() -> bool:
+    newest_source = max(p.stat().st_mtime for p in _sources())
+    return any(not _jar(t).is_file() or _jar(t).stat().st_mtime <= newest_source for t in TRAINS)
+
+
+def _java_major(java: str) -> int:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    match = re.search(r'version "(\d+)', out)
+    return int(match.group(1)) if match else 0
+
+
+@pytest.fixture(scope="session")
+def java() -> str:
+    java = shutil.which("java")
+    require_toolchain(
+        "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
+    )
+    assert java is not None
+    require_toolchain("java >= 17", _java_major(java) >= 17, f"{java} is older than Java 17; install JDK 17+")
+    return java
+
+
+@pytest.fixture(scope="session")
+def spring_jars(java, tmp_path_factory) -> dict[str, Path]:
+    """The two app jars, built with Maven once per session unless they are newer than every source."""
+    if _stale():
+        mvn = shutil.which("mvn")
+        require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
+        assert mvn is not None
+        log = tmp_path_factory.mktemp("spring_build") / "mvn.log"
+        command = [mvn, "-B", "-f", str(SPRING_DIR / "pom.xml"), "package"]
+        with log.open("wb") as out:
+            try:
+                result = subprocess.run(
+                    command,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=BUILD_TIMEOUT_S,
+                )
+            except subprocess.TimeoutExpired:
+                pytest.fail(
+                    f"`{' '.join(command)}` took more than {BUILD_TIMEOUT_S:.0f}s; log: {log}", pytrace=False
+                )
+        if result.returncode != 0 or _stale():
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            pytest.fail(f"`{' '.join(command)}` failed ({result.returncode}):\n{tail}", pytrace=False)
+    return {train: _jar(train) for train in TRAINS}
+
+
+# ---------------------------------------------------------------------------------------------- apps
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if pytest dies, so no JVM outlives the run (Linux only)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SpringApp:
+    """One ``java -jar`` of the interop app, logging to a file; stopped with SIGTERM (a graceful shutdown)."""
+
+    def __init__(
+        self,
+        java: str,
+        jar: Path,
+        transport: Transport,
+        role: str,
+        server: LiveServer,
+        workdir: Path,
+        watch: str = "",
+    ):
+        self.java = java
+        self.jar = jar
+        self.transport = transport
+        self.role = role
+        self.server = server
+        self.name = f"interop-{transport.name}-{role}"
+        self.app = self.name.upper()
+        self.port = _free_port()
+        # The app's instance id: host:app:port (Spring's default format, host pinned to 127.0.0.1).
+        self.instance_id = f"127.0.0.1:{self.name}:{self.port}"
+        self.app_path = f"/eureka/apps/{self.app}"
+        self.path = f"{self.app_path}/{self.instance_id}"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / f"{self.name}.log"
+        self.watch = watch
+        self.process: subprocess.Popen | None = None
+        # Log offset where the startup window ends (see ``problems``); 0 until every app is up.
+        self.settled = 0
+        self.http = httpx.Client(base_url=self.url, timeout=10.0)
+
+    def __repr__(self) -> str:
+        return f"<{self.name} :{self.port}>"
+
+    def start(self) -> None:
+        command = [
+            self.java,
+            *JVM_OPTIONS,
+            "-jar",
+            str(self.jar),
+            f"--server.port={self.port}",
+            f"--spring.application.name={self.name}",
+            f"--interop.role={self.role}",
+            f"--eureka.client.service-url.defaultZone={self.server.url}",
+            *([f"--interop.watch={self.watch}"] if self.watch else []),
+            *self.transport.args,
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.log_path.parent,
+                preexec_fn=_die_with_parent,
+            )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ready(self) -> bool:
+        """Up (actuator health answers) and registered (the server answered its POST with 204)."""
+        if not self.alive():
+            pytest.fail(
+                f"{self} exited with {self.process.returncode if self.process else '?'}:\n{self.log_tail()}",
+                pytrace=False,
+            )
+        try:
+            if self.http.get("/actuator/health").status_code != 200:
+                return False
+        except httpx.TransportError:
+            return False
+        return self.server.count("POST", self.app_path, status=204) > 0
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait: Spring deregisters (DOWN, then DELETE) during its graceful shutdown."""
+        self.http.close()
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=APP_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=APP_STOP_TIMEOUT_S)
+        return self.process.returncode
+
+    # ------------------------------------------------------------------------------ what it shows
+
+    def peers(self, service: str) -> list[dict]:
+        """``DiscoveryClient.getInstances(service)`` inside the app."""
+        response = self.http.get(f"/peers/{service}")
+        assert response.status_code == 200, (
+            f"{self} GET /peers/{service}: {response.status_code} {response.text}"
+        )
+        return response.json()
+
+    def peer_ids(self, service: str) -> list[str]:
+        return sorted(p["instanceId"] for p in self.peers(service))
+
+    def registry_status(self) -> dict:
+        """``GET /actuator/serviceregistry``: the app's own record read back with ``GET apps/{APP}/{id}``."""
+        response = self.http.get("/actuator/serviceregistry")
+        assert response.status_code == 200, (
+            f"{self} GET serviceregistry: {response.status_code} {response.text}"
+        )
+        return response.json()
+
+    def set_registry_status(self, status: str) -> httpx.Response:
+        """``POST /actuator/serviceregistry {"status": ...}``, as a user (or a deploy tool) does."""
+        return self.http.post("/actuator/serviceregistry", json={"status": status})
+
+    # ------------------------------------------------------------------------------------- its log
+
+    def log_text(self, since: int = 0, until: int | None = None) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(since)
+                data = log.read() if until is None else log.read(max(0, until - since))
+                return data.decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_mark(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def problems(self, since: int = 0) -> list[str]:
+        """Lines with ``Exception`` or ``ERROR`` after ``since``, each with its stack trace.
+
+        Before ``settled`` (the end of the startup window, set by the fixture) the scheduler timeouts of
+        ``STARTUP_STALL_WARNING`` are left out; after it, nothing is.
+        """
+        out = []
+        if since < self.settled:
+            out += [
+                block
+                for previous, block in _problem_blocks(self.log_text(since, self.settled))
+                if not (STARTUP_STALL_WARNING in previous and block.startswith(STARTUP_STALL_EXCEPTION))
+            ]
+        out += [block for _, block in _problem_blocks(self.log_text(max(since, self.settled)))]
+        return out
+
+
+def _problem_blocks(text: str) -> list[tuple[str, str]]:
+    """(the last non-blank line before it, the block): each run of problem lines with 25 lines of trace."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if PROBLEM.search(line) and (i == 0 or not PROBLEM.search(lines[i - 1])):
+            previous = next((p for p in reversed(lines[:i]) if p.strip()), "")
+            out.append((previous, "\n".join(lines[i : i + 25])))
+    return out
+
+
+def assert_clean_logs(apps: list[SpringApp], marks: dict[str, int] | None = None) -> None:
+    found = {str(app): app.problems((marks or {}).get(app.name, 0)) for app in apps}
+    found = {name: problems for name, problems in found.items() if problems}
+    assert not found, "Exception/ERROR in app logs:\n" + "\n----\n".join(
+        f"{name}:\n" + "\n..\n".join(problems[:3]) for name, problems in found.items()
+    )
+
+
+@dataclass
+class Pair:
+    transport: Transport
+    service: SpringApp
+    consumer: SpringApp
+
+    @property
+    def apps(self) -> list[SpringApp]:
+        return [self.service, self.consumer]
+
+
+@pytest.fixture(scope="module")
+def spring_apps(java, spring_jars, live_server, tmp_path_factory) -> Iterator[dict[str, Pair]]:
+    """A service and a consumer per transport, all running for the whole module, stopped at its end.
+
+    They start one at a time (each until it answers and is registered): six JVMs booting at once on
+    two cores would stall the 1-second heartbeat and fetch tasks of the running ones for long. The
+    stalls one boot can still cause are tolerated until every app is up (``SpringApp.problems``).
+    """
+    workdir = tmp_path_factory.mktemp("spring_apps")
+    pairs: dict[str, Pair] = {}
+    for transport in TRANSPORTS:
+        jar = spring_jars[transport.train]
+        service = SpringApp(java, jar, transport, "service", live_server, workdir)
+        consumer = SpringApp(java, jar, transport, "consumer", live_server, workdir, watch=service.name)
+        pairs[transport.name] = Pair(transport, service, consumer)
+    apps = [app for pair in pairs.values() for app in pair.apps]
+    try:
+        for app in apps:
+            app.start()
+            wait_until(
+                app.ready,
+                APP_START_TIMEOUT_S,
+                lambda app=app: f"{app} never became ready:\n{app.log_tail()}",
+                interval=0.5,
+            )
+        time.sleep(SETTLE_S)
+        for app in apps:
+            app.settled = app.log_mark()
+        yield pairs
+    finally:
+        for app in apps:
+            app.stop()
+
+
+@pytest.fixture
+def admin(live_server) -> Iterator[RegistryAdmin]:
+    admin = RegistryAdmin(live_server, prefix="eureka/v2/")
+    yield admin
+    admin.cleanup()
+
+
+def status_overrides(admin: RegistryAdmin) -> dict[str, str]:
+    response = admin.http.get("serverinfo/statusoverrides")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def spring_requests(server: LiveServer, since: int = 0) -> list:
+    """Requests made by the apps (``/eureka/``), not by the test's admin client (``/eureka/v2/``)."""
+    return [r for r in server.requests(since=since) if not r.path.startswith("/eureka/v2/")]
+
+
+@pytest.fixture(params=TRANSPORTS, ids=str)
+def pair(request, spring_apps) -> Pair:
+    return spring_apps[request.param.name]
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("train", TRAINS)
+def test_each_train_ships_the_expected_spring_cloud_netflix(spring_jars, train):
+    with zipfile.ZipFile(spring_jars[train]) as jar:
+        libs = [Path(name).name for name in jar.namelist() if name.startswith("BOOT-INF/lib/")]
+    expected = {t.eureka_client_jar for t in TRANSPORTS if t.train == train}
+    assert any(lib.startswith(prefix) for lib in libs for prefix in expected), sorted(libs)
+    assert not [lib for lib in libs if lib.startswith("jersey-")], (
+        "Jersey would replace the Spring transports"
+    )
+
+
+def test_each_app_runs_the_transport_under_test(pair):
+    for app in pair.apps:
+        log = app.log_text()
+        used = {line for line in TRANSPORT_LOG_LINES if line in log}
+        assert used == {pair.transport.log_line}, f"{app}: {used or 'no transport line'}\n{app.log_tail()}"
+
+
+def test_it_registers_with_the_server(pair, live_server, admin):
+    for app in pair.apps:
+        posts = live_server.requests("POST", app.app_path)
+        assert posts and all(r.status == 204 for r in posts), posts
+        instance = admin.instance(app.app, app.instance_id)
+        assert instance is not None, f"the server has no {app.instance_id}"
+        assert instance["instanceId"] == app.instance_id
+        assert instance["app"] == app.app
+        assert instance["hostName"] == "127.0.0.1"
+        assert instance["ipAddr"] == "127.0.0.1"
+        assert instance["status"] == "UP"
+        assert instance["overriddenStatus"] == "UNKNOWN"
+        assert instance["port"] == {"$": app.port, "@enabled": "true"}
+        assert instance["securePort"]["@enabled"] == "false"
+        assert instance["vipAddress"] == app.name
+        assert instance["secureVipAddress"] == app.name
+        assert instance["dataCenterInfo"]["name"] == "MyOwn"
+        assert instance["leaseInfo"]["renewalIntervalInSecs"] == 1
+        assert instance["leaseInfo"]["durationInSecs"] == 5
+        assert instance["metadata"]["management.port"] == str(app.port)
+        assert instance["metadata"]["interop.role"] == app.role
+        assert instance["healthCheckUrl"] == f"{app.url}/actuator/health"
+        assert instance["statusPageUrl"] == f"{app.url}/actuator/info"
+        assert app.instance_id in admin.listed_ids(app.app)
+
+        since = live_server.mark()
+        beats = live_server.wait_for_requests(
+            "PUT", app.path, since=since, status=200, at_least=2, timeout=10
+        )
+        assert all("status=UP" in r.query and "lastDirtyTimestamp=" in r.query for r in beats), beats
+        assert live_server.count("PUT", app.path, since=since, status=404) == 0
+        assert "Heartbeat status: 200" in app.log_text()
+    assert_clean_logs(pair.apps)
+
+
+def test_the_consumer_discovers_the_service(pair, live_server):
+    service, consumer = pair.service, pair.consumer
+    peers = wait_until(
+        lambda: consumer.peers(service.name),
+        timeout=10,
+        message=lambda: f"{consumer} never discovered {service.name}:\n{consumer.log_tail()}",
+    )
+    assert len(peers) == 1, peers
+    peer = peers[0]
+    assert peer["instanceId"] == service.instance_id
+    assert peer["serviceId"] in (service.name, service.app)
+    assert peer["host"] == "127.0.0.1"
+    assert peer["port"] == service.port
+    assert peer["uri"] == service.url
+    assert peer["status"] == "UP"
+    assert peer["vipAddress"] == service.name
+    assert peer["metadata"]["management.port"] == str(service.port)
+    assert peer["metadata"]["interop.role"] == "service"
+    # Both ways, and through the service list.
+    assert service.peer_ids(consumer.name) == [consumer.instance_id]
+    services = {s.lower() for s in consumer.http.get("/services").json()}
+    assert {service.name, consumer.name} <= services, services
+    # The consumer role logs what it discovers.
+    line = f"discovered {service.name}: [{service.instance_id}@127.0.0.1:{service.port}]"
+    wait_until(lambda: line in consumer.log_text(), timeout=5, message=f"the consumer never logged {line!r}")
+    # The client reached that state on deltas after its first full fetch.
+    assert DELTA_LINE in consumer.log_text()
+    assert MISMATCH_LINE not in consumer.log_text()
+    # The actuator reads the app's own record back (GET apps/{APP}/{id}, strict Jackson decoding).
+    since = live_server.mark()
+    assert service.registry_status() == {"status": "UP", "overriddenStatus": "UNKNOWN"}
+    lookup = live_server.wait_for_requests("GET", service.path, since=since, timeout=5)
+    assert lookup[0].status == 200
+    assert_clean_logs(pair.apps)
+
+
+def test_a_status_override_through_the_actuator_and_its_cancel_override(pair, live_server, admin):
+    service, consumer = pair.service, pair.consumer
+    wait_until(
+        lambda: consumer.peers(service.name), timeout=10, message="precondition: service not discovered"
+    )
+    log_marks = {app.name: app.log_mark() for app in pair.apps}
+
+    # OUT_OF_SERVICE: PUT apps/{APP}/{id}/status?value=OUT_OF_SERVICE&lastDirtyTimestamp=...
+    since = live_server.mark()
+    response = service.set_registry_status("OUT_OF_SERVICE")
+    assert response.status_code in (200, 204), f"{response.status_code} {response.text}"
+    (put,) = live_server.wait_for_requests("PUT", f"{service.path}/status", since=since, timeout=10)
+    assert put.status == 200, put
+    assert "value=OUT_OF_SERVICE" in put.query and "lastDirtyTimestamp=" in put.query, put
+    instance = admin.instance(service.app, service.instance_id)
+    assert instance["status"] == "OUT_OF_SERVICE"
+    assert instance["overriddenStatus"] == "OUT_OF_SERVICE"
+    assert status_overrides(admin).get(service.instance_id) == "OUT_OF_SERVICE"
+
+    # Clients only use UP instances: the consumer drops the service, on deltas.
+    wait_until(
+        lambda: consumer.peers(service.name) == [],
+        timeout=15,
+        message=lambda: (
+            f"{consumer} still discovers the OUT_OF_SERVICE service: {consumer.peers(service.name)}"
+        ),
+    )
+    wait_until(
+        lambda: f"discovered {service.name}: []" in consumer.log_text(log_marks[consumer.name]),
+        timeout=5,
+        message="the consumer never logged that it lost the service",
+    )
+    wait_until(
+        lambda: (
+            service.registry_status() == {"status": "OUT_OF_SERVICE", "overriddenStatus": "OUT_OF_SERVICE"}
+        ),
+        timeout=10,
+        message=lambda: f"the service's own view: {service.registry_status()}",
+    )
+    # The app keeps heartbeating status=UP; the override must hold.
+    after = live_server.mark()
+    live_server.wait_for_requests("PUT", service.path, since=after, status=200, at_least=3, timeout=15)
+    instance = admin.instance(service.app, service.instance_id)
+    assert (instance["status"], instance["overriddenStatus"]) == ("OUT_OF_SERVICE", "OUT_OF_SERVICE")
+    assert consumer.peers(service.name) == []
+
+    # CANCEL_OVERRIDE: DELETE apps/{APP}/{id}/status?lastDirtyTimestamp=... (no value).
+    since = live_server.mark()
+    response = service.set_registry_status("CANCEL_OVERRIDE")
+    assert response.status_code in (200, 204), f"{response.status_code} {response.text}"
+    (delete,) = live_server.wait_for_requests("DELETE", f"{service.path}/status", since=since, timeout=10)
+    assert delete.status == 200, delete
+    assert "lastDirtyTimestamp=" in delete.query and "value=" not in delete.query, delete
+    assert service.instance_id not in status_overrides(admin)
+    # Without a value the server leaves UNKNOWN: the next heartbeat gets 404 and the app re-registers UP.
+    live_server.wait_for_requests("PUT", service.path, since=since, status=404, timeout=10)
+    live_server.wait_for_requests("POST", service.app_path, since=since, status=204, timeout=10)
+    wait_until(
+        lambda: (
+            (i := admin.instance(service.app, service.instance_id)) is not None
+            and (i["status"], i["overriddenStatus"]) == ("UP", "UNKNOWN")
+        ),
+        timeout=10,
+        message=lambda: (
+            f"server record after CANCEL_OVERRIDE: {admin.instance(service.app, service.instance_id)}"
+        ),
+    )
+    wait_until(
+        lambda: consumer.peer_ids(service.name) == [service.instance_id],
+        timeout=15,
+        message=lambda: f"{consumer} never rediscovered the service: {consumer.peers(service.name)}",
+    )
+    assert consumer.peers(service.name)[0]["status"] == "UP"
+    wait_until(
+        lambda: service.registry_status() == {"status": "UP", "overriddenStatus": "UNKNOWN"},
+        timeout=10,
+        message=lambda: f"the service's own view: {service.registry_status()}",
+    )
+    # Only the expected non-2xx: the one 404 heartbeat that triggers the re-registration.
+    unexpected = [r for r in spring_requests(live_server, since) if r.status >= 400 and r.status != 404]
+    assert not unexpected, unexpected
+    assert_clean_logs(pair.apps, log_marks)
+
+
+def test_three_transports_soak_for_three_minutes(spring_apps, live_server, admin):
+    """Heartbeats and delta fetches of all six apps at once, for SOAK_S seconds, with nothing going wrong."""
+    pairs = list(spring_apps.values())
+    apps = [app for pair in pairs for app in pair.apps]
+    since = live_server.mark()
+    log_marks = {app.name: app.log_mark() for app in apps}
+    started = time.monotonic()
+    checks = 0
+    while True:
+        for pair in pairs:
+            for app in pair.apps:
+                assert app.alive(), f"{app} died:\n{app.log_tail()}"
+            assert pair.consumer.peer_ids(pair.service.name) == [pair.service.instance_id], pair
+            assert pair.service.peer_ids(pair.consumer.name) == [pair.consumer.instance_id], pair
+        checks += 1
+        elapsed = time.monotonic() - started
+        if elapsed >= SOAK_S:
+            break
+        time.sleep(min(SOAK_CHECK_EVERY_S, SOAK_S - elapsed))
+    elapsed = time.monotonic() - started
+
+    records = spring_requests(live_server, since)
+    failed = [r for r in records if r.status >= 400]
+    assert not failed, f"non-2xx answers to the apps during the soak: {failed[:20]}"
+    # At least 60% of the nominal one heartbeat and one fetch per second per app (the CPU is shared).
+    at_least = int(elapsed * 0.6)
+    summary = {}
+    for app in apps:
+        log = app.log_text(log_marks[app.name])
+        summary[app.name] = {
+            "heartbeats": live_server.count("PUT", app.path, since=since, status=200),
+            "deltas": log.count(DELTA_LINE),
+            "full_fetches": log.count(FULL_FETCH_LINE),
+            "hash_mismatches": log.count(MISMATCH_LINE),
+        }
+    for name, counts in summary.items():
+        assert counts["heartbeats"] >= at_least, (name, summary)
+        assert counts["deltas"] >= at_least, (name, summary)
+        assert counts["full_fetches"] == 0 and counts["hash_mismatches"] == 0, (name, summary)
+    assert live_server.count("GET", DELTA, since=since) >= at_least * len(apps)
+    assert live_server.count("GET", FULL_FETCH, since=since) == 0
+    assert all(r.method in ("GET", "PUT") for r in records), {(r.method, r.path) for r in records}
+    assert checks >= SOAK_S / SOAK_CHECK_EVERY_S
+    assert_clean_logs(apps)
+
+
+def test_a_graceful_shutdown_cancels_the_lease(pair, live_server, admin):
+    """Stops the consumer (the last test to use it): DOWN re-registration, then DELETE, then gone."""
+    service, consumer = pair.service, pair.consumer
+    since = live_server.mark()
+    returncode = consumer.stop()
+    assert returncode in (0, 143), f"{consumer} exited with {returncode}:\n{consumer.log_tail()}"
+    records = spring_requests(live_server, since)
+    deletes = [i for i, r in enumerate(records) if r.method == "DELETE" and r.path == consumer.path]
+    assert deletes and records[deletes[0]].status == 200, records
+    assert admin.instance(consumer.app, consumer.instance_id) is None
+    wait_until(
+        lambda: service.peers(consumer.name) == [],
+        timeout=10,
+        message=lambda: f"{service} still discovers the stopped consumer: {service.peers(consumer.name)}",
+    )
+    assert_clean_logs(pair.apps)
