@@ -2,12 +2,16 @@
 
 import os
 
-from django.conf import settings
-from django.core.wsgi import get_wsgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
+django.setup(set_prefix=False)
 
-application = get_wsgi_application()
+from django.conf import settings  # noqa: E402
+
+from eureka_site.handlers import RoutingApplication  # noqa: E402
+
+application = RoutingApplication()
 
 if settings.EUREKA["embedded_scheduler"]:
     from registry.node import get_node

@@ -15,10 +15,11 @@ APP = r"(?P<app>[^/]+)"
 ID = r"(?P<instance_id>[^/]+)"
 
 urlpatterns = [
+    # Heartbeats first: they are most of the traffic and the resolver tries routes in order.
+    re_path(rf"^apps/{APP}/{ID}/?$", views.InstanceView.as_view(), name="instance"),
     re_path(r"^apps/?$", views.ApplicationsView.as_view(), name="apps"),
     re_path(r"^apps/delta/?$", views.DeltaView.as_view(), name="delta"),
     re_path(rf"^apps/{APP}/?$", views.ApplicationView.as_view(), name="app"),
-    re_path(rf"^apps/{APP}/{ID}/?$", views.InstanceView.as_view(), name="instance"),
     re_path(rf"^apps/{APP}/{ID}/status/?$", views.InstanceStatusView.as_view(), name="instance-status"),
     re_path(rf"^apps/{APP}/{ID}/metadata/?$", views.InstanceMetadataView.as_view(), name="instance-metadata"),
     re_path(rf"^instances/{ID}/?$", views.InstanceByIdView.as_view(), name="instance-by-id"),

@@ -36,6 +36,11 @@ class EurekaView(APIView):
     # No DRF OPTIONS metadata documents: OPTIONS answers 405 like any other method the protocol lacks.
     metadata_class = None
 
+    @property
+    def default_response_headers(self):
+        # DRF would add "Allow" to every answer; only a 405 needs it (set by the exception handler).
+        return {}
+
 
 def _status_param(value: str | None, required: bool) -> str | None:
     """The ``value`` of status calls: exact and case-sensitive, like Java's ``InstanceStatus.valueOf``."""

@@ -1,0 +1,44 @@
+"""The WSGI application: the Eureka protocol on a lean Django handler, everything else on the full one.
+
+Heartbeats are most of a registry's traffic, and the site's middleware (sessions, auth, messages,
+CSRF) and request signals cost more than the registry work itself. Requests under ``/eureka/`` are
+served by the same DRF views through a handler with no middleware, resolving against the protocol's
+own URLconf, and without ``request_started``/``request_finished`` (their receivers close database
+connections and caches, which protocol views never open).
+"""
+
+from __future__ import annotations
+
+from django.core.handlers.exception import convert_exception_to_response
+from django.core.handlers.wsgi import WSGIHandler
+
+PROTOCOL_PREFIX = "/eureka/"
+PROTOCOL_URLCONF = "eureka_site.protocol_urls"
+
+
+class ProtocolHandler(WSGIHandler):
+    def load_middleware(self, is_async=False):
+        # No middleware: protocol views are CSRF-exempt, sessionless and set their own headers.
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        self._middleware_chain = convert_exception_to_response(self._get_response)
+
+    def __call__(self, environ, start_response):
+        request = self.request_class(environ)
+        request.urlconf = PROTOCOL_URLCONF
+        response = self.get_response(request)
+        start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+        # The bytes, not the response: the server would call response.close(), which sends
+        # request_finished. Protocol responses are never streamed.
+        return [response.content]
+
+
+class RoutingApplication:
+    def __init__(self):
+        self.protocol = ProtocolHandler()
+        self.site = WSGIHandler()
+
+    def __call__(self, environ, start_response):
+        handler = self.protocol if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX) else self.site
+        return handler(environ, start_response)
