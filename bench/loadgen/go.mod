@@ -1,0 +1,3 @@
+module eureka-bench/loadgen
+
+go 1.22
