@@ -38,7 +38,7 @@ test: install lint check $(JS_DIR)/node_modules/.installed
 	$(BIN)/pytest
 
 bench: install
-	$(BIN)/python bench/registry_load.py --help
+	bash bench/run.sh --start --runs 3
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

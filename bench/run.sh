@@ -251,7 +251,7 @@ metric_values() {
 echo
 echo "== summary: median of $runs run(s); url=$url n=$n apps=$apps c=$conc fetch-c=$fetch_conc"
 if ((start == 1)); then
-    echo "   node: ${worker_class:-gthread (conf)} ${threads:+threads=$threads }${worker_connections:+worker-connections=$worker_connections}"
+    echo "   node: ${worker_class:-deploy/gunicorn.conf.py worker} ${threads:+threads=$threads }${worker_connections:+worker-connections=$worker_connections}"
 fi
 labels="$phases"
 [[ -n "$renew_rate" ]] && labels="${labels/renew/renew renew@$renew_rate}"
