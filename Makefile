@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8761
 JS_DIR := tests/interop/js
 
-.PHONY: run test lint check install clean bench
+.PHONY: run test lint check install clean bench redis-server
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,17 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock
 		cd $(JS_DIR) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
 	else echo "npm not found: the eureka-js-client suite will be skipped (install Node.js 18+ to run it)"; fi
 
-test: install lint check $(JS_DIR)/node_modules/.installed
+# The integration tests start a real redis-server: install it when missing and we may (root + apt).
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing redis-server (Debian package) for the integration tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+		else \
+			echo "redis-server is missing: install it with 'sudo apt-get install redis-server'"; exit 1; \
+		fi; }
+
+test: install lint check redis-server $(JS_DIR)/node_modules/.installed
 	$(BIN)/pytest
 
 bench: install

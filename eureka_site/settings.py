@@ -158,7 +158,49 @@ EUREKA = {
     * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
     "use_read_only_response_cache": env_bool("EUREKA_USE_READ_ONLY_RESPONSE_CACHE", True),
     # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
+    # With REDIS_URL set, Celery beat drives the jobs and this thread only runs overdue ones.
     "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),
+}
+
+# --- Production topology: Redis + Celery -------------------------------------------------------
+# REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/tasks.py).
+REDIS_URL = env.str("REDIS_URL", default="")
+# Celery tasks reach the registry process through its control endpoint with this shared secret.
+EUREKA_CONTROL_SECRET = env_secret("EUREKA_CONTROL_SECRET", default="")
+EUREKA_CONTROL_URL = env.str("EUREKA_CONTROL_URL", default="http://127.0.0.1:8761").rstrip("/")
+if REDIS_URL and not EUREKA_CONTROL_SECRET:
+    raise ImproperlyConfigured(
+        "EUREKA_CONTROL_SECRET (or EUREKA_CONTROL_SECRET_FILE) is required with REDIS_URL"
+    )
+EUREKA["jobs_driver"] = "celery" if REDIS_URL else "embedded"
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+
+def _beat_entry(job, interval_ms):
+    seconds = interval_ms / 1000
+    # A run that could not start before the next one is due is dropped, never queued up.
+    return {
+        "task": "registry.tasks.run_node_job",
+        "schedule": seconds,
+        "args": (job,),
+        "options": {"expires": seconds * 0.9},
+    }
+
+
+CELERY_BEAT_SCHEDULE = {
+    f"eureka-{job}": _beat_entry(job, interval)
+    for job, interval in {
+        "evict": EUREKA["REGISTRY"]["eviction_interval_ms"],
+        "sync_response_cache": EUREKA["response_cache_update_interval_ms"],
+        "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
+        "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
+    }.items()
 }
 
 LOGGING = {

@@ -7,6 +7,7 @@ from . import protocol_urls
 
 urlpatterns = [
     *protocol_urls.urlpatterns,
+    path("", include("registry.ops_urls")),
     path("admin/", admin.site.urls),
     path("", include("dashboard.urls")),
 ]

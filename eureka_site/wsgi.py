@@ -16,4 +16,5 @@ application = RoutingApplication()
 if settings.EUREKA["embedded_scheduler"]:
     from registry.node import get_node
 
-    get_node().start_scheduler()
+    # Under Celery the thread is a watchdog: it runs only jobs that beat has left overdue.
+    get_node().start_scheduler(watchdog=settings.EUREKA["jobs_driver"] == "celery")

@@ -6,10 +6,12 @@ exactly one worker process (see ``deploy/gunicorn.conf.py``), so there is one ma
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .core import Registry, RegistryConfig
@@ -18,9 +20,26 @@ from .payloads import build_payload
 from .response_cache import ResponseCache
 from .scheduler import EmbeddedScheduler, ScheduledJob
 
+logger = logging.getLogger(__name__)
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# A job that has not run for this many intervals is overdue: the node runs it itself.
+OVERDUE_INTERVALS = 3
+
+
+@dataclass
+class JobRecord:
+    """What the node knows about one periodic job, whoever drove it (scheduler, Celery, watchdog)."""
+
+    last_run: int | None = None
+    last_source: str | None = None
+    runs: int = 0
+    failures: int = 0
+    last_error: str | None = None
 
 
 @dataclass
@@ -30,9 +49,44 @@ class Node:
     clock: Callable[[], int]
     options: dict[str, Any]
     scheduler: EmbeddedScheduler | None = field(default=None)
+    started_at: int = 0
+    job_records: dict[str, JobRecord] = field(default_factory=lambda: {name: JobRecord() for name in JOBS})
 
     def now(self) -> int:
         return self.clock()
+
+    def run_job(self, name: str, now: int, source: str) -> object:
+        """Run one periodic job (``jobs.JOBS``) and record it; an unknown name raises KeyError."""
+        job = JOBS[name]
+        record = self.job_records[name]
+        try:
+            result = job(self, now)
+        except Exception as exc:
+            record.failures += 1
+            record.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        record.last_run = now
+        record.last_source = source
+        record.runs += 1
+        return result
+
+    def overdue_jobs(self, now: int) -> list[str]:
+        """Jobs with no run for ``OVERDUE_INTERVALS`` intervals (counted from start-up before a first run)."""
+        intervals = self.job_intervals()
+        overdue = []
+        for name, record in self.job_records.items():
+            since = record.last_run if record.last_run is not None else self.started_at
+            if now - since > OVERDUE_INTERVALS * intervals[name]:
+                overdue.append(name)
+        return overdue
+
+    def _run_scheduled(self, name: str, now: int) -> None:
+        self.run_job(name, now, "scheduler")
+
+    def _watchdog_run(self, name: str, now: int) -> None:
+        if name in self.overdue_jobs(now):
+            logger.warning("periodic job %s is overdue (is Celery beat running?): running it here", name)
+            self.run_job(name, now, "watchdog")
 
     def job_intervals(self) -> dict[str, int]:
         config = self.registry.config
@@ -43,13 +97,12 @@ class Node:
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
         }
 
-    def start_scheduler(self) -> EmbeddedScheduler:
+    def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
+        """Run the jobs in-process; as a ``watchdog`` (when Celery drives them) only the overdue ones."""
         if self.scheduler is None:
             intervals = self.job_intervals()
-            jobs = [
-                ScheduledJob(name, intervals[name], lambda now, fn=fn: fn(self, now))
-                for name, fn in JOBS.items()
-            ]
+            run = self._watchdog_run if watchdog else self._run_scheduled
+            jobs = [ScheduledJob(name, intervals[name], partial(run, name)) for name in JOBS]
             self.scheduler = EmbeddedScheduler(jobs, self.clock)
             self.scheduler.start()
         return self.scheduler
@@ -71,7 +124,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         use_read_only=bool(options["use_read_only_response_cache"]),
     )
     cache_holder.append(cache)
-    return Node(registry=registry, cache=cache, clock=clock, options=options)
+    return Node(registry=registry, cache=cache, clock=clock, options=options, started_at=clock())
 
 
 _node: Node | None = None

@@ -1,0 +1,135 @@
+"""Real processes of the production topology: redis-server, the gunicorn registry, Celery worker and beat.
+
+Each is started from the project's own configuration (deploy/gunicorn.conf.py, the Celery app in
+eureka_site/celery.py) on free loopback ports, and stopped at the end of the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.interop.conftest import require_toolchain, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+CONTROL_SECRET = "integration-control-secret"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+class Processes:
+    """The running topology; tests may stop and restart the Celery processes."""
+
+    def __init__(self, tmp: Path, redis_url: str, port: int, env: dict[str, str]):
+        self.tmp = tmp
+        self.redis_url = redis_url
+        self.port = port
+        self.env = env
+        self.url = f"http://127.0.0.1:{port}"
+        self.celery: dict[str, subprocess.Popen] = {}
+
+    def start_celery(self) -> None:
+        commands = {
+            "worker": ["worker", "--loglevel=INFO", "--concurrency=1", "--pool=solo"],
+            "beat": ["beat", "--loglevel=INFO", f"--schedule={self.tmp / 'celerybeat-schedule'}"],
+        }
+        for name, args in commands.items():
+            log = open(self.tmp / f"celery-{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+            self.celery[name] = subprocess.Popen(
+                [str(BIN / "celery"), "-A", "eureka_site", *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop_celery(self) -> None:
+        for process in self.celery.values():
+            stop(process)
+        self.celery.clear()
+
+    def ready(self) -> dict:
+        return httpx.get(f"{self.url}/readyz", timeout=5).json()
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory) -> Iterator[Processes]:
+    redis_server = shutil.which("redis-server")
+    require_toolchain(
+        "redis-server", redis_server is not None, "install it with `sudo apt-get install redis-server`"
+    )
+    tmp = tmp_path_factory.mktemp("topology")
+    redis_port, port = free_port(), free_port()
+    redis = subprocess.Popen(
+        [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "EUREKA_CONTROL_SECRET": CONTROL_SECRET,
+        "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
+        "EUREKA_EMBEDDED": "false",
+        "SECRET_KEY": "integration-test-secret-key",
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "EUREKA_EVICTION_INTERVAL_MS": "1000",
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "1000",
+        "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "1000",
+        # Eviction is what these tests watch; self-preservation would (rightly) stop it in a tiny registry.
+        "EUREKA_ENABLE_SELF_PRESERVATION": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+    server_log = open(tmp / "gunicorn.log", "ab")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(
+        [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+    )
+    processes = Processes(tmp, redis_url, port, env)
+    try:
+        wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the registry did not start")
+        processes.start_celery()
+        yield processes
+    finally:
+        processes.stop_celery()
+        stop(server)
+        stop(redis)
+        server_log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        time.sleep(0.2)
+        return False
