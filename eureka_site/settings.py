@@ -173,6 +173,9 @@ if REDIS_URL and not EUREKA_CONTROL_SECRET:
         "EUREKA_CONTROL_SECRET (or EUREKA_CONTROL_SECRET_FILE) is required with REDIS_URL"
     )
 EUREKA["jobs_driver"] = "celery" if REDIS_URL else "embedded"
+EUREKA["redis_url"] = REDIS_URL
+# Key prefix of this node's read-only tier in Redis (nodes sharing one Redis need different ones).
+EUREKA["redis_namespace"] = env.str("EUREKA_REDIS_NAMESPACE", default="eureka")
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None

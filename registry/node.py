@@ -17,7 +17,7 @@ from typing import Any
 from .core import Registry, RegistryConfig
 from .jobs import JOBS
 from .payloads import build_payload
-from .response_cache import ResponseCache
+from .response_cache import ReadOnlyTier, ResponseCache
 from .scheduler import EmbeddedScheduler, ScheduledJob
 
 logger = logging.getLogger(__name__)
@@ -122,9 +122,24 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         lambda key: build_payload(registry, key),
         expire_ms=int(options["response_cache_auto_expiration_ms"]),
         use_read_only=bool(options["use_read_only_response_cache"]),
+        read_only=_read_only_tier(options, clock),
     )
     cache_holder.append(cache)
     return Node(registry=registry, cache=cache, clock=clock, options=options, started_at=clock())
+
+
+def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOnlyTier:
+    """In Redis when ``redis_url`` is set (production mode), else in the process."""
+    url = options.get("redis_url")
+    if not url:
+        return ReadOnlyTier()
+    from redis import Redis
+
+    from .redis_tier import RedisReadOnlyTier
+
+    # Short timeouts: a slow Redis must not hold up reads the node can answer from its own copy.
+    client = Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    return RedisReadOnlyTier(client, options.get("redis_namespace", "eureka"), clock)
 
 
 _node: Node | None = None

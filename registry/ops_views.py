@@ -70,11 +70,16 @@ class ReadyView(EurekaView):
             }
             for name, record in node.job_records.items()
         }
-        status = "unavailable" if not open_for_reads else "degraded" if overdue else "ok"
+        tier = node.cache.read_only
+        redis = tier.status() if hasattr(tier, "status") else None
+        degraded = overdue or (redis is not None and not redis["healthy"])
+        status = "unavailable" if not open_for_reads else "degraded" if degraded else "ok"
         body = {
             "status": status,
             "open_for_traffic": open_for_reads,
             "jobs_driver": node.options.get("jobs_driver", "embedded"),
+            "read_only_cache": "redis" if redis is not None else "in-process",
+            "redis": redis,
             "jobs": jobs,
             "instances": node.registry.size(),
         }

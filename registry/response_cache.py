@@ -37,10 +37,10 @@ class Payload:
 
     __slots__ = ("body", "built_at", "_gzipped", "_lock")
 
-    def __init__(self, body: bytes | None, built_at: int):
+    def __init__(self, body: bytes | None, built_at: int, gzipped: bytes | None = None):
         self.body = body
         self.built_at = built_at
-        self._gzipped: bytes | None = None
+        self._gzipped = gzipped
         self._lock = threading.Lock()
 
     def gzipped(self) -> bytes:
@@ -54,13 +54,41 @@ class Payload:
 Builder = Callable[[CacheKey], "bytes | None"]
 
 
+class ReadOnlyTier:
+    """Where the read-only tier lives. This one is a dict in the process; see ``redis_tier``."""
+
+    def __init__(self):
+        self._payloads: dict[CacheKey, Payload] = {}
+
+    def get(self, key: CacheKey) -> Payload | None:
+        return self._payloads.get(key)
+
+    def put(self, key: CacheKey, payload: Payload) -> None:
+        self._payloads[key] = payload
+
+    def keys(self) -> list[CacheKey]:
+        return list(self._payloads)
+
+    def clear(self) -> None:
+        self._payloads.clear()
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+
 class ResponseCache:
-    def __init__(self, build: Builder, expire_ms: int, use_read_only: bool = True):
+    def __init__(
+        self,
+        build: Builder,
+        expire_ms: int,
+        use_read_only: bool = True,
+        read_only: ReadOnlyTier | None = None,
+    ):
         self._build = build
         self._expire_ms = expire_ms
         self._use_read_only = use_read_only
         self._read_write: dict[CacheKey, Payload] = {}
-        self._read_only: dict[CacheKey, Payload] = {}
+        self.read_only = read_only if read_only is not None else ReadOnlyTier()
         # Guards only check-and-store against invalidation; never held while building, because
         # invalidate() runs under the registry lock and building takes that lock.
         self._lock = threading.Lock()
@@ -69,9 +97,10 @@ class ResponseCache:
 
     def get(self, key: CacheKey, now: int) -> Payload:
         if self._use_read_only:
-            payload = self._read_only.get(key)
+            payload = self.read_only.get(key)
             if payload is None:
-                payload = self._read_only[key] = self._load(key, now)
+                payload = self._load(key, now)
+                self.read_only.put(key, payload)
             return payload
         return self._load(key, now)
 
@@ -114,16 +143,16 @@ class ResponseCache:
 
     def sync(self, now: int) -> int:
         """The cache-sync job: refresh every read-only entry from the read-write tier."""
-        keys = list(self._read_only)
+        keys = self.read_only.keys()
         for key in keys:
-            self._read_only[key] = self._load(key, now)
+            self.read_only.put(key, self._load(key, now))
         return len(keys)
 
     def clear(self) -> None:
         with self._lock:
             self._generation += 1
             self._read_write.clear()
-            self._read_only.clear()
+            self.read_only.clear()
 
     def stats(self) -> dict:
-        return {"read_write_keys": len(self._read_write), "read_only_keys": len(self._read_only)}
+        return {"read_write_keys": len(self._read_write), "read_only_keys": len(self.read_only)}

@@ -45,13 +45,39 @@ def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
 class Processes:
     """The running topology; tests may stop and restart the Celery processes."""
 
-    def __init__(self, tmp: Path, redis_url: str, port: int, env: dict[str, str]):
+    def __init__(self, tmp: Path, redis_port: int, port: int, env: dict[str, str]):
         self.tmp = tmp
-        self.redis_url = redis_url
+        self.redis_port = redis_port
+        self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         self.port = port
         self.env = env
         self.url = f"http://127.0.0.1:{port}"
         self.celery: dict[str, subprocess.Popen] = {}
+        self.redis: subprocess.Popen | None = None
+
+    def start_redis(self) -> None:
+        self.redis = subprocess.Popen(
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            cwd=self.tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: _redis_answers(self.redis_url), 10, "redis-server did not start")
+
+    def stop_redis(self) -> None:
+        if self.redis is not None:
+            stop(self.redis)
+            self.redis = None
 
     def start_celery(self) -> None:
         commands = {
@@ -85,12 +111,6 @@ def topology(tmp_path_factory) -> Iterator[Processes]:
     )
     tmp = tmp_path_factory.mktemp("topology")
     redis_port, port = free_port(), free_port()
-    redis = subprocess.Popen(
-        [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     env = {
         **os.environ,
@@ -115,7 +135,8 @@ def topology(tmp_path_factory) -> Iterator[Processes]:
         stdout=server_log,
         stderr=subprocess.STDOUT,
     )
-    processes = Processes(tmp, redis_url, port, env)
+    processes = Processes(tmp, redis_port, port, env)
+    processes.start_redis()
     try:
         wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the registry did not start")
         processes.start_celery()
@@ -123,8 +144,19 @@ def topology(tmp_path_factory) -> Iterator[Processes]:
     finally:
         processes.stop_celery()
         stop(server)
-        stop(redis)
+        processes.stop_redis()
         server_log.close()
+
+
+def _redis_answers(url: str) -> bool:
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    try:
+        return bool(Redis.from_url(url, socket_timeout=1).ping())
+    except RedisError:
+        time.sleep(0.1)
+        return False
 
 
 def _answers(url: str) -> bool:
