@@ -121,7 +121,16 @@ REST_FRAMEWORK = {
 EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
 
-_lease_expiry = env.str("EUREKA_LEASE_EXPIRY", default="exact")
+# Two timing profiles. "fast" (default): exact 90 s leases, eviction every 2 s and cache sync every
+# 1 s, so a dead instance leaves GET /eureka/apps within ~93 s of its last heartbeat and a change shows
+# within 1 s; expected clients counted exactly (self-preservation still stops eviction below 85 %).
+# "eureka": the Java server's timings and arithmetic (2 x lease, 60 s eviction, 30 s cache, SC's 1).
+EUREKA_TIMINGS = env.str("EUREKA_TIMINGS", default="fast")
+if EUREKA_TIMINGS not in ("fast", "eureka"):
+    raise ImproperlyConfigured("EUREKA_TIMINGS must be 'fast' or 'eureka'")
+_FAST = EUREKA_TIMINGS == "fast"
+
+_lease_expiry = env.str("EUREKA_LEASE_EXPIRY", default="exact" if _FAST else "eureka")
 if _lease_expiry not in ("exact", "eureka"):
     raise ImproperlyConfigured("EUREKA_LEASE_EXPIRY must be 'exact' or 'eureka'")
 
@@ -134,13 +143,15 @@ EUREKA = {
             "EUREKA_EXPECTED_CLIENT_RENEWAL_INTERVAL_SECONDS", 30
         ),
         "expected_number_of_clients_sending_renews": env_int(
-            "EUREKA_EXPECTED_NUMBER_OF_CLIENTS_SENDING_RENEWS", 1, minimum=0
+            "EUREKA_EXPECTED_NUMBER_OF_CLIENTS_SENDING_RENEWS", 0 if _FAST else 1, minimum=0
         ),
-        "default_open_for_traffic_count": env_int("EUREKA_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", 1, minimum=0),
+        "default_open_for_traffic_count": env_int(
+            "EUREKA_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", 0 if _FAST else 1, minimum=0
+        ),
         "renewal_threshold_update_interval_ms": env_int(
             "EUREKA_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS", 900_000, minimum=1
         ),
-        "eviction_interval_ms": env_int("EUREKA_EVICTION_INTERVAL_MS", 60_000, minimum=1),
+        "eviction_interval_ms": env_int("EUREKA_EVICTION_INTERVAL_MS", 2_000 if _FAST else 60_000, minimum=1),
         "delta_retention_ms": env_int("EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS", 180_000, minimum=1),
         "delta_retention_timer_interval_ms": env_int(
             "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS", 30_000, minimum=1
@@ -150,9 +161,12 @@ EUREKA = {
         "lease_expiry": _lease_expiry,
         "wait_time_in_ms_when_sync_empty": env_int("EUREKA_WAIT_TIME_IN_MS_WHEN_SYNC_EMPTY", 0, minimum=0),
         "override_idle_expiry_ms": env_int("EUREKA_OVERRIDE_IDLE_EXPIRY_MS", 3_600_000, minimum=1),
+        "expected_clients_move_only_above_zero": env_bool(
+            "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not _FAST
+        ),
     },
     "response_cache_update_interval_ms": env_int(
-        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 30_000, minimum=1
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 1_000 if _FAST else 30_000, minimum=1
     ),
     "response_cache_auto_expiration_ms": 1000
     * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),

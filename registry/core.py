@@ -40,6 +40,9 @@ class RegistryConfig:
     lease_expiry: str = "exact"
     wait_time_in_ms_when_sync_empty: int = 0
     override_idle_expiry_ms: int = 3_600_000
+    # Eureka moves the expected-clients count only while it is > 0 (so a node that starts at 0 never
+    # evicts until its 15-minute recount). False counts every registration and cancel from 0 up.
+    expected_clients_move_only_above_zero: bool = True
 
     @property
     def eureka_timing(self) -> bool:
@@ -215,7 +218,7 @@ class Registry:
             # The copy with the newer client-side clock wins; a tie goes to the incoming payload.
             if existing.instance.last_dirty_timestamp > instance.last_dirty_timestamp:
                 instance = existing.instance
-        elif self.expected_clients > 0:
+        elif self.expected_clients > 0 or not self.config.expected_clients_move_only_above_zero:
             self.expected_clients += 1
             self._update_threshold()
 

@@ -535,3 +535,31 @@ def test_renew_silently_changes_status_when_rules_say_so_and_keeps_hash_consiste
     assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
     assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"
+
+
+def test_fast_profile_counts_clients_from_zero_so_one_dead_in_ten_is_evicted():
+    registry, _ = make_registry(
+        expected_number_of_clients_sending_renews=0,
+        default_open_for_traffic_count=0,
+        expected_clients_move_only_above_zero=False,
+    )
+    fill(registry, 10, T0)
+    assert (registry.expected_clients, registry.renews_threshold) == (10, 17)
+    # Nine of ten heartbeat every 30 s: 18 renewals a minute > 17, so expiration stays enabled.
+    keep_renewing(registry, 10, T0 + 30 * SEC, T0 + 60 * SEC)
+    for t in range(T0 + 60 * SEC, T0 + 4 * MIN, 30 * SEC):
+        for n in range(1, 10):
+            registry.renew("ORDERS", f"host{n}:orders:8080", t)
+    now = T0 + 4 * MIN
+    assert registry.lease_expiration_enabled(now)
+    assert registry.evict(now) == [("ORDERS", "host0:orders:8080")]
+    assert registry.expected_clients == 9
+
+
+def test_eureka_arithmetic_keeps_one_dead_in_ten_under_self_preservation():
+    registry, _ = make_registry()  # Spring Cloud's start at 1: expected 11, threshold 18
+    fill(registry, 10, T0)
+    for t in range(T0 + 60 * SEC, T0 + 4 * MIN, 30 * SEC):
+        for n in range(1, 10):
+            registry.renew("ORDERS", f"host{n}:orders:8080", t)
+    assert registry.evict(T0 + 4 * MIN) == []
