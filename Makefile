@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8761
 JS_DIR := tests/interop/js
 
-.PHONY: run test lint check install clean bench redis-server
+.PHONY: run stack test lint check install clean bench redis-server
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ var:
 run: install var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
+
+# Production topology in the foreground, without Docker: Redis (started if none answers at REDIS_URL),
+# gunicorn, Celery worker and Celery beat, reading deploy/.env if present. See deploy/stack.sh.
+stack: install var
+	PORT=$(PORT) bash deploy/stack.sh
 
 lint: install
 	$(BIN)/ruff check .

@@ -28,10 +28,13 @@ class ProtocolHandler(WSGIHandler):
         request = self.request_class(environ)
         request.urlconf = PROTOCOL_URLCONF
         response = self.get_response(request)
+        content = response.content
+        # CommonMiddleware would set it; without it gunicorn falls back to chunked encoding.
+        response["Content-Length"] = str(len(content))
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
         # The bytes, not the response: the server would call response.close(), which sends
         # request_finished. Protocol responses are never streamed.
-        return [response.content]
+        return [content]
 
 
 class RoutingApplication:

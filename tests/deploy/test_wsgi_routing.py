@@ -43,6 +43,7 @@ def test_protocol_requests_are_served_without_site_middleware(node):
     assert status == 204
     status, headers, content = call(app, "PUT", "/eureka/v2/apps/ORDERS/10.0.0.1:orders:8080")
     assert (status, content) == (200, b"")
+    assert headers["Content-Length"] == "0"
     # Site middleware (SecurityMiddleware) would add these; the protocol handler does not run it.
     assert "X-Content-Type-Options" not in headers and "Allow" not in headers
     status, headers, content = call(app, "GET", "/eureka//apps", HTTP_ACCEPT="application/json")

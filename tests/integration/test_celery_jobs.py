@@ -72,3 +72,48 @@ def test_node_takes_over_overdue_jobs_when_celery_stops(topology):
         30,
         "Celery did not resume driving the jobs",
     )
+
+
+def test_a_killed_client_is_evicted_by_the_beat_driven_job_while_a_live_one_stays(topology):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).with_name("py_client_process.py")
+    clients = {
+        name: subprocess.Popen(
+            [sys.executable, str(script), f"{topology.url}/eureka/", name, str(port), "1", "3"],
+            stdout=open(topology.tmp / f"client-{name}.log", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        for name, port in (("doomed", 9101), ("survivor", 9102))
+    }
+    doomed = "127.0.0.1:doomed:9101"
+    survivor = "127.0.0.1:survivor:9102"
+    try:
+        wait_until(
+            lambda: (
+                is_registered_in(topology.url, "DOOMED", doomed)
+                and is_registered_in(topology.url, "SURVIVOR", survivor)
+                and {"DOOMED", "SURVIVOR"} <= set(app_names(topology.url))
+            ),
+            20,
+            "the py-eureka-client processes did not register",
+        )
+        clients["doomed"].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_until(lambda: "DOOMED" not in app_names(topology.url), 20, "the killed client was not evicted")
+        gone_after = time.monotonic() - killed_at
+        assert gone_after < 3 + 2 + 1 + 2, f"evicted {gone_after:.1f}s after the kill (3 s lease)"
+        assert "SURVIVOR" in app_names(topology.url), "the live client must stay"
+        assert topology.ready()["jobs"]["evict"]["last_source"] in ("celery", "watchdog")
+    finally:
+        for process in clients.values():
+            process.kill()
+            process.wait(10)
+
+
+def is_registered_in(base: str, app: str, instance_id: str) -> bool:
+    return httpx.get(f"{base}/eureka/apps/{app}/{instance_id}", timeout=5).status_code == 200
