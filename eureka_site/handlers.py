@@ -9,11 +9,15 @@ connections and caches, which protocol views never open).
 
 from __future__ import annotations
 
+import re
+
+from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 
 PROTOCOL_PREFIX = "/eureka/"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
+_PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 class ProtocolHandler(WSGIHandler):
@@ -38,10 +42,18 @@ class ProtocolHandler(WSGIHandler):
 
 
 class RoutingApplication:
-    def __init__(self):
+    def __init__(self, trust_forwarded_prefix: bool | None = None):
         self.protocol = ProtocolHandler()
         self.site = WSGIHandler()
+        if trust_forwarded_prefix is None:
+            trust_forwarded_prefix = settings.EUREKA_TRUST_FORWARDED_PREFIX
+        self.trust_forwarded_prefix = trust_forwarded_prefix
 
     def __call__(self, environ, start_response):
+        if self.trust_forwarded_prefix:
+            prefix = environ.get("HTTP_X_FORWARDED_PREFIX", "").rstrip("/")
+            # A reverse proxy that strips a path prefix tells us so; links and redirects then keep it.
+            if _PREFIX.fullmatch(prefix):
+                environ["SCRIPT_NAME"] = prefix
         handler = self.protocol if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX) else self.site
         return handler(environ, start_response)

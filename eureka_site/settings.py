@@ -55,6 +55,8 @@ if not SECRET_KEY:
     SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
+# Honour X-Forwarded-Prefix (set it only behind a proxy that sets or strips that header itself).
+EUREKA_TRUST_FORWARDED_PREFIX = env_bool("EUREKA_TRUST_FORWARDED_PREFIX", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -61,3 +61,24 @@ def test_other_requests_go_through_the_full_site(node):
     assert headers.get("X-Content-Type-Options") == "nosniff"
     status, _, content = call(app, "GET", "/nothing-here")
     assert status == 404 and b"Not found" in content
+
+
+def test_a_trusted_forwarded_prefix_keeps_redirects_under_the_proxy_path(node):
+    status, headers, _ = call(
+        RoutingApplication(trust_forwarded_prefix=True), "GET", "/admin/", HTTP_X_FORWARDED_PREFIX="/registry"
+    )
+    assert status == 302 and headers["Location"].startswith("/registry/admin/login/")
+    status, headers, _ = call(
+        RoutingApplication(trust_forwarded_prefix=False),
+        "GET",
+        "/admin/",
+        HTTP_X_FORWARDED_PREFIX="/registry",
+    )
+    assert headers["Location"].startswith("/admin/login/"), "an untrusted header is ignored"
+    status, headers, _ = call(
+        RoutingApplication(trust_forwarded_prefix=True),
+        "GET",
+        "/admin/",
+        HTTP_X_FORWARDED_PREFIX="/evil\r\nX: y",
+    )
+    assert headers["Location"].startswith("/admin/login/"), "a malformed prefix is ignored"
