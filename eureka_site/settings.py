@@ -231,5 +231,7 @@ LOGGING = {
     "loggers": {
         # 4xx answers are part of the protocol (404 on heartbeat means "re-register"): not warnings.
         "django.request": {"level": "ERROR"},
+        # Celery tasks call the control endpoint every second: one line per call is noise.
+        "httpx": {"level": "WARNING"},
     },
 }
