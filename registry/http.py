@@ -56,6 +56,10 @@ def response_format(request: HttpRequest) -> str:
     return JSON if "json" in request.META.get("HTTP_ACCEPT", "") else XML
 
 
+def wants_gzip(request: HttpRequest) -> bool:
+    return "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", "")
+
+
 def wants_compact(request: HttpRequest) -> bool:
     return request.META.get("HTTP_X_EUREKA_ACCEPT", "").lower() == "compact"
 
@@ -77,9 +81,9 @@ def text(status: int, message: str) -> HttpResponse:
 
 def payload_response(request: HttpRequest, payload: Payload, fmt: str, status: int = 200) -> HttpResponse:
     """Serve cached bytes as they are, or their once-computed gzip copy when the client accepts gzip."""
-    if payload.body is None:
+    if not payload.found:
         return empty(404)
-    if "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", ""):
+    if wants_gzip(request):
         response = HttpResponse(payload.gzipped(), status=status, content_type=CONTENT_TYPES[fmt])
         response["Content-Encoding"] = "gzip"
     else:

@@ -21,7 +21,6 @@ logger = logging.getLogger(__name__)
 
 # After a failure, Redis is left alone this long, so an outage does not add a timeout to every read.
 RETRY_AFTER_MS = 2000
-_MISSING = b"-"
 
 
 class RedisReadOnlyTier(ReadOnlyTier):
@@ -54,29 +53,29 @@ class RedisReadOnlyTier(ReadOnlyTier):
             logger.warning("Redis read-only cache reachable again: serving from Redis")
         self.healthy = True
 
-    def get(self, key: CacheKey) -> Payload | None:
+    def get(self, key: CacheKey, gzip: bool = False) -> Payload | None:
         if not self._usable():
             return super().get(key)
+        # Only the copy this reader sends: the raw full registry is ~20x the size of its gzip copy.
+        field = "gzip" if gzip else "body"
         try:
-            body, zipped, built_at = self._redis.hmget(self._name(key), "body", "gzip", "built_at")
+            found, built_at, data = self._redis.hmget(self._name(key), "found", "built_at", field)
         except RedisError as exc:
             self._failed(exc)
             return super().get(key)
         self._recovered()
         if built_at is None:
             return None
-        return Payload(
-            None if body == _MISSING else body, int(built_at), None if body == _MISSING else zipped
-        )
+        if found != b"1":
+            return Payload(None, int(built_at))
+        return Payload(None, int(built_at), data) if gzip else Payload(data, int(built_at))
 
     def put(self, key: CacheKey, payload: Payload) -> None:
         super().put(key, payload)
         if not self._usable():
             return
-        fields = {"built_at": payload.built_at}
-        if payload.body is None:
-            fields.update(body=_MISSING, gzip=b"")
-        else:
+        fields = {"built_at": payload.built_at, "found": int(payload.found)}
+        if payload.found:
             fields.update(body=payload.body, gzip=payload.gzipped())
         try:
             self._redis.hset(self._name(key), mapping=fields)

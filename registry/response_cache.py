@@ -43,6 +43,10 @@ class Payload:
         self._gzipped = gzipped
         self._lock = threading.Lock()
 
+    @property
+    def found(self) -> bool:
+        return self.body is not None or self._gzipped is not None
+
     def gzipped(self) -> bytes:
         if self._gzipped is None:
             with self._lock:
@@ -60,7 +64,8 @@ class ReadOnlyTier:
     def __init__(self):
         self._payloads: dict[CacheKey, Payload] = {}
 
-    def get(self, key: CacheKey) -> Payload | None:
+    def get(self, key: CacheKey, gzip: bool = False) -> Payload | None:
+        """The payload; ``gzip`` says which copy the reader will send (a remote tier fetches only that)."""
         return self._payloads.get(key)
 
     def put(self, key: CacheKey, payload: Payload) -> None:
@@ -95,9 +100,9 @@ class ResponseCache:
         self._generation = 0
         self._build_locks: dict[CacheKey, threading.Lock] = {}
 
-    def get(self, key: CacheKey, now: int) -> Payload:
+    def get(self, key: CacheKey, now: int, gzip: bool = False) -> Payload:
         if self._use_read_only:
-            payload = self.read_only.get(key)
+            payload = self.read_only.get(key, gzip)
             if payload is None:
                 payload = self._load(key, now)
                 self.read_only.put(key, payload)

@@ -23,6 +23,7 @@ from .http import (
     response_format,
     text,
     wants_compact,
+    wants_gzip,
 )
 from .node import get_node
 from .response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
@@ -62,7 +63,7 @@ def _cached(request, entity: str, name: str = "") -> HttpResponse:
         return empty(403)
     fmt = response_format(request)
     key = CacheKey(entity, name, fmt, wants_compact(request))
-    return payload_response(request, node.cache.get(key, now), fmt)
+    return payload_response(request, node.cache.get(key, now, wants_gzip(request)), fmt)
 
 
 def _instance_response(request, view, status: int = 200) -> HttpResponse:
