@@ -651,6 +651,7 @@ def test_three_transports_soak_for_three_minutes(spring_apps, live_server, admin
 def test_a_graceful_shutdown_cancels_the_lease(pair, live_server, admin):
     """Stops the consumer (the last test to use it): DOWN re-registration, then DELETE, then gone."""
     service, consumer = pair.service, pair.consumer
+    assert_clean_logs(pair.apps)
     since = live_server.mark()
     returncode = consumer.stop()
     assert returncode in (0, 143), f"{consumer} exited with {returncode}:\n{consumer.log_tail()}"
@@ -663,4 +664,8 @@ def test_a_graceful_shutdown_cancels_the_lease(pair, live_server, admin):
         timeout=10,
         message=lambda: f"{service} still discovers the stopped consumer: {service.peers(consumer.name)}",
     )
-    assert_clean_logs(pair.apps)
+    assert_clean_logs([service])
+    # Shutting down interrupts a registry fetch that may be in flight (WebClient blocks in Mono.block):
+    # the client logs that InterruptedException; anything else after the stop is still a failure.
+    after_stop = [block for block in consumer.problems() if "InterruptedException" not in block]
+    assert not after_stop, "Exception/ERROR in the stopped consumer's log:\n" + "\n..\n".join(after_stop[:3])
