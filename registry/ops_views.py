@@ -70,8 +70,7 @@ class ReadyView(EurekaView):
             }
             for name, record in node.job_records.items()
         }
-        tier = node.cache.read_only
-        redis = tier.status() if hasattr(tier, "status") else None
+        redis = node.cache.read_only.status()
         degraded = overdue or (redis is not None and not redis["healthy"])
         status = "unavailable" if not open_for_reads else "degraded" if degraded else "ok"
         body = {

@@ -80,6 +80,10 @@ class ReadOnlyTier:
     def __len__(self) -> int:
         return len(self._payloads)
 
+    def status(self) -> dict | None:
+        """Health of a remote tier (None: in the process, nothing can fail)."""
+        return None
+
 
 class ResponseCache:
     def __init__(

@@ -22,6 +22,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.factories import instance_body
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 STARTUP_TIMEOUT_S = 30.0
@@ -53,6 +55,22 @@ def require_toolchain(name: str, ok: bool, how_to_install: str) -> None:
     if os.environ.get("EUREKA_REQUIRE_ALL_SUITES") == "1":
         pytest.fail(f"{message} (EUREKA_REQUIRE_ALL_SUITES=1 forbids skipping this suite)", pytrace=False)
     pytest.skip(message)
+
+
+def close_stdin_driven(process: subprocess.Popen, reader, timeout: float) -> None:
+    """Closing stdin tells a client driver to stop its client and exit; kill it if it hangs."""
+    if process.poll() is None:
+        try:
+            assert process.stdin is not None
+            process.stdin.close()
+        except OSError:
+            pass
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    reader.join(timeout=5)
 
 
 def wait_until(
@@ -209,34 +227,21 @@ class RegistryAdmin:
         host: str = "127.0.0.1",
     ) -> None:
         """POST a registration shaped like the Java client's (and py-eureka-client's) JSON."""
-        now = str(int(time.time() * 1000))
-        body = {
-            "instance": {
-                "instanceId": instance_id,
-                "hostName": host,
-                "app": app.upper(),
-                "ipAddr": "127.0.0.1",
-                "status": status,
-                "overriddenStatus": "UNKNOWN",
-                "port": {"$": port, "@enabled": "true"},
-                "securePort": {"$": 443, "@enabled": "false"},
-                "countryId": 1,
-                "dataCenterInfo": {
-                    "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                    "name": "MyOwn",
-                },
-                "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90},
-                "metadata": {"registered.by": "interop-test"},
-                "homePageUrl": f"http://{host}:{port}/",
-                "statusPageUrl": f"http://{host}:{port}/info",
-                "healthCheckUrl": f"http://{host}:{port}/health",
-                "vipAddress": vip or app.lower(),
-                "secureVipAddress": vip or app.lower(),
-                "isCoordinatingDiscoveryServer": "false",
-                "lastUpdatedTimestamp": now,
-                "lastDirtyTimestamp": now,
-            }
-        }
+        now = int(time.time() * 1000)
+        body = instance_body(
+            app=app.upper(),
+            host=host,
+            port=port,
+            instance_id=instance_id,
+            status=status,
+            vip=vip,
+            last_dirty=now,
+            ipAddr="127.0.0.1",
+            metadata={"registered.by": "interop-test"},
+            statusPageUrl=f"http://{host}:{port}/info",
+            healthCheckUrl=f"http://{host}:{port}/health",
+            lastUpdatedTimestamp=str(now),
+        )
         response = self.http.post(f"apps/{quote(app, safe='')}", json=body)
         assert response.status_code == 204, (
             f"register {app}/{instance_id}: {response.status_code} {response.text}"

@@ -25,7 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.conftest import LiveServer, RegistryAdmin, require_toolchain, wait_until
+from tests.interop.conftest import (
+    LiveServer,
+    RegistryAdmin,
+    close_stdin_driven,
+    require_toolchain,
+    wait_until,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -180,18 +186,7 @@ class JsClient:
 
     def close(self) -> None:
         """End of stdin makes the driver stop the client (deregister) and exit; kill it if it hangs."""
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self._reader.join(timeout=5)
+        close_stdin_driven(self.process, self._reader, timeout=10)
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from tests.interop.conftest import (
     DELTA_RETENTION_MS,
     LiveServer,
     RegistryAdmin,
+    close_stdin_driven,
     require_toolchain,
     wait_until,
 )
@@ -312,18 +313,7 @@ class JavaClient:
 
     def close(self) -> None:
         """End of stdin makes the program shut the client down (cancel) and exit; kill it if it hangs."""
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self._reader.join(timeout=5)
+        close_stdin_driven(self.process, self._reader, timeout=15)
 
 
 def fetch_pairs(client: JavaClient, since: int) -> list[tuple[dict, dict | None]]:
