@@ -15,8 +15,9 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# var/staticfiles is where collectstatic writes (Docker, systemd); whitenoise serves it when present.
 var:
-	mkdir -p var
+	mkdir -p var/staticfiles
 
 run: install var
 	$(BIN)/python manage.py migrate --noinput

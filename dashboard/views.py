@@ -1,23 +1,104 @@
-"""A minimal status console; the full Eureka-style page is a later issue.
+"""The status console: Eureka's status page and "Last 1000 since startup", plus search, instance
+details, a self-preservation explanation and replica health.
 
-Reads the registry only through ``registry.node``'s public node API.
+Read-only: everything comes from ``registry``'s public read functions (``console``, ``queries``);
+status changes are made in the admin, which the pages link to for staff.
 """
 
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_safe
 
+from registry import audit, console
+from registry.forms import InstanceFilterForm
 from registry.node import get_node
+from registry.queries import page_of, select
 
 
-def status_page(request):
+def _base_context(node, now) -> dict:
+    """What every page shows: System Status, the banner and DS Replicas."""
+    return {
+        "now": now,
+        "system": console.system_status(node, now, timezone.get_current_timezone()),
+        "recount": console.recount_schedule(node),
+        "replicas": console.replica_health(node, now),
+        "refresh_seconds": settings.EUREKA_DASHBOARD_REFRESH_SECONDS,
+    }
+
+
+def _status_context(request) -> tuple[dict, int]:
     node = get_node()
     now = node.now()
-    snapshot = node.registry.snapshot()
-    apps = [
-        {
-            "name": name,
-            "instances": [(view.instance.instance_id, view.instance.status) for view in views],
-        }
-        for name, views in sorted(snapshot.apps)
-    ]
-    context = {"stats": node.registry.stats(now), "apps": apps, "hashcode": snapshot.hashcode}
-    return render(request, "dashboard/status.html", context)
+    form = InstanceFilterForm(request.GET)
+    context = {
+        **_base_context(node, now),
+        "form": form,
+        "page": None,
+        "registered": node.registry.size(),
+        "general_info": console.general_info(node, now),
+        "instance_info": console.instance_info(node, now),
+        "is_staff": request.user.is_authenticated and request.user.is_staff,
+    }
+    if not form.is_valid():
+        return context, 400
+    data = form.cleaned_data
+    groups = select(node.registry.snapshot().apps, form.query())
+    per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
+    context["page"] = page_of(groups, data["page"] or 1, per_page)
+    context["filtered"] = form.query().active
+    query = request.GET.copy()
+    query.pop("page", None)
+    context["query_without_page"] = query.urlencode()
+    # Built once here, not by {% url %} per instance: a page may list a thousand ids.
+    context["detail_prefix"] = reverse("dashboard:instances")
+    context["admin_prefix"] = reverse("admin:registry_instances")
+    return context, 200
+
+
+@require_safe
+def status_page(request):
+    context, status = _status_context(request)
+    return render(request, "dashboard/status.html", context, status=status)
+
+
+@require_safe
+def status_fragment(request):
+    """The live sections of the status page alone, for the page's auto-refresh."""
+    context, status = _status_context(request)
+    return render(request, "dashboard/_live.html", context, status=status)
+
+
+@require_safe
+def lastn_page(request):
+    node = get_node()
+    now = node.now()
+    context = {**_base_context(node, now), "recent": console.recent_lists(node)}
+    return render(request, "dashboard/lastn.html", context)
+
+
+@require_safe
+def instance_index(request):
+    return HttpResponseRedirect(reverse("dashboard:status"))
+
+
+@require_safe
+def instance_page(request, app, instance_id):
+    node = get_node()
+    now = node.now()
+    detail = console.lease_detail(node, app, instance_id, now)
+    context = {
+        "now": now,
+        "app": app,
+        "instance_id": instance_id,
+        "detail": detail,
+        "fields": console.instance_fields(detail.view) if detail else [],
+        "events": detail.events if detail else console.events_of(node, app, instance_id),
+        "records": audit.records_for(app, instance_id),
+        "is_staff": request.user.is_authenticated and request.user.is_staff,
+    }
+    return render(request, "dashboard/instance.html", context, status=200 if detail else 404)

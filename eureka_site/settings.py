@@ -4,6 +4,7 @@ Every variable, with its default, is listed in ``deploy/.env.example``. Malforme
 ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
 """
 
+import re
 from pathlib import Path
 
 import environ
@@ -58,8 +59,13 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Honour X-Forwarded-Prefix (set it only behind a proxy that sets or strips that header itself).
 EUREKA_TRUST_FORWARDED_PREFIX = env_bool("EUREKA_TRUST_FORWARDED_PREFIX", False)
 
+# Origins allowed to POST to the admin when they differ from the Host header (a TLS proxy on another
+# name), e.g. https://eureka.example.com
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin with the registry's own pages (registered instances, status overrides).
+    "eureka_site.apps.EurekaAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -73,6 +79,8 @@ INSTALLED_APPS = [
 # Kept short on purpose: every middleware runs on every heartbeat. Sessions and auth are lazy.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files in every mode (no proxy needed); never reached by /eureka/ requests.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -106,9 +114,20 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
-STATIC_URL = "static/"
+# An absolute STATIC_URL: Django caches a relative one with the script prefix of the first request,
+# but behind a proxy the prefix is per request (X-Forwarded-Prefix); the storage adds it per URL.
+STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "eureka_site.storage.PrefixedStaticFilesStorage"},
+}
+# Serve straight from the source folders too, so `make run` needs no collectstatic step; files
+# collected into STATIC_ROOT (Docker image, systemd unit) are served compressed.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+LOGIN_URL = "admin:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -177,6 +196,35 @@ EUREKA = {
     # With REDIS_URL set, Celery beat drives the jobs and this thread only runs overdue ones.
     "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),
 }
+
+# --- Status console ----------------------------------------------------------------------------
+EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
+# Reserved paths the console may not take (the protocol, the admin, static files, probes).
+_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz")
+
+
+def dashboard_prefix(path):
+    """``/`` → ``""``, ``/console`` or ``/console/`` → ``"console/"`` (a URL pattern prefix)."""
+    clean = path.strip().strip("/")
+    if clean and not re.fullmatch(r"[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*", clean):
+        raise ImproperlyConfigured(f"EUREKA_DASHBOARD_PATH {path!r} is not a plain URL path like /console")
+    if clean.split("/")[0] in _RESERVED_DASHBOARD_PATHS:
+        raise ImproperlyConfigured(
+            f"EUREKA_DASHBOARD_PATH {path!r} collides with /{clean.split('/')[0]}/, which the registry serves"
+        )
+    return f"{clean}/" if clean else ""
+
+
+EUREKA_DASHBOARD_PREFIX = dashboard_prefix(env.str("EUREKA_DASHBOARD_PATH", default="/"))
+# Seconds between console refreshes while the tab is visible (backs off when hidden); 0 turns it off.
+EUREKA_DASHBOARD_REFRESH_SECONDS = env_int("EUREKA_DASHBOARD_REFRESH_SECONDS", 10, minimum=0)
+# Instances per page of the console's table (apps are kept whole on a page when they fit).
+EUREKA_DASHBOARD_PAGE_SIZE = env_int("EUREKA_DASHBOARD_PAGE_SIZE", 500, minimum=10)
+# Shown as Environment and Data center (Spring Cloud's eureka.environment / eureka.datacenter).
+EUREKA["environment"] = env.str("EUREKA_ENVIRONMENT", default="test")
+EUREKA["datacenter"] = env.str("EUREKA_DATACENTER", default="default")
+# This node's address under Instance Info; empty = the address of the interface that routes outwards.
+EUREKA["instance_ip_address"] = env.str("EUREKA_INSTANCE_IP_ADDRESS", default="")
 
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/tasks.py).

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -9,8 +10,9 @@ urlpatterns = [
     *protocol_urls.urlpatterns,
     path("", include("registry.ops_urls")),
     path("admin/", admin.site.urls),
-    path("", include("dashboard.urls")),
 ]
+if settings.EUREKA_DASHBOARD_ENABLED:
+    urlpatterns.append(path(settings.EUREKA_DASHBOARD_PREFIX, include("dashboard.urls")))
 
 
 def handler404(request, exception=None):

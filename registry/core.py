@@ -76,11 +76,60 @@ class Snapshot:
     version: int = 1
 
 
+# Why an entry entered one of the "last 1000" lists (the console's cause column).
+CAUSE_REGISTER = "register"
+CAUSE_REREGISTER = "re-register"
+CAUSE_METADATA = "metadata"
+CAUSE_CANCEL = "cancel"
+CAUSE_EVICTION = "eviction"
+CAUSE_OVERRIDE = "override"
+CAUSE_OVERRIDE_REMOVED = "override removed"
+
+
 @dataclass(frozen=True, slots=True)
 class RecentEvent:
+    """One entry of the "last 1000" lists. ``status`` is the status the change left (overrides only);
+    ``actor`` says who asked when it was not the instance itself (e.g. an admin user)."""
+
     timestamp: int
     app: str
     instance_id: str
+    cause: str = CAUSE_REGISTER
+    status: str = ""
+    actor: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """What a status override call found and left; ``changed`` is False for a no-op."""
+
+    old_status: str
+    new_status: str
+    old_override: str | None
+    new_override: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.old_status != self.new_status or self.old_override != self.new_override
+
+
+@dataclass(frozen=True, slots=True)
+class SelfPreservation:
+    """The numbers behind the self-preservation banner and "Lease expiration enabled" (reference A4)."""
+
+    enabled: bool
+    renews_last_minute: int
+    renews_threshold: int
+    expected_clients: int
+    renewal_interval_secs: int
+    renewal_percent_threshold: float
+    # R <= T once the start-up wait is over: what the banners key on.
+    below_threshold: bool
+    lease_expiration_enabled: bool
+    # Still inside wait_time_in_ms_when_sync_empty after start: Eureka shows no banner yet.
+    in_startup_wait: bool
+    start_ts: int
+    startup_wait_ms: int
 
 
 def resolve_status(
@@ -146,6 +195,7 @@ class Registry:
         self._rng = rng or random.Random()
         self.recent_registered: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
+        self.recent_overrides: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.expected_clients = config.expected_number_of_clients_sending_renews
         self.renews_threshold = 0
         self.start_ts = now
@@ -183,6 +233,26 @@ class Registry:
         with self._lock:
             return self._lease_expiration_enabled(now)
 
+    def self_preservation(self, now: int) -> SelfPreservation:
+        cfg = self.config
+        with self._lock:
+            renews = self._renews.count(now)
+            wait = cfg.wait_time_in_ms_when_sync_empty
+            in_wait = wait > 0 and now <= self.start_ts + wait
+            return SelfPreservation(
+                enabled=cfg.enable_self_preservation,
+                renews_last_minute=renews,
+                renews_threshold=self.renews_threshold,
+                expected_clients=self.expected_clients,
+                renewal_interval_secs=cfg.renewal_interval_secs,
+                renewal_percent_threshold=cfg.renewal_percent_threshold,
+                below_threshold=renews <= self.renews_threshold and not in_wait,
+                lease_expiration_enabled=self._lease_expiration_enabled(now),
+                in_startup_wait=in_wait,
+                start_ts=self.start_ts,
+                startup_wait_ms=wait,
+            )
+
     def allows_reads(self, now: int) -> bool:
         """Eureka's read gate: closed for a while after a startup sync that found no instances."""
         wait = self.config.wait_time_in_ms_when_sync_empty
@@ -210,7 +280,9 @@ class Registry:
         with self._lock:
             self._register(instance, now, is_replication)
 
-    def _register(self, instance: InstanceInfo, now: int, is_replication: bool) -> None:
+    def _register(
+        self, instance: InstanceInfo, now: int, is_replication: bool, cause: str | None = None
+    ) -> None:
         """Eureka ``AbstractInstanceRegistry.register`` (protocol reference 5.2)."""
         app_leases = self._apps.setdefault(instance.app, {})
         existing = app_leases.get(instance.instance_id)
@@ -248,7 +320,9 @@ class Registry:
             self._status_counts[existing.instance.status] -= 1
         self._status_counts[status] += 1
         self._delta.append((now, lease))
-        self.recent_registered.append(RecentEvent(now, instance.app, instance.instance_id))
+        if cause is None:
+            cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
+        self.recent_registered.append(RecentEvent(now, instance.app, instance.instance_id, cause))
         old = existing.instance if existing is not None else instance
         self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
 
@@ -295,9 +369,9 @@ class Registry:
 
     def cancel(self, app: str, instance_id: str, now: int) -> bool:
         with self._lock:
-            return self._cancel(app, instance_id, now)
+            return self._cancel(app, instance_id, now, CAUSE_CANCEL)
 
-    def _cancel(self, app: str, instance_id: str, now: int) -> bool:
+    def _cancel(self, app: str, instance_id: str, now: int, cause: str) -> bool:
         """Eureka ``internalCancel``: the override goes even when there is no lease."""
         self._overrides.pop(instance_id, None)
         app_leases = self._apps.get(app)
@@ -311,7 +385,7 @@ class Registry:
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
         self._delta.append((now, lease))
-        self.recent_cancelled.append(RecentEvent(now, app, instance_id))
+        self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause))
         if self.expected_clients > 0:
             self.expected_clients -= 1
             self._update_threshold()
@@ -338,20 +412,30 @@ class Registry:
         self._on_change(new.app, _vips_of(new))
 
     def set_status_override(
-        self, app: str, instance_id: str, status: str, now: int, last_dirty_timestamp: int | None = None
-    ) -> bool:
-        """``PUT .../status?value=X``. False when no visible instance (404); a no-op when already X."""
+        self,
+        app: str,
+        instance_id: str,
+        status: str,
+        now: int,
+        last_dirty_timestamp: int | None = None,
+        actor: str = "",
+    ) -> StatusChange | None:
+        """``PUT .../status?value=X``. None when no visible instance (404); a no-op when already X."""
         with self._lock:
             lease = self._visible_lease(app, instance_id, now)
             if lease is None:
-                return False
+                return None
             lease.renew(now)
-            if lease.instance.status != status:
-                if status == c.UP:
-                    lease.service_up(now)
-                self._overrides[instance_id] = [status, now]
-                self._modify(lease, now, last_dirty_timestamp, status=status, overridden_status=status)
-            return True
+            old = lease.instance
+            old_override = self._current_override(instance_id)
+            if old.status == status:
+                return StatusChange(old.status, status, old_override, old_override)
+            if status == c.UP:
+                lease.service_up(now)
+            self._overrides[instance_id] = [status, now]
+            self._modify(lease, now, last_dirty_timestamp, status=status, overridden_status=status)
+            self.recent_overrides.append(RecentEvent(now, app, instance_id, CAUSE_OVERRIDE, status, actor))
+            return StatusChange(old.status, status, old_override, status)
 
     def remove_status_override(
         self,
@@ -360,16 +444,27 @@ class Registry:
         now: int,
         new_status: str = c.UNKNOWN,
         last_dirty_timestamp: int | None = None,
-    ) -> bool:
-        """``DELETE .../status``. False when no visible instance (404); a missing override is still 200."""
+        actor: str = "",
+    ) -> StatusChange | None:
+        """``DELETE .../status``. None when no visible instance (404); a missing override is still 200."""
         with self._lock:
             lease = self._visible_lease(app, instance_id, now)
             if lease is None:
-                return False
+                return None
             lease.renew(now)
-            if self._overrides.pop(instance_id, None) is not None:
-                self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
-            return True
+            old_status = lease.instance.status
+            removed = self._overrides.pop(instance_id, None)
+            if removed is None:
+                return StatusChange(old_status, old_status, None, None)
+            self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
+            self.recent_overrides.append(
+                RecentEvent(now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor)
+            )
+            return StatusChange(old_status, new_status, removed[0], None)
+
+    def _current_override(self, instance_id: str) -> str | None:
+        entry = self._overrides.get(instance_id)
+        return entry[0] if entry is not None else None
 
     def update_metadata(self, app: str, instance_id: str, entries: Mapping[str, str], now: int) -> bool:
         """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka)."""
@@ -379,7 +474,7 @@ class Registry:
                 return False
             instance = lease.instance
             merged = instance.evolve(metadata=freeze({**instance.metadata, **entries}))
-            self._register(merged, now, is_replication=False)
+            self._register(merged, now, is_replication=False, cause=CAUSE_METADATA)
             return True
 
     # ------------------------------------------------------------------------ periodic jobs
@@ -403,7 +498,7 @@ class Registry:
             limit = self._size - int(self._size * self.config.renewal_percent_threshold)
             chosen = self._rng.sample(expired, min(len(expired), limit)) if expired else []
             for app, instance_id in chosen:
-                self._cancel(app, instance_id, now)
+                self._cancel(app, instance_id, now, CAUSE_EVICTION)
             return chosen
 
     def recount_expected_clients(self, now: int) -> None:
@@ -485,6 +580,19 @@ class Registry:
                     lease = self._visible_lease(app, instance_id, now)
                     return lease.view(self.config.eureka_timing) if lease is not None else None
             return None
+
+    def lease(self, app: str, instance_id: str) -> tuple[LeaseView, str | None] | None:
+        """The lease and its recorded override, expired or not (the console's instance page)."""
+        with self._lock:
+            lease = self._apps.get(app, {}).get(instance_id)
+            if lease is None:
+                return None
+            return lease.view(self.config.eureka_timing), self._current_override(instance_id)
+
+    def recent_events(self) -> tuple[list[RecentEvent], list[RecentEvent], list[RecentEvent]]:
+        """Copies of the registered, cancelled and override lists, oldest first."""
+        with self._lock:
+            return list(self.recent_registered), list(self.recent_cancelled), list(self.recent_overrides)
 
     def size(self) -> int:
         return self._size

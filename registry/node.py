@@ -17,6 +17,7 @@ from typing import Any
 from .core import Registry, RegistryConfig
 from .jobs import JOBS
 from .payloads import build_payload
+from .peers import PeerSet
 from .response_cache import ReadOnlyTier, ResponseCache
 from .scheduler import EmbeddedScheduler, ScheduledJob
 
@@ -48,6 +49,7 @@ class Node:
     cache: ResponseCache
     clock: Callable[[], int]
     options: dict[str, Any]
+    peers: PeerSet = field(default_factory=PeerSet)
     scheduler: EmbeddedScheduler | None = field(default=None)
     started_at: int = 0
     job_records: dict[str, JobRecord] = field(default_factory=lambda: {name: JobRecord() for name in JOBS})
@@ -125,7 +127,14 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         read_only=_read_only_tier(options, clock),
     )
     cache_holder.append(cache)
-    return Node(registry=registry, cache=cache, clock=clock, options=options, started_at=clock())
+    return Node(
+        registry=registry,
+        cache=cache,
+        clock=clock,
+        options=options,
+        peers=PeerSet(options.get("peer_urls", ())),
+        started_at=clock(),
+    )
 
 
 def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOnlyTier:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import orjson
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
+from . import console, operations
 from . import constants as c
 from .codecs import BadInput, decode_instance, instance_dict, metadata_key, render, xml_safe
 from .core import Renew
@@ -138,17 +136,15 @@ class InstanceStatusView(EurekaView):
         params = request.query_params
         status = _status_param(params.get("value"), required=True)
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
-        node = get_node()
-        found = node.registry.set_status_override(app.upper(), instance_id, status, node.now(), last_dirty)
-        return empty(200 if found else 404)
+        change = operations.override_status(get_node(), app.upper(), instance_id, status, last_dirty)
+        return empty(404 if change is None else 200)
 
     def delete(self, request, app, instance_id):
         params = request.query_params
         status = _status_param(params.get("value"), required=False) or c.UNKNOWN
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
-        node = get_node()
-        found = node.registry.remove_status_override(app.upper(), instance_id, node.now(), status, last_dirty)
-        return empty(200 if found else 404)
+        change = operations.remove_override(get_node(), app.upper(), instance_id, status, last_dirty)
+        return empty(404 if change is None else 200)
 
 
 class InstanceMetadataView(EurekaView):
@@ -188,26 +184,17 @@ class AsgStatusView(EurekaView):
 
 
 class StatusView(EurekaView):
-    """``GET status``: the server's own health, in the spirit of Eureka's StatusInfo (no client reads it)."""
+    """``GET status``: the server's own health, in the shape of Eureka's StatusInfo (no client reads it)."""
 
     def get(self, request):
         node = get_node()
         now = node.now()
         stats = node.registry.stats(now)
-        uptime_min = max(0, now - stats["start_ts"]) // 60_000
         body = {
-            "generalStats": {
-                "server-uptime": f"{uptime_min // 60:02d}:{uptime_min % 60:02d}",
-                "environment": "embedded",
-                "num-of-cpus": str(os.cpu_count() or 1),
-            },
-            "applicationStats": {
-                "registered-replicas": "",
-                "available-replicas": "",
-                "unavailable-replicas": "",
-            },
+            "generalStats": console.general_stats(node, now),
+            "applicationStats": console.application_stats(node.peers.states(), now),
             "registry": {k: v for k, v in stats.items() if k != "status_counts"},
-            "time": int(time.time() * 1000),
+            "time": now,
         }
         fmt = response_format(request)
         return payload_response(request, Payload(render("status", body, fmt), 0), fmt)

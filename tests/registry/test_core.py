@@ -232,8 +232,8 @@ def test_status_override_adopts_a_newer_dirty_timestamp_and_records_a_modified_d
 
 def test_status_override_of_unknown_instance_is_not_found():
     registry, _ = make_registry()
-    assert registry.set_status_override("ORDERS", "x", c.OUT_OF_SERVICE, T0) is False
-    assert registry.remove_status_override("ORDERS", "x", T0) is False
+    assert registry.set_status_override("ORDERS", "x", c.OUT_OF_SERVICE, T0) is None
+    assert registry.remove_status_override("ORDERS", "x", T0) is None
 
 
 def test_removing_override_without_value_makes_next_heartbeat_not_found_then_reregister_restores_up():
@@ -366,7 +366,7 @@ def test_expired_but_not_evicted_leases_stay_in_full_fetch_and_hide_from_single_
     assert registry.snapshot().hashcode == "UP_1_"
     assert registry.get_instance("ORDERS", "host0:orders:8080", later) is None
     assert registry.find_instance("host0:orders:8080", later) is None
-    assert registry.set_status_override("ORDERS", "host0:orders:8080", c.DOWN, later) is False
+    assert registry.set_status_override("ORDERS", "host0:orders:8080", c.DOWN, later) is None
 
 
 # --------------------------------------------------------------------------- self-preservation
@@ -563,3 +563,116 @@ def test_eureka_arithmetic_keeps_one_dead_in_ten_under_self_preservation():
         for n in range(1, 10):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
     assert registry.evict(T0 + 4 * MIN) == []
+
+
+# ------------------------------------------------------------- what the status console reads
+
+
+def test_recent_lists_record_why_each_entry_was_added():
+    registry, _ = make_registry()
+    registry.register(inst(n=1), T0)
+    registry.register(inst(n=1, dirty=T0 + 1), T0 + SEC)
+    registry.update_metadata("ORDERS", "host1:orders:8080", {"k": "v"}, T0 + 2 * SEC)
+    registry.register(inst(n=2), T0)
+    registry.cancel("ORDERS", "host2:orders:8080", T0 + 3 * SEC)
+    registered, cancelled, overrides = registry.recent_events()
+    assert [(e.instance_id, e.cause) for e in registered] == [
+        ("host1:orders:8080", "register"),
+        ("host1:orders:8080", "re-register"),
+        ("host1:orders:8080", "metadata"),
+        ("host2:orders:8080", "register"),
+    ]
+    assert [(e.instance_id, e.cause) for e in cancelled] == [("host2:orders:8080", "cancel")]
+    assert overrides == []
+
+
+def test_evictions_are_listed_as_cancelled_with_cause_eviction():
+    registry, _ = make_registry(enable_self_preservation=False)
+    registry.register(inst(n=1, duration=10), T0)
+    registry.evict(T0 + 11 * SEC)
+    _, cancelled, _ = registry.recent_events()
+    assert [(e.instance_id, e.cause) for e in cancelled] == [("host1:orders:8080", "eviction")]
+
+
+def test_overrides_are_listed_with_the_status_they_left_and_who_asked():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC, actor="admin:ops")
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + 2 * SEC)
+    registry.remove_status_override("ORDERS", "host1:orders:8080", T0 + 3 * SEC, c.UP)
+    _, _, overrides = registry.recent_events()
+    assert [(e.cause, e.status, e.actor) for e in overrides] == [
+        ("override", c.OUT_OF_SERVICE, "admin:ops"),
+        ("override removed", c.UP, ""),
+    ], "the repeated override changed nothing and is not listed"
+
+
+def test_status_override_calls_report_what_they_found_and_left():
+    registry, _ = make_registry()
+    registry.register(inst(), T0)
+    change = registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    assert change is not None and change.changed
+    assert (change.old_status, change.new_status, change.old_override, change.new_override) == (
+        c.UP,
+        c.OUT_OF_SERVICE,
+        None,
+        c.OUT_OF_SERVICE,
+    )
+    again = registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    assert again is not None and not again.changed
+    removed = registry.remove_status_override("ORDERS", "host1:orders:8080", T0, c.UP)
+    assert removed is not None
+    assert (removed.old_status, removed.new_status, removed.old_override, removed.new_override) == (
+        c.OUT_OF_SERVICE,
+        c.UP,
+        c.OUT_OF_SERVICE,
+        None,
+    )
+    nothing = registry.remove_status_override("ORDERS", "host1:orders:8080", T0, c.UP)
+    assert nothing is not None and not nothing.changed
+
+
+def test_lease_lookup_returns_expired_leases_with_their_override():
+    registry, _ = make_registry()
+    registry.register(inst(duration=10), T0)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
+    found = registry.lease("ORDERS", "host1:orders:8080")
+    assert found is not None
+    view, override = found
+    assert view.instance.status == c.OUT_OF_SERVICE and override == c.OUT_OF_SERVICE
+    assert registry.lease("ORDERS", "nope") is None
+
+
+@pytest.mark.parametrize(
+    ("renews", "enabled", "below", "expiration"),
+    [
+        (0, True, True, False),
+        (1, True, True, False),  # R == T: still below (<=), and expiration needs R > T
+        (2, True, False, True),
+        (0, False, True, True),
+        (2, False, False, True),
+    ],
+)
+def test_self_preservation_numbers_follow_eurekas_rules(renews, enabled, below, expiration):
+    registry, _ = make_registry(
+        enable_self_preservation=enabled,
+        expected_number_of_clients_sending_renews=0,
+        default_open_for_traffic_count=0,
+        expected_clients_move_only_above_zero=False,
+    )
+    registry.register(inst(), T0)  # expected 1, threshold int(1 * 2 * 0.85) = 1
+    for n in range(renews):
+        registry.renew("ORDERS", "host1:orders:8080", T0 + n * SEC)
+    sp = registry.self_preservation(T0 + MIN)
+    assert (sp.expected_clients, sp.renews_threshold, sp.renews_last_minute) == (1, 1, renews)
+    assert sp.below_threshold is below
+    assert sp.lease_expiration_enabled is expiration
+    assert sp.in_startup_wait is False
+
+
+def test_no_verdict_on_self_preservation_during_the_startup_wait():
+    registry, _ = make_registry(wait_time_in_ms_when_sync_empty=5 * MIN)
+    registry.register(inst(), T0)
+    assert registry.self_preservation(T0 + MIN).in_startup_wait
+    assert not registry.self_preservation(T0 + MIN).below_threshold
+    assert registry.self_preservation(T0 + 5 * MIN + 1).below_threshold
