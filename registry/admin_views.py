@@ -49,6 +49,14 @@ def _summary(records: list[StatusOverrideRecord]) -> str:
     return ", ".join(f"{label}: {count}" for label, count in counts.items())
 
 
+def _audit_down_message(done: list[StatusOverrideRecord], asked: int) -> str:
+    applied = f" {len(done)} of {asked} were applied and recorded before it failed." if done else ""
+    return (
+        "The audit record could not be written to the database, so the change was not made."
+        f"{applied} Try again once the database is reachable."
+    )
+
+
 def _console_url(app: str, instance_id: str) -> str | None:
     if not settings.EUREKA_DASHBOARD_ENABLED:
         return None
@@ -120,12 +128,23 @@ class InstanceListAdminView(_AdminPage):
             return self.get(request, action_form=form, status=400)
         node = get_node()
         data = form.cleaned_data
-        records = [
-            audit.apply_override(
-                node, request.user, app, instance_id, data["action"], data["reason"], data["status"] or None
-            )
-            for app, instance_id in keys
-        ]
+        records = []
+        for app, instance_id in keys:
+            try:
+                records.append(
+                    audit.apply_override(
+                        node,
+                        request.user,
+                        app,
+                        instance_id,
+                        data["action"],
+                        data["reason"],
+                        data["status"] or None,
+                    )
+                )
+            except audit.AuditUnavailable:
+                form.add_error(None, _audit_down_message(records, len(keys)))
+                return self.get(request, action_form=form, status=503)
         label = dict(StatusOverrideRecord.Action.choices)[data["action"]]
         level = messages.SUCCESS if all(r.outcome != Outcome.NOT_FOUND for r in records) else messages.WARNING
         messages.add_message(request, level, f"{label} on {len(records)} instance(s) — {_summary(records)}.")
@@ -159,9 +178,19 @@ class InstanceAdminView(_AdminPage):
         if not form.is_valid():
             return self.get(request, app, instance_id, action_form=form, status=400)
         data = form.cleaned_data
-        record = audit.apply_override(
-            get_node(), request.user, app, instance_id, data["action"], data["reason"], data["status"] or None
-        )
+        try:
+            record = audit.apply_override(
+                get_node(),
+                request.user,
+                app,
+                instance_id,
+                data["action"],
+                data["reason"],
+                data["status"] or None,
+            )
+        except audit.AuditUnavailable:
+            form.add_error(None, _audit_down_message([], 1))
+            return self.get(request, app, instance_id, action_form=form, status=503)
         if record.outcome == Outcome.NOT_FOUND:
             messages.warning(request, f"{app} / {instance_id} is not registered: nothing changed.")
         else:

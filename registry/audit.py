@@ -20,6 +20,10 @@ Outcome = StatusOverrideRecord.Outcome
 REASON_MAX_CHARS = 500
 
 
+class AuditUnavailable(Exception):
+    """The audit record could not be written, so the change was not applied."""
+
+
 def target_status(action: str, status: str | None = None) -> str:
     """The status an action leaves; ``set_status`` needs ``status``."""
     if action == Action.TAKE_OUT_OF_SERVICE:
@@ -42,17 +46,23 @@ def apply_override(
     """
     new_status = target_status(action, status)
     found = node.registry.lease(app, instance_id)
-    record = StatusOverrideRecord.objects.create(
-        user=user,
-        username=user.get_username(),
-        app=app,
-        instance_id=instance_id,
-        action=action,
-        old_status=found[0].instance.status if found else "",
-        old_override=(found[1] or "") if found else "",
-        new_status=new_status,
-        reason=reason,
-    )
+    try:
+        record = StatusOverrideRecord.objects.create(
+            user=user,
+            username=user.get_username(),
+            app=app,
+            instance_id=instance_id,
+            action=action,
+            old_status=found[0].instance.status if found else "",
+            old_override=(found[1] or "") if found else "",
+            new_status=new_status,
+            reason=reason,
+        )
+    except DatabaseError as exc:
+        logger.exception(
+            "status override of %s/%s not applied: its record could not be written", app, instance_id
+        )
+        raise AuditUnavailable(str(exc)) from exc
     actor = f"admin:{user.get_username()}"
     if action == Action.PUT_BACK_IN_SERVICE:
         change = operations.remove_override(node, app, instance_id, c.UP, actor=actor)

@@ -224,7 +224,7 @@ def events_of(node: Node, app: str, instance_id: str) -> list[RecentEvent]:
         for event in events
         if event.instance_id == instance_id and event.app == app
     ]
-    mine.sort(key=lambda event: event.timestamp, reverse=True)
+    mine.sort(key=lambda event: event.seq, reverse=True)
     return mine
 
 

@@ -97,6 +97,8 @@ class RecentEvent:
     cause: str = CAUSE_REGISTER
     status: str = ""
     actor: str = ""
+    # Order across the three lists (timestamps tie within a millisecond).
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,7 @@ class Registry:
         self.recent_registered: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.recent_overrides: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
+        self._event_seq = itertools.count(1)
         self.expected_clients = config.expected_number_of_clients_sending_renews
         self.renews_threshold = 0
         self.start_ts = now
@@ -322,7 +325,9 @@ class Registry:
         self._delta.append((now, lease))
         if cause is None:
             cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
-        self.recent_registered.append(RecentEvent(now, instance.app, instance.instance_id, cause))
+        self.recent_registered.append(
+            RecentEvent(now, instance.app, instance.instance_id, cause, seq=next(self._event_seq))
+        )
         old = existing.instance if existing is not None else instance
         self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
 
@@ -385,7 +390,7 @@ class Registry:
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
         self._delta.append((now, lease))
-        self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause))
+        self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause, seq=next(self._event_seq)))
         if self.expected_clients > 0:
             self.expected_clients -= 1
             self._update_threshold()
@@ -434,7 +439,9 @@ class Registry:
                 lease.service_up(now)
             self._overrides[instance_id] = [status, now]
             self._modify(lease, now, last_dirty_timestamp, status=status, overridden_status=status)
-            self.recent_overrides.append(RecentEvent(now, app, instance_id, CAUSE_OVERRIDE, status, actor))
+            self.recent_overrides.append(
+                RecentEvent(now, app, instance_id, CAUSE_OVERRIDE, status, actor, next(self._event_seq))
+            )
             return StatusChange(old.status, status, old_override, status)
 
     def remove_status_override(
@@ -458,7 +465,9 @@ class Registry:
                 return StatusChange(old_status, old_status, None, None)
             self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
             self.recent_overrides.append(
-                RecentEvent(now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor)
+                RecentEvent(
+                    now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor, next(self._event_seq)
+                )
             )
             return StatusChange(old_status, new_status, removed[0], None)
 

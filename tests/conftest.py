@@ -53,3 +53,13 @@ def node(eureka_options, clock):
 @pytest.fixture
 def api(node) -> APIClient:
     return APIClient()
+
+
+@pytest.fixture(autouse=True)
+def _reset_script_prefix():
+    """Requests through the WSGI handler set the script prefix thread-wide; Django's test client never
+    resets it, so a test that sent X-Forwarded-Prefix would leak its prefix into the next tests."""
+    yield
+    from django.urls import set_script_prefix
+
+    set_script_prefix("/")

@@ -54,7 +54,7 @@ def test_protocol_requests_are_served_without_site_middleware(node):
     assert call(app, "GET", "/eureka/no/such/route")[::2] == (404, b"")
 
 
-def test_other_requests_go_through_the_full_site(node):
+def test_other_requests_go_through_the_full_site(node, db):
     app = RoutingApplication()
     status, headers, content = call(app, "GET", "/")
     assert status == 200 and b"Eureka" in content
@@ -63,7 +63,7 @@ def test_other_requests_go_through_the_full_site(node):
     assert status == 404 and b"Not found" in content
 
 
-def test_a_trusted_forwarded_prefix_keeps_redirects_under_the_proxy_path(node):
+def test_a_trusted_forwarded_prefix_keeps_redirects_under_the_proxy_path(node, db):
     status, headers, _ = call(
         RoutingApplication(trust_forwarded_prefix=True), "GET", "/admin/", HTTP_X_FORWARDED_PREFIX="/registry"
     )
