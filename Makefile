@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8761
 JS_DIR := tests/interop/js
 
-.PHONY: run stack test lint check install clean bench redis-server
+.PHONY: run stack test lint check install clean bench system-deps superuser
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ var:
 run: install var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
+
+# The first admin account (asks for a name and a password; there is no default one).
+superuser: install var
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py createsuperuser
 
 # Production topology in the foreground, without Docker: Redis (started if none answers at REDIS_URL),
 # gunicorn, Celery worker and Celery beat, reading deploy/.env if present. See deploy/stack.sh.
@@ -40,17 +45,21 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock
 		cd $(JS_DIR) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
 	else echo "npm not found: the eureka-js-client suite will be skipped (install Node.js 18+ to run it)"; fi
 
-# The integration tests start a real redis-server: install it when missing and we may (root + apt).
-redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing redis-server (Debian package) for the integration tests"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
-		else \
-			echo "redis-server is missing: install it with 'sudo apt-get install redis-server'"; exit 1; \
-		fi; }
+# The integration tests need redis-server (missing = make test fails) and the browser test Debian's
+# Chromium (missing = that suite skips, or fails under CI). Both are installed when we may (root + apt).
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || missing="$$missing chromium"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing$$missing (Debian packages) for the integration and browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	elif [ -n "$$missing" ]; then \
+		case "$$missing" in *chromium*) echo "chromium is missing: the browser test will be skipped (install it with 'sudo apt-get install chromium')";; esac; \
+		case "$$missing" in *redis-server*) echo "redis-server is missing: install it with 'sudo apt-get install redis-server'"; exit 1;; esac; \
+	fi
 
-test: install lint check redis-server $(JS_DIR)/node_modules/.installed
+test: install lint check system-deps $(JS_DIR)/node_modules/.installed
 	$(BIN)/pytest
 
 bench: install

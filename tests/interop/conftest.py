@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -327,11 +328,21 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(timeout=SHUTDOWN_TIMEOUT_S)
 
 
-def _start(workdir: Path) -> LiveServer:
+def server_env(workdir: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a live node whose database lives in ``workdir``."""
+    return {
+        **os.environ,
+        **SERVER_ENV,
+        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        **(extra_env or {}),
+    }
+
+
+def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> LiveServer:
     port = _free_port()
     access_log = workdir / "access.log"
     server_log = workdir / "server.log"
-    env = {**os.environ, **SERVER_ENV, "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}"}
+    env = server_env(workdir, extra_env)
     command = [
         str(_gunicorn()),
         "-c",
@@ -388,21 +399,27 @@ def _live_server_helper():
     yield
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory) -> Iterator[LiveServer]:
-    """A gunicorn registry node for one test module, stopped (TERM, then KILL) when the module ends."""
+@contextmanager
+def running_server(workdir: Path, extra_env: dict[str, str] | None = None) -> Iterator[LiveServer]:
+    """A gunicorn node with its files in ``workdir``, stopped (TERM, then KILL) on exit."""
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
-    workdir = tmp_path_factory.mktemp("live_server")
     try:
-        server = _start(workdir)
+        server = _start(workdir, extra_env)
     except RuntimeError as first_error:
         # The free port may have been taken between probing and binding: one more try on a new port.
         try:
-            server = _start(tmp_path_factory.mktemp("live_server"))
+            server = _start(workdir, extra_env)
         except RuntimeError as second_error:
             pytest.fail(f"could not start gunicorn: {first_error}\n---\n{second_error}", pytrace=False)
     try:
         yield server
     finally:
         _stop(server.process)
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory) -> Iterator[LiveServer]:
+    """A gunicorn registry node for one test module."""
+    with running_server(tmp_path_factory.mktemp("live_server")) as server:
+        yield server
