@@ -47,7 +47,7 @@ def _status_context(request) -> tuple[dict, int]:
     if not form.is_valid():
         return context, 400
     data = form.cleaned_data
-    groups = select(node.registry.snapshot().apps, form.query())
+    groups = select(node.registry.instances(), form.query())
     per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
     context["page"] = page_of(groups, data["page"] or 1, per_page)
     context["filtered"] = form.query().active

@@ -87,18 +87,15 @@ class InstanceListAdminView(_AdminPage):
         form = InstanceFilterForm(request.GET)
         rows, page = [], None
         if form.is_valid():
-            groups = select(node.registry.snapshot().apps, form.query())
-            flat = [view for _, views in groups for view in views]
+            groups = select(node.registry.instances(), form.query())
+            flat = [instance for _, instances in groups for instance in instances]
             page = Paginator(flat, ADMIN_PAGE_SIZE).get_page(form.cleaned_data["page"] or 1)
-            overrides = node.registry.overrides()
-            rows = [
-                (
-                    view,
-                    overrides.get(view.instance.instance_id),
-                    selection_key(view.instance.app, view.instance.instance_id),
-                )
-                for view in page.object_list
-            ]
+            for instance in page.object_list:
+                # The lease of each listed row (its override, last renewal); gone since the listing = skipped.
+                found = node.registry.lease(instance.app, instance.instance_id)
+                if found is not None:
+                    view, override = found
+                    rows.append((view, override, selection_key(instance.app, instance.instance_id)))
         else:
             status = 400
         query = request.GET.copy()

@@ -544,6 +544,14 @@ class Registry:
             ]
             return Snapshot(apps, reconcile_hashcode(self._status_counts))
 
+    def instances(self) -> list[tuple[str, list[InstanceInfo]]]:
+        """Every instance record by app, expired or not: references only, so the lock is held for
+        one list per app (the console filters 10,000 of these per page view)."""
+        with self._lock:
+            return [
+                (app, [lease.instance for lease in leases.values()]) for app, leases in self._apps.items()
+            ]
+
     def snapshot_app(self, app: str) -> list[LeaseView]:
         timing = self.config.eureka_timing
         with self._lock:

@@ -1,7 +1,8 @@
 """Searching, grouping and paging the registry for the status console and the admin. Plain Python.
 
-Everything here works on ``LeaseView`` copies taken under the registry lock (``Registry.snapshot``),
-so filtering and rendering 10,000 instances never holds up a heartbeat.
+Everything here works on the immutable instance records ``Registry.instances`` hands out (references
+taken under the lock in one pass, no copies), so filtering 10,000 instances neither holds up a
+heartbeat nor allocates an object per instance.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from . import constants as c
-from .leases import LeaseView
+from .instances import InstanceInfo
 from .peers import scrub_credentials
 
 # Eureka keeps status groups in a Java HashMap (no order); we show them in this fixed order.
@@ -51,8 +52,7 @@ class InstanceQuery:
     def active(self) -> bool:
         return bool(self.app or self.instance or self.status or self.metadata_key or self.not_up)
 
-    def matches(self, view: LeaseView) -> bool:
-        instance = view.instance
+    def matches(self, instance: InstanceInfo) -> bool:
         if self.not_up and instance.status == c.UP:
             return False
         if self.status and instance.status != self.status:
@@ -85,17 +85,17 @@ def parse_metadata_filter(text: str) -> tuple[str, str | None]:
     return key, (value.strip() if sep else None)
 
 
-def instance_sort_key(view: LeaseView) -> tuple[int, str]:
-    return _STATUS_RANK.get(view.instance.status, len(STATUS_ORDER)), view.instance.instance_id
+def instance_sort_key(instance: InstanceInfo) -> tuple[int, str]:
+    return _STATUS_RANK.get(instance.status, len(STATUS_ORDER)), instance.instance_id
 
 
 def select(
-    apps: Iterable[tuple[str, Sequence[LeaseView]]], query: InstanceQuery
-) -> list[tuple[str, list[LeaseView]]]:
+    apps: Iterable[tuple[str, Sequence[InstanceInfo]]], query: InstanceQuery
+) -> list[tuple[str, list[InstanceInfo]]]:
     """The matching instances grouped by app: apps by name, instances by status order then id."""
     selected = []
-    for name, views in sorted(apps, key=lambda item: item[0]):
-        matching = [view for view in views if query.matches(view)] if query.active else list(views)
+    for name, instances in sorted(apps, key=lambda item: item[0]):
+        matching = [i for i in instances if query.matches(i)] if query.active else list(instances)
         if matching:
             matching.sort(key=instance_sort_key)
             selected.append((name, matching))
@@ -164,13 +164,13 @@ class InstancePage:
         return self.number < self.num_pages
 
 
-def ami_of(view: LeaseView) -> str:
-    dc = view.instance.data_center_info
+def ami_of(instance: InstanceInfo) -> str:
+    dc = instance.data_center_info
     return dc.metadata.get("ami-id", NO_AMI) if dc.is_amazon else NO_AMI
 
 
-def zone_of(view: LeaseView) -> str:
-    dc = view.instance.data_center_info
+def zone_of(instance: InstanceInfo) -> str:
+    dc = instance.data_center_info
     return dc.metadata.get("availability-zone", NO_ZONE) if dc.is_amazon else NO_ZONE
 
 
@@ -208,13 +208,12 @@ def _page_bounds(sizes: list[int], per_page: int) -> list[list[tuple[int, int, i
     return pages
 
 
-def _app_row(name: str, views: list[LeaseView], start: int, stop: int) -> AppRow:
-    amis = Counter(ami_of(view) for view in views)
-    zones = Counter(zone_of(view) for view in views)
-    counts = Counter(view.instance.status for view in views)
+def _app_row(name: str, instances: list[InstanceInfo], start: int, stop: int) -> AppRow:
+    amis = Counter(ami_of(instance) for instance in instances)
+    zones = Counter(zone_of(instance) for instance in instances)
+    counts = Counter(instance.status for instance in instances)
     shown: dict[str, list[InstanceLink]] = {}
-    for view in views[start:stop]:
-        instance = view.instance
+    for instance in instances[start:stop]:
         shown.setdefault(instance.status, []).append(
             InstanceLink(instance.app, instance.instance_id, status_page_link(instance.status_page_url))
         )
@@ -227,17 +226,17 @@ def _app_row(name: str, views: list[LeaseView], start: int, stop: int) -> AppRow
         amis=sorted(amis.items()),
         zones=sorted(zones.items()),
         groups=groups,
-        total=len(views),
+        total=len(instances),
         first=start + 1,
         shown=stop - start,
     )
 
 
-def page_of(groups: list[tuple[str, list[LeaseView]]], number: int, per_page: int) -> InstancePage:
+def page_of(groups: list[tuple[str, list[InstanceInfo]]], number: int, per_page: int) -> InstancePage:
     """Page ``number`` (1-based, clamped to the last page) of the grouped instances."""
     if per_page < 1:
         raise BadQuery("per_page must be at least 1")
-    bounds = _page_bounds([len(views) for _, views in groups], per_page)
+    bounds = _page_bounds([len(instances) for _, instances in groups], per_page)
     number = min(max(1, number), len(bounds))
     rows = [
         _app_row(groups[index][0], groups[index][1], start, stop) for index, start, stop in bounds[number - 1]
@@ -247,6 +246,6 @@ def page_of(groups: list[tuple[str, list[LeaseView]]], number: int, per_page: in
         number=number,
         num_pages=len(bounds),
         per_page=per_page,
-        matching_instances=sum(len(views) for _, views in groups),
+        matching_instances=sum(len(instances) for _, instances in groups),
         matching_apps=len(groups),
     )

@@ -6,7 +6,6 @@ import pytest
 
 from registry import constants as c
 from registry.instances import DataCenterInfo, InstanceInfo, freeze
-from registry.leases import LeaseView
 from registry.queries import (
     BadQuery,
     InstanceQuery,
@@ -16,11 +15,9 @@ from registry.queries import (
     select,
 )
 
-T0 = 1_796_000_000_000
 
-
-def view(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=None) -> LeaseView:
-    instance = InstanceInfo(
+def record(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=None) -> InstanceInfo:
+    return InstanceInfo(
         instance_id=f"host{n}:{app.lower()}:8080",
         app=app,
         host_name=f"host{n}.example.org",
@@ -30,17 +27,22 @@ def view(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=Non
         status_page_url=status_page,
         data_center_info=dc or DataCenterInfo(),
     )
-    return LeaseView(instance, T0, T0, 0, T0)
 
 
 def ids(groups) -> list[tuple[str, list[str]]]:
-    return [(app, [v.instance.instance_id for v in views]) for app, views in groups]
+    return [(app, [instance.instance_id for instance in instances]) for app, instances in groups]
 
 
 REGISTRY = [
-    ("PAYMENTS", [view("PAYMENTS", 3, c.DOWN, {"zone": "b"}), view("PAYMENTS", 1, metadata={"zone": "a"})]),
-    ("ORDERS", [view("ORDERS", 2, c.OUT_OF_SERVICE), view("ORDERS", 1, metadata={"zone": "a", "v": "2"})]),
-    ("GATEWAY", [view("GATEWAY", 9, c.STARTING), view("GATEWAY", 5, c.UNKNOWN), view("GATEWAY", 4)]),
+    (
+        "PAYMENTS",
+        [record("PAYMENTS", 3, c.DOWN, {"zone": "b"}), record("PAYMENTS", 1, metadata={"zone": "a"})],
+    ),
+    (
+        "ORDERS",
+        [record("ORDERS", 2, c.OUT_OF_SERVICE), record("ORDERS", 1, metadata={"zone": "a", "v": "2"})],
+    ),
+    ("GATEWAY", [record("GATEWAY", 9, c.STARTING), record("GATEWAY", 5, c.UNKNOWN), record("GATEWAY", 4)]),
 ]
 
 
@@ -132,9 +134,9 @@ def test_app_rows_count_amis_zones_and_statuses_over_the_whole_app():
             (
                 "ORDERS",
                 [
-                    view("ORDERS", 1, status_page="http://host1:8080/info"),
-                    view("ORDERS", 2, c.DOWN, status_page="ftp://host2/info"),
-                    view("ORDERS", 3, dc=amazon, status_page="HTTPS://user:pw@host3/info"),
+                    record("ORDERS", 1, status_page="http://host1:8080/info"),
+                    record("ORDERS", 2, c.DOWN, status_page="ftp://host2/info"),
+                    record("ORDERS", 3, dc=amazon, status_page="HTTPS://user:pw@host3/info"),
                 ],
             )
         ],
@@ -154,7 +156,7 @@ def test_app_rows_count_amis_zones_and_statuses_over_the_whole_app():
 
 
 def test_a_split_app_keeps_its_counts_and_says_which_ids_are_shown():
-    groups = select([("ORDERS", [view("ORDERS", n) for n in range(1, 13)])], InstanceQuery())
+    groups = select([("ORDERS", [record("ORDERS", n) for n in range(1, 13)])], InstanceQuery())
     second = page_of(groups, 2, 5)
     (row,) = second.rows
     assert (row.total, row.first, row.shown, row.split) == (12, 6, 5, True)
