@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,24 @@ def test_production_mode_requires_a_secret_key():
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
     assert _django_setup({"EUREKA_EVICTION_INTERVAL_MS": "1000"}).returncode == 0
+
+
+def test_a_bad_dashboard_path_fails_at_start_with_the_variable_named():
+    result = _django_setup({"EUREKA_DASHBOARD_PATH": "/eureka/ui"})
+    assert result.returncode != 0
+    assert "EUREKA_DASHBOARD_PATH" in result.stderr and "collides with /eureka/" in result.stderr
+
+
+def test_every_setting_read_from_the_environment_is_listed_in_env_example():
+    settings_source = (ROOT / "eureka_site" / "settings.py").read_text()
+    read = set(
+        re.findall(
+            r"""env(?:_int|_bool|_float|_secret|\.str|\.list|\.db_url|\.int|\.bool)\(\s*["']([A-Z_]+)""",
+            settings_source,
+        )
+    )
+    listed = set(
+        re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", (ROOT / "deploy" / ".env.example").read_text(), re.M)
+    )
+    assert len(read) > 30
+    assert read - listed == set(), "read in settings.py but not listed in deploy/.env.example"
