@@ -72,6 +72,30 @@ class _AdminPage(View):
             request, self.template_name, {**self.site.each_context(request), **context}, status=status
         )
 
+    def apply(self, request, form, targets: list[tuple[str, str]]) -> tuple[list[StatusOverrideRecord], bool]:
+        """The form's action on each ``(app, id)``. Stops at the first record the database refuses
+        (that change is not made) and says so on the form: then ``complete`` is False."""
+        node = get_node()
+        data = form.cleaned_data
+        records: list[StatusOverrideRecord] = []
+        for app, instance_id in targets:
+            try:
+                records.append(
+                    audit.apply_override(
+                        node,
+                        request.user,
+                        app,
+                        instance_id,
+                        data["action"],
+                        data["reason"],
+                        data["status"] or None,
+                    )
+                )
+            except audit.AuditUnavailable:
+                form.add_error(None, _audit_down_message(records, len(targets)))
+                return records, False
+        return records, True
+
     def check_may_override(self, request):
         if not request.user.has_perm(OVERRIDE_PERMISSION):
             raise PermissionDenied("You may view instances but not change their status.")
@@ -123,25 +147,10 @@ class InstanceListAdminView(_AdminPage):
             form.add_error(None, "The selection names an instance in a form this page did not send.")
         if form.errors:
             return self.get(request, action_form=form, status=400)
-        node = get_node()
+        records, complete = self.apply(request, form, keys)
+        if not complete:
+            return self.get(request, action_form=form, status=503)
         data = form.cleaned_data
-        records = []
-        for app, instance_id in keys:
-            try:
-                records.append(
-                    audit.apply_override(
-                        node,
-                        request.user,
-                        app,
-                        instance_id,
-                        data["action"],
-                        data["reason"],
-                        data["status"] or None,
-                    )
-                )
-            except audit.AuditUnavailable:
-                form.add_error(None, _audit_down_message(records, len(keys)))
-                return self.get(request, action_form=form, status=503)
         label = dict(StatusOverrideRecord.Action.choices)[data["action"]]
         level = messages.SUCCESS if all(r.outcome != Outcome.NOT_FOUND for r in records) else messages.WARNING
         messages.add_message(request, level, f"{label} on {len(records)} instance(s) — {_summary(records)}.")
@@ -174,20 +183,10 @@ class InstanceAdminView(_AdminPage):
         form = OverrideForm(request.POST)
         if not form.is_valid():
             return self.get(request, app, instance_id, action_form=form, status=400)
-        data = form.cleaned_data
-        try:
-            record = audit.apply_override(
-                get_node(),
-                request.user,
-                app,
-                instance_id,
-                data["action"],
-                data["reason"],
-                data["status"] or None,
-            )
-        except audit.AuditUnavailable:
-            form.add_error(None, _audit_down_message([], 1))
+        records, complete = self.apply(request, form, [(app, instance_id)])
+        if not complete:
             return self.get(request, app, instance_id, action_form=form, status=503)
+        (record,) = records
         if record.outcome == Outcome.NOT_FOUND:
             messages.warning(request, f"{app} / {instance_id} is not registered: nothing changed.")
         else:

@@ -18,6 +18,17 @@ from registry.peers import AVAILABILITY_WINDOW_MS, PeerSet, scrub_credentials
 from tests.factories import instance_body
 
 MIN = 60_000
+# The General Info rows as screenshots of Eureka's page show them (shared/reference/status-console.md A3).
+GENERAL_INFO_ORDER = [
+    "total-avail-memory",
+    "environment",
+    "num-of-cpus",
+    "current-memory-usage",
+    "server-uptime",
+    "registered-replicas",
+    "unavailable-replicas",
+    "available-replicas",
+]
 
 
 def sp(enabled: bool, below: bool) -> SelfPreservation:
@@ -124,16 +135,7 @@ def console_node(eureka_options, clock):
 def test_general_info_rows_come_in_the_familiar_order(console_node, clock):
     clock.advance(90 * MIN)
     rows = console.general_info(console_node, clock())
-    assert [name for name, _ in rows] == [
-        "total-avail-memory",
-        "environment",
-        "num-of-cpus",
-        "current-memory-usage",
-        "server-uptime",
-        "registered-replicas",
-        "unavailable-replicas",
-        "available-replicas",
-    ]
+    assert [name for name, _ in rows] == GENERAL_INFO_ORDER
     values = dict(rows)
     assert values["environment"] == "prod"
     assert values["server-uptime"] == "01:30"
