@@ -47,13 +47,14 @@ def _status_context(request) -> tuple[dict, int]:
     if not form.is_valid():
         return context, 400
     data = form.cleaned_data
-    groups = select(node.registry.instances(), form.query())
+    query = form.query()
+    groups = select(node.registry.instances(), query)
     per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
     context["page"] = page_of(groups, data["page"] or 1, per_page)
-    context["filtered"] = form.query().active
-    query = request.GET.copy()
-    query.pop("page", None)
-    context["query_without_page"] = query.urlencode()
+    context["filtered"] = query.active
+    params = request.GET.copy()
+    params.pop("page", None)
+    context["query_without_page"] = params.urlencode()
     # Built once here, not by {% url %} per instance: a page may list a thousand ids.
     context["detail_prefix"] = reverse("dashboard:instances")
     context["admin_prefix"] = reverse("admin:registry_instances")

@@ -6,6 +6,7 @@ database). Viewing needs staff; changing needs the ``registry.override_instance_
 
 from __future__ import annotations
 
+from collections import Counter
 from urllib.parse import quote, unquote
 
 from django.conf import settings
@@ -43,9 +44,7 @@ def parse_selection_key(key: str) -> tuple[str, str] | None:
 
 
 def _summary(records: list[StatusOverrideRecord]) -> str:
-    counts: dict[str, int] = {}
-    for record in records:
-        counts[record.get_outcome_display()] = counts.get(record.get_outcome_display(), 0) + 1
+    counts = Counter(record.get_outcome_display() for record in records)
     return ", ".join(f"{label}: {count}" for label, count in counts.items())
 
 

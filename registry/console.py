@@ -74,10 +74,8 @@ class SystemStatus:
     datacenter: str
     current_time: str
     uptime: str
-    lease_expiration_enabled: bool
-    renews_threshold: int
-    renews_last_minute: int
     banner: str | None
+    # Lease expiration enabled, Renews threshold and Renews (last min) are read from here.
     self_preservation: SelfPreservation
 
 
@@ -88,9 +86,6 @@ def system_status(node: Node, now: int, tz: tzinfo) -> SystemStatus:
         datacenter=node.options.get("datacenter", "default"),
         current_time=format_time(now, tz),
         uptime=format_uptime(now - node.started_at),
-        lease_expiration_enabled=sp.lease_expiration_enabled,
-        renews_threshold=sp.renews_threshold,
-        renews_last_minute=sp.renews_last_minute,
         banner=banner(sp),
         self_preservation=sp,
     )
@@ -102,13 +97,12 @@ class Recount:
 
     last_run: int | None
     next_run: int
-    interval_ms: int
 
 
 def recount_schedule(node: Node) -> Recount:
     interval = node.registry.config.renewal_threshold_update_interval_ms
     last = node.job_records["recount_expected_clients"].last_run
-    return Recount(last, (last if last is not None else node.started_at) + interval, interval)
+    return Recount(last, (last if last is not None else node.started_at) + interval)
 
 
 def memory_limit_bytes() -> int:

@@ -154,7 +154,7 @@ def test_instance_info_is_this_nodes_address_and_status(console_node, clock):
 def test_system_status_reads_the_settings_and_the_registry(console_node, clock):
     status = console.system_status(console_node, clock(), UTC)
     assert (status.environment, status.datacenter, status.uptime) == ("prod", "dc1", "00:00")
-    assert status.renews_threshold == 0 and status.renews_last_minute == 0
+    assert status.self_preservation.renews_threshold == 0 and status.self_preservation.renews_last_minute == 0
 
 
 def test_recount_schedule_follows_the_last_run(console_node, clock):
