@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 
+from eureka_site.request_bodies import BodyRefused, buffer_unsized_body
+
 PROTOCOL_PREFIX = "/eureka/"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
@@ -55,5 +57,10 @@ class RoutingApplication:
             # A reverse proxy that strips a path prefix tells us so; links and redirects then keep it.
             if _PREFIX.fullmatch(prefix):
                 environ["SCRIPT_NAME"] = prefix
+        # Chunked bodies (Jersey 1 clients, Spring's replication batches) for both handlers alike.
+        try:
+            buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)
+        except BodyRefused as refusal:
+            return refusal.wsgi_response(start_response)
         handler = self.protocol if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX) else self.site
         return handler(environ, start_response)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
 
 from eureka_site.handlers import RoutingApplication
 from tests.factories import instance_body
 
 
-def call(app, method: str, path: str, body: bytes = b"", **headers: str):
+def call(app, method: str, path: str, body: bytes = b"", chunked: bool = False, stream=None, **headers: str):
+    """One request through the WSGI application. ``chunked`` presents the body as gunicorn does for
+    ``Transfer-Encoding: chunked``: decoded, with no ``CONTENT_LENGTH``; ``stream`` replaces the body."""
     environ: dict = {}
     setup_testing_defaults(environ)
     environ.update(
@@ -18,8 +22,8 @@ def call(app, method: str, path: str, body: bytes = b"", **headers: str):
             "REQUEST_METHOD": method,
             "PATH_INFO": path,
             "QUERY_STRING": "",
-            "CONTENT_LENGTH": str(len(body)),
-            "wsgi.input": io.BytesIO(body),
+            "wsgi.input": stream or io.BytesIO(body),
+            **({"HTTP_TRANSFER_ENCODING": "chunked"} if chunked else {"CONTENT_LENGTH": str(len(body))}),
             **headers,
         }
     )
@@ -82,3 +86,99 @@ def test_a_trusted_forwarded_prefix_keeps_redirects_under_the_proxy_path(node, d
         HTTP_X_FORWARDED_PREFIX="/evil\r\nX: y",
     )
     assert headers["Location"].startswith("/admin/login/"), "a malformed prefix is ignored"
+
+
+# --------------------------------------------------------------------------- chunked request bodies
+
+
+class BrokenChunkedStream(io.RawIOBase):
+    """What gunicorn's decoded chunked input does on bad framing: some body, then an exception."""
+
+    def __init__(self, first: bytes):
+        self.first = first
+
+    def read(self, size=-1):
+        if self.first:
+            data, self.first = self.first, b""
+            return data
+        raise ValueError("Invalid chunk size: 'zz'")
+
+
+def test_a_chunked_registration_reaches_the_protocol_views(node):
+    app = RoutingApplication()
+    body = json.dumps(instance_body()).encode()
+    for prefix in ("/eureka/", "/eureka/v2/"):
+        status, _, content = call(
+            app, "POST", f"{prefix}apps/ORDERS", body, chunked=True, CONTENT_TYPE="application/json"
+        )
+        assert (status, content) == (204, b"")
+    status, _, content = call(app, "GET", "/eureka/apps/ORDERS", HTTP_ACCEPT="application/json")
+    assert status == 200
+    assert json.loads(content)["application"]["instance"][0]["instanceId"] == "10.0.0.1:orders:8080"
+
+
+def test_a_chunked_body_over_the_limit_is_413_whatever_the_handler(node, settings):
+    settings.EUREKA_MAX_BODY_BYTES = 2048
+    app = RoutingApplication()
+    body = json.dumps(instance_body()).encode()
+    body = body[:-1] + b" " * 4000 + b"}"
+    for path in ("/eureka/apps/ORDERS", "/admin/login/"):
+        stream = io.BytesIO(body)
+        status, headers, content = call(
+            app, "POST", path, chunked=True, stream=stream, CONTENT_TYPE="application/json"
+        )
+        assert status == 413, (path, content)
+        assert content == b"Request body is larger than 2048 bytes\n"
+        assert stream.tell() == 2049, "reading stops one byte past the limit"
+    assert node.registry.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
+
+
+def test_chunked_body_at_the_limit_is_accepted(node, settings):
+    settings.EUREKA_MAX_BODY_BYTES = 2048
+    body = json.dumps(instance_body()).encode()
+    body = body[:-1] + b" " * (2048 - len(body)) + b"}"
+    app = RoutingApplication()
+    status, _, content = call(
+        app, "POST", "/eureka/apps/ORDERS", body, chunked=True, CONTENT_TYPE="application/json"
+    )
+    assert (status, content) == (204, b"")
+
+
+def test_broken_chunk_framing_is_400_and_changes_nothing(node):
+    body = json.dumps(instance_body()).encode()
+    status, headers, content = call(
+        RoutingApplication(),
+        "POST",
+        "/eureka/apps/ORDERS",
+        stream=BrokenChunkedStream(body),
+        chunked=True,
+        CONTENT_TYPE="application/json",
+    )
+    assert status == 400
+    assert content == b"Malformed chunked request body: Invalid chunk size: 'zz'\n"
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert node.registry.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
+
+
+def test_the_site_stack_reads_chunked_form_posts_too(node, db, django_user_model):
+    django_user_model.objects.create_user("operator", password="s3cret-pass", is_staff=True)
+    app = RoutingApplication()
+    status, headers, page = call(app, "GET", "/admin/login/")
+    assert status == 200
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1).decode()
+    cookie = headers["Set-Cookie"].split(";")[0]
+    form = urlencode(
+        {"csrfmiddlewaretoken": token, "username": "operator", "password": "s3cret-pass", "next": "/admin/"}
+    )
+    status, headers, _ = call(
+        app,
+        "POST",
+        "/admin/login/",
+        form.encode(),
+        chunked=True,
+        CONTENT_TYPE="application/x-www-form-urlencoded",
+        HTTP_COOKIE=cookie,
+        HTTP_HOST="testserver",
+    )
+    # Logged in: the form's fields (and the CSRF token among them) were read from the chunked body.
+    assert status == 302 and headers["Location"] == "/admin/"

@@ -8,6 +8,7 @@ from what the server returned, and responses are parsed with the standard librar
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -15,6 +16,13 @@ from typing import Any
 from urllib.parse import quote
 from xml.etree import ElementTree as ET
 from xml.sax.saxutils import escape, quoteattr
+
+import pytest
+from django.conf import settings
+from django.http import HttpResponse
+from rest_framework.test import APIClient
+
+from eureka_site.request_bodies import BodyRefused, buffer_unsized_body
 
 PREFIXES = ("/eureka/", "/eureka/v2/")
 SLASHES = ("", "/")
@@ -39,6 +47,41 @@ def headers(fmt: str | None = None, **extra: str) -> dict[str, str]:
 def enc(instance_id: str) -> str:
     """An instance id as a client puts it in a path: every reserved character percent-encoded."""
     return quote(instance_id, safe="")
+
+
+# ------------------------------------------------------------------------------------ framing
+
+
+class ChunkedAPIClient(APIClient):
+    """A client that sends every body as Jersey 1 clients and Spring's replication do: chunked.
+
+    gunicorn decodes the chunk framing and hands the application the bare body with no
+    ``Content-Length``; this client builds that same WSGI environ and lets the registry's WSGI layer
+    (``buffer_unsized_body``, what the routing application runs first) read it. Framing errors of the
+    wire itself are the live tests' business (tests/deploy/test_http_framing.py).
+    """
+
+    def request(self, **request):
+        length = request.pop("CONTENT_LENGTH", None)
+        if length is None or request.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            if length is not None:
+                request["CONTENT_LENGTH"] = length
+            return super().request(**request)
+        request["wsgi.input"] = io.BytesIO(request["wsgi.input"].read(int(length)))
+        request["HTTP_TRANSFER_ENCODING"] = "chunked"
+        try:
+            buffer_unsized_body(request, settings.EUREKA_MAX_BODY_BYTES)
+        except BodyRefused as refusal:
+            return HttpResponse(
+                refusal.message + "\n", status=refusal.status, content_type="text/plain; charset=utf-8"
+            )
+        return super().request(**request)
+
+
+@pytest.fixture(params=["content-length", "chunked"])
+def api_both_framings(request, node) -> APIClient:
+    """The ``api`` client, once sending bodies with a ``Content-Length`` and once chunked."""
+    return ChunkedAPIClient() if request.param == "chunked" else APIClient()
 
 
 # ---------------------------------------------------------------------------------- request bodies

@@ -17,6 +17,7 @@ from django.conf import settings
 from tests.factories import instance_body
 
 from .api_support import (
+    api_both_framings,
     enc,
     get_json,
     headers,
@@ -25,6 +26,10 @@ from .api_support import (
 )
 
 ORDERS_ID = "10.0.0.1:orders:8080"
+
+# Every test here runs twice: bodies sent with a Content-Length, and the same bodies sent chunked (as
+# the Netflix eureka-client 1.x does); both must be accepted or refused alike.
+api = api_both_framings
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from .api_support import (
     AMAZON_DC_CLASS,
     DEFAULT_DC_CLASS,
     EMPTY_MAP_CLASS,
+    api_both_framings,
     enc,
     get_json,
     headers,
@@ -21,6 +22,10 @@ from .api_support import (
     to_xml_body,
 )
 from .test_api_wire_shape import check_json_instance, check_xml_instance
+
+# Every test here runs twice: bodies sent with a Content-Length, and the same bodies sent chunked (as
+# the Netflix eureka-client 1.x does); both must be accepted or refused alike.
+api = api_both_framings
 
 
 def served(api, app: str, instance_id: str) -> dict:

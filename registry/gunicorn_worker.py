@@ -1,0 +1,86 @@
+"""The gunicorn worker of a registry node: gevent, closing connections so that the answer arrives.
+
+It imports neither Django nor the project (gunicorn's master process loads the worker class before
+it forks; the application itself is loaded in the worker, see ``deploy/gunicorn.conf.py``).
+
+gunicorn's gevent worker closes a connection at once after an error answer (an over-long request
+line, bad chunk framing) or a response that ends the connection. If the client is still sending its
+request — a Java client writes the request line and headers, then the body, and only then reads —
+the kernel answers the unread bytes with a reset, and the client sees "connection reset" instead of
+the 414 or 413 it was sent. gunicorn's sync and gthread workers already close the RFC 9112 §9.6 way;
+this worker does the same for gevent: half-close, read and discard what the client is still sending
+(at most ``DRAIN_BYTES`` within ``DRAIN_SECONDS``), then close.
+
+It also bounds what is read after a response: gunicorn discards an unread request body before the
+next request on a keep-alive connection, however long that body is. Here a body left unread by more
+than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
+instead, so refusing a body never means reading it.
+"""
+
+from __future__ import annotations
+
+import gevent
+from gunicorn import util
+from gunicorn.workers.ggevent import GeventWorker
+
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 2.0
+_READ_STEP = 8192
+
+
+def _fully_read(body) -> bool:
+    """Whether a gunicorn request body has been read to its end, known without touching the socket.
+
+    The usual case (the application read the whole body, or there was none) is then settled without
+    arming a timer for every request. Anything this cannot tell goes the timed way.
+    """
+    buffered = getattr(body, "buf", None)
+    reader = getattr(body, "reader", None)
+    if buffered is None or reader is None or buffered.tell():
+        return False
+    # A Content-Length body with nothing left, or a chunked body whose last chunk was parsed.
+    return getattr(reader, "length", None) == 0 or getattr(reader, "parser", True) is None
+
+
+def discard_unread_body(body) -> bool:
+    """Read what is left of a request body, up to ``DRAIN_BYTES`` within ``DRAIN_SECONDS``; False when
+    the connection cannot serve another request (body longer or slower than that, or badly framed)."""
+    if body is None or _fully_read(body):
+        return True
+    if getattr(body, "failed", False):
+        return False
+    discarded = 0
+    timer = gevent.Timeout(DRAIN_SECONDS)
+    try:
+        with timer:
+            while discarded <= DRAIN_BYTES:
+                data = body.read(_READ_STEP)
+                if not data:
+                    return True
+                discarded += len(data)
+    except gevent.Timeout as timeout:
+        if timeout is not timer:
+            raise
+    except Exception:  # the body's framing is broken: where the next request starts is unknown
+        pass
+    return False
+
+
+class RegistryWorker(GeventWorker):
+    """gunicorn's gevent worker with a graceful close (see the module docstring)."""
+
+    def handle_error(self, req, client, addr, exc):
+        super().handle_error(req, client, addr, exc)
+        util.close_graceful(client, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
+
+    def handle_request(self, listener_name, req, sock, addr):
+        try:
+            keep_alive = super().handle_request(listener_name, req, sock, addr)
+        except StopIteration:
+            # The response ended the connection (Connection: close, HTTP/1.0, worker shutting down).
+            util.close_graceful(sock, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
+            raise
+        if not discard_unread_body(getattr(req, "body", None)):
+            util.close_graceful(sock, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
+            raise StopIteration()
+        return keep_alive
