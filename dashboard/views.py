@@ -14,10 +14,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from registry import audit, console
-from registry.forms import InstanceFilterForm
-from registry.node import get_node
-from registry.queries import page_of, select
+from dashboard import console
+from dashboard.queries import page_of, select
+from registry.admin import audit
+from registry.admin.forms import InstanceFilterForm
+from registry.runtime.node import get_node
 
 
 def _base_context(node, now) -> dict:

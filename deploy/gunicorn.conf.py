@@ -4,14 +4,14 @@ One worker process, always: the lease map lives in that process, and a second wo
 second, divergent map. Concurrency comes from gevent: measured on this app (bench/README.md), the
 gevent worker serves about twice the heartbeats of gthread at a lower p99, because requests do not
 hand the GIL between pool threads. The worker is gunicorn's gevent worker with a graceful close
-(``registry/gunicorn_worker.py``: error answers reach clients still sending). Override on the command
+(``registry/runtime/gunicorn_worker.py``: error answers reach clients still sending). Override on the command
 line or with GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 
 bind = "0.0.0.0:8761"
 wsgi_app = "eureka_site.wsgi:application"
 workers = 1
-worker_class = "registry.gunicorn_worker.RegistryWorker"
+worker_class = "registry.runtime.gunicorn_worker.RegistryWorker"
 # Every Eureka client keeps one connection open; leave room for a large fleet (mind `ulimit -n`).
 worker_connections = 10000
 # Eureka clients keep connections open between heartbeats (30 s): keep them, so a heartbeat costs

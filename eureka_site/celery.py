@@ -8,4 +8,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
 
 app = Celery("eureka_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+# The registry's tasks live in its runtime room (registry/runtime/tasks.py), not at the app's top level.
+app.autodiscover_tasks(["registry.runtime"])

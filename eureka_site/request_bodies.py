@@ -11,7 +11,7 @@ request goes on as if it had come with a ``Content-Length``. The limit is the on
 bodies with a length (``EUREKA_MAX_BODY_BYTES``, which is also ``DATA_UPLOAD_MAX_MEMORY_SIZE``): reading
 stops one byte past it, so a longer body is refused with 413 and the rest of it is never read into
 memory (the node's gunicorn worker then closes the connection rather than read the rest of the body
-to reach the next request: ``registry/gunicorn_worker.py``). Broken framing is refused with 400
+to reach the next request: ``registry/runtime/gunicorn_worker.py``). Broken framing is refused with 400
 before any view runs, so nothing is half applied.
 """
 

@@ -134,8 +134,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_THROTTLE_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.http.EurekaContentNegotiation",
-    "EXCEPTION_HANDLER": "registry.http.plain_exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.protocol.http.EurekaContentNegotiation",
+    "EXCEPTION_HANDLER": "registry.protocol.http.plain_exception_handler",
 }
 
 # Request bodies larger than this are refused with 413 (also the limit after gunzip).
@@ -227,7 +227,7 @@ EUREKA["datacenter"] = env.str("EUREKA_DATACENTER", default="default")
 EUREKA["instance_ip_address"] = env.str("EUREKA_INSTANCE_IP_ADDRESS", default="")
 
 # --- Production topology: Redis + Celery -------------------------------------------------------
-# REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/tasks.py).
+# REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).
 REDIS_URL = env.str("REDIS_URL", default="")
 # Celery tasks reach the registry process through its control endpoint with this shared secret.
 EUREKA_CONTROL_SECRET = env_secret("EUREKA_CONTROL_SECRET", default="")

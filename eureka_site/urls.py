@@ -2,13 +2,13 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from registry.http import text
+from registry.protocol.http import text
 
 from . import protocol_urls
 
 urlpatterns = [
     *protocol_urls.urlpatterns,
-    path("", include("registry.ops_urls")),
+    path("", include("registry.runtime.control_urls")),
     path("admin/", admin.site.urls),
 ]
 if settings.EUREKA_DASHBOARD_ENABLED:

@@ -14,7 +14,7 @@ from eureka_site.handlers import RoutingApplication  # noqa: E402
 application = RoutingApplication()
 
 if settings.EUREKA["embedded_scheduler"]:
-    from registry.node import get_node
+    from registry.runtime.node import get_node
 
     # Under Celery the thread is a watchdog: it runs only jobs that beat has left overdue.
     get_node().start_scheduler(watchdog=settings.EUREKA["jobs_driver"] == "celery")

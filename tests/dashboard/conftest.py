@@ -6,7 +6,7 @@ import pytest
 from bs4 import BeautifulSoup
 from django.test import Client
 
-from registry.node import build_node, reset_node
+from registry.runtime.node import build_node, reset_node
 from tests.factories import instance_body
 
 

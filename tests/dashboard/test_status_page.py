@@ -7,14 +7,14 @@ import re
 import pytest
 from django.test import Client
 
-from registry import constants as c
-from registry.console import (
+from dashboard.console import (
     BANNER_BELOW_THRESHOLD_SELF_PRESERVATION_OFF,
     BANNER_EMERGENCY,
     BANNER_SELF_PRESERVATION_OFF,
 )
+from registry import constants as c
 from tests.dashboard.conftest import cells, kv, register, soup
-from tests.registry.test_console import GENERAL_INFO_ORDER
+from tests.dashboard.test_console import GENERAL_INFO_ORDER
 
 MIN = 60_000
 ALL_BANNERS = (BANNER_EMERGENCY, BANNER_BELOW_THRESHOLD_SELF_PRESERVATION_OFF, BANNER_SELF_PRESERVATION_OFF)

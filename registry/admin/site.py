@@ -1,0 +1,74 @@
+"""The admin site: Django's, plus the registry's own pages for registered instances."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import admin
+from django.urls import NoReverseMatch, path, reverse
+
+
+class RegistryAdminSite(admin.AdminSite):
+    site_header = "Eureka registry administration"
+    site_title = "Eureka registry"
+    index_title = "Registry administration"
+
+    def __init__(self, name="admin"):
+        super().__init__(name)
+        from registry.admin.records import StatusOverrideRecordAdmin
+        from registry.models import StatusOverrideRecord
+
+        self.register(StatusOverrideRecord, StatusOverrideRecordAdmin)
+
+    def get_urls(self):
+        from registry.admin.views import InstanceAdminView, InstanceListAdminView
+
+        own = [
+            path(
+                "registry/instances/",
+                self.admin_view(InstanceListAdminView.as_view(site=self)),
+                name="registry_instances",
+            ),
+            path(
+                "registry/instances/<str:app>/<str:instance_id>/",
+                self.admin_view(InstanceAdminView.as_view(site=self)),
+                name="registry_instance",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def each_context(self, request):
+        context = super().each_context(request)
+        # "View site" leads to the status console (or nowhere when it is turned off).
+        context["site_url"] = None
+        if settings.EUREKA_DASHBOARD_ENABLED:
+            try:
+                context["site_url"] = reverse("dashboard:status")
+            except NoReverseMatch:
+                pass
+        return context
+
+    def get_app_list(self, request, app_label=None):
+        """The registry's section lists "Registered instances" (not a model: the live lease map)."""
+        app_list = super().get_app_list(request, app_label)
+        if app_label not in (None, "registry"):
+            return app_list
+        entry = {
+            "name": "Registered instances",
+            "object_name": "RegisteredInstance",
+            "perms": {"add": False, "change": False, "delete": False, "view": True},
+            "admin_url": reverse("admin:registry_instances", current_app=self.name),
+            "add_url": None,
+            "view_only": True,
+        }
+        section = next((app for app in app_list if app["app_label"] == "registry"), None)
+        if section is None:
+            section = {
+                "name": "Eureka registry",
+                "app_label": "registry",
+                "app_url": reverse("admin:registry_instances", current_app=self.name),
+                "has_module_perms": True,
+                "models": [],
+            }
+            app_list.append(section)
+        section["models"].insert(0, entry)
+        return app_list

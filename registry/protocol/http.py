@@ -1,0 +1,156 @@
+"""HTTP details of the Eureka protocol that DRF's defaults get wrong for real clients.
+
+* format: JSON only when ``Accept`` *contains* "json", otherwise XML (no q-value negotiation);
+* error bodies: plain text for 4xx with a reason, empty for 404/403 (Jersey clients try to decode
+  any non-HTML body as an instance);
+* gzip: responses when ``Accept-Encoding`` contains gzip, request bodies with ``Content-Encoding: gzip``.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from rest_framework import exceptions
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import BaseRenderer
+
+from registry.cache.response_cache import Payload
+from registry.protocol.codecs import JSON, XML, BadInput, parse_long
+
+CONTENT_TYPES = {JSON: "application/json", XML: "application/xml"}
+REPLICATION_HEADER = "HTTP_X_NETFLIX_DISCOVERY_REPLICATION"
+
+
+class RequestRefused(Exception):
+    """A request refused before it reached the registry: answered with ``status`` and ``message``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class EurekaContentNegotiation(BaseContentNegotiation):
+    """Views render their own bytes, so DRF only needs *a* renderer; parsing is done by the codecs."""
+
+    def select_parser(self, request, parsers):
+        return None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        renderer = renderers[0]
+        return renderer, renderer.media_type
+
+
+class PassthroughRenderer(BaseRenderer):
+    media_type = "*/*"
+    format = "raw"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+def response_format(request: HttpRequest) -> str:
+    return JSON if "json" in request.META.get("HTTP_ACCEPT", "") else XML
+
+
+def wants_gzip(request: HttpRequest) -> bool:
+    return "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", "")
+
+
+def wants_compact(request: HttpRequest) -> bool:
+    return request.META.get("HTTP_X_EUREKA_ACCEPT", "").lower() == "compact"
+
+
+def is_replication(request: HttpRequest) -> bool:
+    return request.META.get(REPLICATION_HEADER) == "true"
+
+
+def empty(status: int = 200) -> HttpResponse:
+    response = HttpResponse(b"", status=status)
+    # Like Jersey's bodiless responses: no entity, no content type.
+    del response["Content-Type"]
+    return response
+
+
+def text(status: int, message: str) -> HttpResponse:
+    return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+def payload_response(request: HttpRequest, payload: Payload, fmt: str, status: int = 200) -> HttpResponse:
+    """Serve cached bytes as they are, or their once-computed gzip copy when the client accepts gzip."""
+    if not payload.found:
+        return empty(404)
+    if wants_gzip(request):
+        response = HttpResponse(payload.gzipped(), status=status, content_type=CONTENT_TYPES[fmt])
+        response["Content-Encoding"] = "gzip"
+    else:
+        response = HttpResponse(payload.body, status=status, content_type=CONTENT_TYPES[fmt])
+    response["Vary"] = "Accept, Accept-Encoding, X-Eureka-Accept"
+    return response
+
+
+def request_format(request: HttpRequest, body: bytes) -> str:
+    content_type = request.META.get("CONTENT_TYPE", "").lower()
+    if "json" in content_type:
+        return JSON
+    if "xml" in content_type:
+        return XML
+    if not content_type:
+        start = body.lstrip()[:1]
+        if start == b"{":
+            return JSON
+        if start == b"<":
+            return XML
+    raise RequestRefused(
+        415,
+        f"Unsupported Content-Type {content_type or '(none)'!r}: send application/json or application/xml",
+    )
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The request body, gunzipped when sent with Content-Encoding: gzip, within the size limit."""
+    limit = settings.EUREKA_MAX_BODY_BYTES
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise RequestRefused(413, f"Request body is larger than {limit} bytes") from None
+    if len(body) > limit:
+        raise RequestRefused(413, f"Request body is larger than {limit} bytes")
+    if "gzip" in request.META.get("HTTP_CONTENT_ENCODING", "").lower():
+        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            body = decompressor.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise RequestRefused(400, f"Malformed gzip request body: {exc}") from None
+        if len(body) > limit or decompressor.unconsumed_tail:
+            raise RequestRefused(413, f"Decompressed request body is larger than {limit} bytes")
+    if not body.strip():
+        raise RequestRefused(400, "Missing request body")
+    return body
+
+
+def parse_timestamp(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    return parse_long(value, name)
+
+
+def plain_exception_handler(exc, context):
+    """DRF errors (405, parse errors...) as short plain-text answers instead of JSON documents."""
+    if isinstance(exc, RequestRefused):
+        return text(exc.status, exc.message)
+    if isinstance(exc, BadInput):
+        return text(400, str(exc))
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        response = text(405, f"Method {context['request'].method} not allowed")
+        allowed = getattr(context.get("view"), "allowed_methods", None)
+        if allowed:
+            response["Allow"] = ", ".join(allowed)
+        return response
+    if isinstance(exc, exceptions.APIException):
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return text(exc.status_code, detail)
+    return None

@@ -1,0 +1,208 @@
+"""The Eureka REST protocol as DRF views. Each view parses, calls one registry function, renders."""
+
+from __future__ import annotations
+
+import orjson
+from django.http import HttpResponse
+from rest_framework.views import APIView
+
+from registry import constants as c
+from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
+from registry.core import Renew
+from registry.protocol.codecs import BadInput, decode_instance, instance_dict, metadata_key, render, xml_safe
+from registry.protocol.http import (
+    PassthroughRenderer,
+    empty,
+    is_replication,
+    parse_timestamp,
+    payload_response,
+    read_body,
+    request_format,
+    response_format,
+    text,
+    wants_compact,
+    wants_gzip,
+)
+from registry.runtime import operations
+from registry.runtime.node import get_node
+from registry.runtime.status import application_stats, general_stats
+
+
+class EurekaView(APIView):
+    renderer_classes = [PassthroughRenderer]
+    authentication_classes: list = []
+    permission_classes: list = []
+    throttle_classes: list = []
+    # No DRF OPTIONS metadata documents: OPTIONS answers 405 like any other method the protocol lacks.
+    metadata_class = None
+
+    @property
+    def default_response_headers(self):
+        # DRF would add "Allow" to every answer; only a 405 needs it (set by the exception handler).
+        return {}
+
+
+def _status_param(value: str | None, required: bool) -> str | None:
+    """The ``value`` of status calls: exact and case-sensitive, like Java's ``InstanceStatus.valueOf``."""
+    if value is None or value == "":
+        if required:
+            raise BadInput("Missing status value: pass ?value=UP|DOWN|STARTING|OUT_OF_SERVICE|UNKNOWN")
+        return None
+    if value not in c.STATUSES:
+        raise BadInput(
+            f"Unknown status value {value[:40]!r}: expected one of {', '.join(sorted(c.STATUSES))}"
+        )
+    return value
+
+
+def _cached(request, entity: str, name: str = "") -> HttpResponse:
+    node = get_node()
+    now = node.now()
+    if not node.registry.allows_reads(now):
+        return empty(403)
+    fmt = response_format(request)
+    key = CacheKey(entity, name, fmt, wants_compact(request))
+    return payload_response(request, node.cache.get(key, now, wants_gzip(request)), fmt)
+
+
+def _instance_response(request, view, status: int = 200) -> HttpResponse:
+    """A live (uncached) instance; 404 with an empty body when there is none."""
+    if view is None:
+        return empty(404)
+    fmt = response_format(request)
+    body = render("instance", instance_dict(view, wants_compact(request)), fmt)
+    return payload_response(request, Payload(body, 0), fmt, status=status)
+
+
+class ApplicationsView(EurekaView):
+    """``GET apps`` — the full registry (``?regions=`` is accepted; no remote regions are configured)."""
+
+    def get(self, request):
+        return _cached(request, APPS)
+
+
+class DeltaView(EurekaView):
+    """``GET apps/delta`` — instances changed in the retention window plus the full-registry hashcode."""
+
+    def get(self, request):
+        if get_node().registry.config.disable_delta:
+            return empty(403)
+        return _cached(request, DELTA)
+
+
+class ApplicationView(EurekaView):
+    """``GET apps/{app}`` and ``POST apps/{app}`` (register)."""
+
+    def get(self, request, app):
+        return _cached(request, APP, app.upper())
+
+    def post(self, request, app):
+        node = get_node()
+        body = read_body(request)
+        now = node.now()
+        instance = decode_instance(body, request_format(request, body), now, path_app=app.upper())
+        node.registry.register(instance, now, is_replication(request))
+        return empty(204)
+
+
+class InstanceView(EurekaView):
+    """``GET`` (live lookup), ``PUT`` (renew) and ``DELETE`` (cancel) on ``apps/{app}/{id}``."""
+
+    def get(self, request, app, instance_id):
+        node = get_node()
+        return _instance_response(request, node.registry.get_instance(app.upper(), instance_id, node.now()))
+
+    def put(self, request, app, instance_id):
+        params = request.query_params
+        last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+        overridden = _status_param(params.get("overriddenstatus"), required=False)
+        node = get_node()
+        replication = is_replication(request)
+        result = node.registry.renew(
+            app.upper(), instance_id, node.now(), last_dirty, overridden, is_replication=replication
+        )
+        if result.outcome is Renew.CONFLICT:
+            return _instance_response(request, result.current, status=409)
+        return empty(result.outcome.value)
+
+    def delete(self, request, app, instance_id):
+        node = get_node()
+        return empty(200 if node.registry.cancel(app.upper(), instance_id, node.now()) else 404)
+
+
+class InstanceStatusView(EurekaView):
+    """``PUT`` sets a status override, ``DELETE`` removes it (no ``value`` → UNKNOWN until re-register)."""
+
+    def put(self, request, app, instance_id):
+        params = request.query_params
+        status = _status_param(params.get("value"), required=True)
+        last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+        change = operations.override_status(get_node(), app.upper(), instance_id, status, last_dirty)
+        return empty(404 if change is None else 200)
+
+    def delete(self, request, app, instance_id):
+        params = request.query_params
+        status = _status_param(params.get("value"), required=False) or c.UNKNOWN
+        last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+        change = operations.remove_override(get_node(), app.upper(), instance_id, status, last_dirty)
+        return empty(404 if change is None else 200)
+
+
+class InstanceMetadataView(EurekaView):
+    """``PUT apps/{app}/{id}/metadata?k=v``: merge into the metadata (a re-registration, as in Eureka)."""
+
+    def put(self, request, app, instance_id):
+        params = request.query_params
+        entries = {
+            metadata_key(key): xml_safe(params.getlist(key)[0], f"metadata value for {key!r}")
+            for key in params
+        }
+        node = get_node()
+        found = node.registry.update_metadata(app.upper(), instance_id, entries, node.now())
+        return empty(200 if found else 404)
+
+
+class InstanceByIdView(EurekaView):
+    """``GET instances/{id}``: the first app holding that id."""
+
+    def get(self, request, instance_id):
+        node = get_node()
+        return _instance_response(request, node.registry.find_instance(instance_id, node.now()))
+
+
+class VipView(EurekaView):
+    """``GET vips/{vip}`` / ``svips/{svip}``: 200 with an empty list when nothing matches."""
+
+    secure = False
+
+    def get(self, request, vip):
+        return _cached(request, SVIP if self.secure else VIP, vip)
+
+
+class AsgStatusView(EurekaView):
+    def put(self, request, asg):
+        return text(400, "ASG status is only supported by Eureka's AWS registry; this server has no ASGs")
+
+
+class StatusView(EurekaView):
+    """``GET status``: the server's own health, in the shape of Eureka's StatusInfo (no client reads it)."""
+
+    def get(self, request):
+        node = get_node()
+        now = node.now()
+        stats = node.registry.stats(now)
+        body = {
+            "generalStats": general_stats(node, now),
+            "applicationStats": application_stats(node.peers.states(), now),
+            "registry": {k: v for k, v in stats.items() if k != "status_counts"},
+            "time": now,
+        }
+        fmt = response_format(request)
+        return payload_response(request, Payload(render("status", body, fmt), 0), fmt)
+
+
+class StatusOverridesView(EurekaView):
+    """``GET serverinfo/statusoverrides``: ``{instance id: override}`` as JSON."""
+
+    def get(self, request):
+        return HttpResponse(orjson.dumps(get_node().registry.overrides()), content_type="application/json")

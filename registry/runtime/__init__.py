@@ -1,0 +1,10 @@
+"""The node: one registry per process, and what keeps it running.
+
+``node.py`` builds the node from settings (lease map, response cache, peers, job table) and hands
+it out with ``get_node()``; ``jobs.py`` is the table of periodic jobs (eviction, cache sync, delta
+pruning, expected-clients recount); ``scheduler.py`` runs them in-process (embedded mode), and in
+production mode Celery beat schedules ``tasks.py``, whose worker asks the registry process to run
+them through the control endpoint (``control.py``, ``control_urls.py``, with ``/healthz`` and
+``/readyz``). ``operations.py`` is the one path of status overrides for the protocol and the admin,
+``status.py`` what the node reports about itself, and ``gunicorn_worker.py`` the server's worker.
+"""

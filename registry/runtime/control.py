@@ -1,0 +1,84 @@
+"""Operational endpoints, not part of the Eureka API: the control endpoint Celery tasks call, and
+liveness / readiness probes."""
+
+from __future__ import annotations
+
+import hmac
+
+import orjson
+from django.conf import settings
+from django.http import HttpResponse
+
+from registry.protocol.http import text
+from registry.protocol.views import EurekaView
+from registry.runtime.node import get_node
+from registry.runtime.tasks import CONTROL_HEADER
+
+
+def _json(body: dict, status: int = 200) -> HttpResponse:
+    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _summary(result: object) -> object:
+    """Job results as JSON: counts for lists (evicted leases), the value for numbers, else nothing."""
+    if isinstance(result, (list, tuple)):
+        return len(result)
+    if isinstance(result, (int, float)):
+        return result
+    return None
+
+
+class ControlJobView(EurekaView):
+    """``POST /control/jobs/{job}``: run one periodic job on this process. Needs the shared secret."""
+
+    def post(self, request, job):
+        secret = settings.EUREKA_CONTROL_SECRET
+        given = request.META.get("HTTP_" + CONTROL_HEADER.upper().replace("-", "_"), "")
+        if not secret or not hmac.compare_digest(given.encode(), secret.encode()):
+            return text(403, "Forbidden: missing or wrong control secret")
+        node = get_node()
+        if job not in node.jobs:
+            return text(404, f"Unknown job {job[:40]!r}: expected one of {', '.join(sorted(node.jobs))}")
+        result = node.run_job(job, node.now(), "celery")
+        return _json({"job": job, "result": _summary(result)})
+
+
+class HealthView(EurekaView):
+    """``GET /healthz``: the process answers."""
+
+    def get(self, request):
+        return _json({"status": "ok"})
+
+
+class ReadyView(EurekaView):
+    """``GET /readyz``: 200 when open for traffic (``degraded`` if jobs are overdue), else 503."""
+
+    def get(self, request):
+        node = get_node()
+        now = node.now()
+        overdue = node.overdue_jobs(now)
+        open_for_reads = node.registry.allows_reads(now)
+        jobs = {
+            name: {
+                "last_run_ms_ago": None if record.last_run is None else now - record.last_run,
+                "last_source": record.last_source,
+                "runs": record.runs,
+                "failures": record.failures,
+                "last_error": record.last_error,
+                "overdue": name in overdue,
+            }
+            for name, record in node.job_records.items()
+        }
+        redis = node.cache.read_only.status()
+        degraded = overdue or (redis is not None and not redis["healthy"])
+        status = "unavailable" if not open_for_reads else "degraded" if degraded else "ok"
+        body = {
+            "status": status,
+            "open_for_traffic": open_for_reads,
+            "jobs_driver": node.options.get("jobs_driver", "embedded"),
+            "read_only_cache": "redis" if redis is not None else "in-process",
+            "redis": redis,
+            "jobs": jobs,
+            "instances": node.registry.size(),
+        }
+        return _json(body, 200 if open_for_reads else 503)

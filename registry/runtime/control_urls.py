@@ -1,0 +1,11 @@
+from django.urls import path
+
+from registry.runtime import control
+
+app_name = "ops"
+
+urlpatterns = [
+    path("control/jobs/<str:job>", control.ControlJobView.as_view(), name="control-job"),
+    path("healthz", control.HealthView.as_view(), name="healthz"),
+    path("readyz", control.ReadyView.as_view(), name="readyz"),
+]

@@ -1,0 +1,46 @@
+"""The periodic jobs. Each is one registry or cache function; drivers (the embedded scheduler now,
+Celery beat in production) only decide when to call them. All are idempotent and safe to run late,
+twice, or not at all for a while."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from registry.cache.response_cache import ResponseCache
+from registry.core import Registry
+
+
+class JobTarget(Protocol):
+    """What a job works on: a node's lease map and response cache. The node owns the job table
+    (``Node.jobs``) and passes itself; this module does not know the node."""
+
+    registry: Registry
+    cache: ResponseCache
+
+
+def evict(node: JobTarget, now: int) -> object:
+    return node.registry.evict(now)
+
+
+def sync_response_cache(node: JobTarget, now: int) -> object:
+    return node.cache.sync(now)
+
+
+def prune_delta_queue(node: JobTarget, now: int) -> object:
+    return node.registry.prune(now)
+
+
+def recount_expected_clients(node: JobTarget, now: int) -> object:
+    return node.registry.recount_expected_clients(now)
+
+
+# job name -> function; the interval of each comes from Node.job_intervals().
+Job = Callable[[JobTarget, int], object]
+
+JOBS: dict[str, Job] = {
+    "evict": evict,
+    "sync_response_cache": sync_response_cache,
+    "prune_delta_queue": prune_delta_queue,
+    "recount_expected_clients": recount_expected_clients,
+}

@@ -1,0 +1,182 @@
+"""The node: this process's one registry, its response cache and its scheduler, built from settings.
+
+Views, the dashboard and the jobs reach the lease map only through ``get_node()``. gunicorn runs
+exactly one worker process (see ``deploy/gunicorn.conf.py``), so there is one map per node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from registry.cache.response_cache import ReadOnlyTier, ResponseCache
+from registry.cluster.peers import PeerSet
+from registry.core import Registry, RegistryConfig
+from registry.protocol.payloads import build_payload
+from registry.runtime.jobs import JOBS, Job
+from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
+
+logger = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# A job that has not run for this many intervals is overdue: the node runs it itself.
+OVERDUE_INTERVALS = 3
+
+
+@dataclass
+class JobRecord:
+    """What the node knows about one periodic job, whoever drove it (scheduler, Celery, watchdog)."""
+
+    last_run: int | None = None
+    last_source: str | None = None
+    runs: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class Node:
+    registry: Registry
+    cache: ResponseCache
+    clock: Callable[[], int]
+    options: dict[str, Any]
+    peers: PeerSet = field(default_factory=PeerSet)
+    scheduler: EmbeddedScheduler | None = field(default=None)
+    started_at: int = 0
+    # The periodic jobs this node runs (name -> function), whoever drives them.
+    jobs: Mapping[str, Job] = field(default_factory=lambda: dict(JOBS))
+    job_records: dict[str, JobRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.jobs:
+            self.job_records.setdefault(name, JobRecord())
+
+    def now(self) -> int:
+        return self.clock()
+
+    def run_job(self, name: str, now: int, source: str) -> object:
+        """Run one periodic job (one of ``self.jobs``) and record it; an unknown name raises KeyError."""
+        job = self.jobs[name]
+        record = self.job_records[name]
+        try:
+            result = job(self, now)
+        except Exception as exc:
+            record.failures += 1
+            record.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        record.last_run = now
+        record.last_source = source
+        record.runs += 1
+        return result
+
+    def overdue_jobs(self, now: int) -> list[str]:
+        """Jobs with no run for ``OVERDUE_INTERVALS`` intervals (counted from start-up before a first run)."""
+        intervals = self.job_intervals()
+        overdue = []
+        for name, record in self.job_records.items():
+            since = record.last_run if record.last_run is not None else self.started_at
+            if now - since > OVERDUE_INTERVALS * intervals[name]:
+                overdue.append(name)
+        return overdue
+
+    def _run_scheduled(self, name: str, now: int) -> None:
+        self.run_job(name, now, "scheduler")
+
+    def _watchdog_run(self, name: str, now: int) -> None:
+        if name in self.overdue_jobs(now):
+            logger.warning("periodic job %s is overdue (is Celery beat running?): running it here", name)
+            self.run_job(name, now, "watchdog")
+
+    def job_intervals(self) -> dict[str, int]:
+        config = self.registry.config
+        return {
+            "evict": config.eviction_interval_ms,
+            "sync_response_cache": int(self.options["response_cache_update_interval_ms"]),
+            "prune_delta_queue": config.delta_retention_timer_interval_ms,
+            "recount_expected_clients": config.renewal_threshold_update_interval_ms,
+        }
+
+    def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
+        """Run the jobs in-process; as a ``watchdog`` (when Celery drives them) only the overdue ones."""
+        if self.scheduler is None:
+            intervals = self.job_intervals()
+            run = self._watchdog_run if watchdog else self._run_scheduled
+            jobs = [ScheduledJob(name, intervals[name], partial(run, name)) for name in self.jobs]
+            self.scheduler = EmbeddedScheduler(jobs, self.clock)
+            self.scheduler.start()
+        return self.scheduler
+
+    def stop_scheduler(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+
+
+def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
+    """``options`` is ``settings.EUREKA``: ``REGISTRY`` (RegistryConfig fields) plus cache knobs."""
+    config = RegistryConfig(**options["REGISTRY"])
+    cache_holder: list[ResponseCache] = []
+    registry = Registry(config, clock(), on_change=lambda app, vips: cache_holder[0].invalidate(app, vips))
+    cache = ResponseCache(
+        lambda key: build_payload(registry, key),
+        expire_ms=int(options["response_cache_auto_expiration_ms"]),
+        use_read_only=bool(options["use_read_only_response_cache"]),
+        read_only=_read_only_tier(options, clock),
+    )
+    cache_holder.append(cache)
+    return Node(
+        registry=registry,
+        cache=cache,
+        clock=clock,
+        options=options,
+        peers=PeerSet(options.get("peer_urls", ())),
+        started_at=clock(),
+    )
+
+
+def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOnlyTier:
+    """In Redis when ``redis_url`` is set (production mode), else in the process."""
+    url = options.get("redis_url")
+    if not url:
+        return ReadOnlyTier()
+    from redis import Redis
+
+    from registry.cache.redis_tier import RedisReadOnlyTier
+
+    # Short timeouts: a slow Redis must not hold up reads the node can answer from its own copy.
+    client = Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    return RedisReadOnlyTier(client, options.get("redis_namespace", "eureka"), clock)
+
+
+_node: Node | None = None
+_node_lock = threading.Lock()
+
+
+def get_node() -> Node:
+    global _node
+    if _node is None:
+        with _node_lock:
+            if _node is None:
+                from django.conf import settings
+
+                _node = build_node(settings.EUREKA)
+    return _node
+
+
+def reset_node(node: Node | None = None) -> Node | None:
+    """Replace the process's node (tests use this for a fresh map or a fake clock)."""
+    global _node
+    with _node_lock:
+        if _node is not None:
+            _node.stop_scheduler()
+        _node = node
+    return node

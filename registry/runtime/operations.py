@@ -1,0 +1,43 @@
+"""Status overrides: the one path that ``PUT/DELETE .../status`` and the Django admin both take.
+
+Anything every override must do beyond the lease map (peer replication, once it exists) belongs
+here, so that a change made by an operator in the admin behaves exactly like one made over the wire.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from registry import constants as c
+from registry.core import StatusChange
+
+if TYPE_CHECKING:
+    from registry.runtime.node import Node
+
+
+def override_status(
+    node: Node,
+    app: str,
+    instance_id: str,
+    status: str,
+    last_dirty_timestamp: int | None = None,
+    actor: str = "",
+) -> StatusChange | None:
+    """``PUT apps/{app}/{id}/status?value=status``; None when the instance is not there (404)."""
+    return node.registry.set_status_override(
+        app, instance_id, status, node.now(), last_dirty_timestamp, actor=actor
+    )
+
+
+def remove_override(
+    node: Node,
+    app: str,
+    instance_id: str,
+    new_status: str = c.UNKNOWN,
+    last_dirty_timestamp: int | None = None,
+    actor: str = "",
+) -> StatusChange | None:
+    """``DELETE apps/{app}/{id}/status[?value=new_status]``; None when the instance is not there (404)."""
+    return node.registry.remove_status_override(
+        app, instance_id, node.now(), new_status, last_dirty_timestamp, actor=actor
+    )

@@ -1,0 +1,129 @@
+"""The two-tier response cache, with a counting builder and explicit timestamps."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+
+from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, ResponseCache
+
+T0 = 1_796_000_000_000
+
+
+class CountingBuilder:
+    def __init__(self):
+        self.version = 0
+        self.calls: list[CacheKey] = []
+        self.during_build = None
+
+    def __call__(self, key: CacheKey) -> bytes | None:
+        self.calls.append(key)
+        if self.during_build:
+            self.during_build()
+        if key.entity == APP and key.name == "MISSING":
+            return None
+        return f"{key.entity}:{key.name}:{key.fmt}:v{self.version}".encode()
+
+
+def make(use_read_only=True, expire_ms=180_000):
+    builder = CountingBuilder()
+    return ResponseCache(builder, expire_ms=expire_ms, use_read_only=use_read_only), builder
+
+
+def test_a_payload_is_built_once_per_key_and_reused():
+    cache, builder = make()
+    key = CacheKey(APPS, "", "json")
+    first = cache.get(key, T0)
+    assert cache.get(key, T0 + 1) is first
+    assert builder.calls == [key]
+
+
+def test_gzip_copy_is_computed_once_and_decompresses_to_the_payload():
+    cache, _ = make()
+    payload = cache.get(CacheKey(APPS, "", "json"), T0)
+    zipped = payload.gzipped()
+    assert payload.gzipped() is zipped
+    assert gzip.decompress(zipped) == payload.body
+
+
+def test_read_only_tier_stays_stale_until_sync():
+    cache, builder = make()
+    key = CacheKey(APPS, "", "xml")
+    assert cache.get(key, T0).body.endswith(b"v0")
+    builder.version = 1
+    cache.invalidate("ORDERS", ["orders"])
+    assert cache.get(key, T0 + 1).body.endswith(b"v0"), "readers see the read-only copy until the sync job"
+    assert cache.sync(T0 + 2) == 1
+    assert cache.get(key, T0 + 3).body.endswith(b"v1")
+
+
+def test_without_read_only_tier_writes_show_at_once():
+    cache, builder = make(use_read_only=False)
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, T0)
+    builder.version = 1
+    cache.invalidate("ORDERS", [])
+    assert cache.get(key, T0).body.endswith(b"v1")
+
+
+def test_invalidation_drops_app_full_delta_and_split_vip_keys_but_not_other_apps():
+    cache, builder = make(use_read_only=False)
+    keys = [
+        CacheKey(APPS, "", "json"),
+        CacheKey(DELTA, "", "xml", compact=True),
+        CacheKey(APP, "ORDERS", "json"),
+        CacheKey(APP, "BILLING", "json"),
+        CacheKey(VIP, "a", "json"),
+        CacheKey(VIP, "a,b", "json"),
+        CacheKey(SVIP, "b", "xml", compact=True),
+        CacheKey(VIP, "c", "json"),
+    ]
+    for key in keys:
+        cache.get(key, T0)
+    builder.calls.clear()
+    cache.invalidate("ORDERS", ["a,b"])
+    for key in keys:
+        cache.get(key, T0)
+    rebuilt = set(builder.calls)
+    assert rebuilt == set(keys) - {CacheKey(APP, "BILLING", "json"), CacheKey(VIP, "c", "json")}
+
+
+def test_read_write_entries_expire_after_the_configured_age():
+    cache, builder = make(use_read_only=False, expire_ms=180_000)
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, T0)
+    cache.get(key, T0 + 179_999)
+    assert len(builder.calls) == 1
+    cache.get(key, T0 + 180_000)
+    assert len(builder.calls) == 2
+
+
+def test_missing_app_is_cached_as_not_found():
+    cache, _ = make()
+    assert cache.get(CacheKey(APP, "MISSING", "json"), T0).body is None
+
+
+def test_a_write_during_a_build_keeps_the_stale_payload_out_of_the_cache():
+    cache, builder = make(use_read_only=False)
+    key = CacheKey(APPS, "", "json")
+    builder.during_build = lambda: cache.invalidate("ORDERS", [])
+    cache.get(key, T0)
+    builder.during_build = None
+    cache.get(key, T0)
+    assert len(builder.calls) == 2, "the payload built across an invalidation must not be kept"
+    cache.get(key, T0)
+    assert len(builder.calls) == 2
+
+
+def test_concurrent_misses_on_one_key_build_once():
+    cache, builder = make(use_read_only=False)
+    key = CacheKey(APPS, "", "json")
+    gate = threading.Event()
+    builder.during_build = gate.wait
+    threads = [threading.Thread(target=cache.get, args=(key, T0)) for _ in range(5)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(5)
+    assert builder.calls == [key]

@@ -1,0 +1,202 @@
+"""The project's layout holds: no import cycles, a Django-free domain, and README's tree as it is.
+
+The imports are read from the source (every ``import`` statement, those inside functions and
+``if TYPE_CHECKING:`` blocks included), so a cycle is caught even where Python would tolerate it
+at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("registry", "dashboard", "eureka_site")
+# The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it.
+DOMAIN = ("registry.constants", "registry.instances", "registry.leases", "registry.core")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts:
+                modules[module_name(path)] = path
+    return modules
+
+
+def imported_names(path: Path, name: str) -> set[str]:
+    """Every module name an ``import`` in ``path`` may load (``from a import b`` gives a and a.b)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imported_names(path, name):
+            if imported.split(".")[0] not in PACKAGES:
+                continue
+            # ``from pkg import name`` names a module only when pkg.name is one.
+            if imported in modules:
+                targets.add(imported)
+        graph[name] = targets - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_between_the_projects_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_project_import_names_a_module_that_exists():
+    """A module moved without its importers fixed would otherwise be found only at run time."""
+    modules = project_modules()
+    missing = []
+    for name, path in modules.items():
+        for imported in imported_names(path, name):
+            top = imported.split(".")[0]
+            if top not in PACKAGES or imported in modules:
+                continue
+            parent, _, attribute = imported.rpartition(".")
+            # ``from module import attribute``: fine when the module exists and defines it.
+            if parent in modules and re.search(
+                rf"^(?:def|class|async def) {attribute}\b|^{attribute}\b\s*[:=]|import .*\b{attribute}\b",
+                modules[parent].read_text(),
+                re.M,
+            ):
+                continue
+            missing.append(f"{name} imports {imported}")
+    assert missing == []
+
+
+def test_the_domain_imports_neither_django_nor_the_rooms_around_it():
+    modules = project_modules()
+    for name in DOMAIN:
+        imported = imported_names(modules[name], name)
+        frameworks = {m for m in imported if m.split(".")[0] in ("django", "rest_framework", "celery")}
+        # ``registry`` itself is the package; its __init__ holds only a docstring.
+        rooms = {m for m in imported if m in modules and m not in DOMAIN and m != "registry"}
+        assert (frameworks, rooms) == (set(), set()), f"{name} imports {frameworks | rooms}"
+
+
+def test_the_domain_imports_without_django_settings():
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    code = (
+        "import sys\n"
+        f"import {', '.join(DOMAIN)}\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')], 'Django'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def readme_tree() -> list[str]:
+    """The folders README's Layout tree names, as paths."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Layout\n.*?^```text\n(.*?)^```", text, re.M | re.S)
+    assert block, "README.md has a '## Layout' section with a ```text tree"
+    paths: list[str] = []
+    stack: list[tuple[int, str]] = []
+    for line in block.group(1).splitlines():
+        match = re.match(r"^([│├└─ ]*)([\w.-]+/)", line)
+        if not match:
+            continue
+        depth = len(match.group(1)) // 4
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        path = "/".join([entry for _, entry in stack] + [match.group(2).rstrip("/")])
+        stack.append((depth, match.group(2).rstrip("/")))
+        paths.append(path)
+    return paths
+
+
+def test_readmes_layout_tree_matches_the_folders():
+    listed = readme_tree()
+    for path in listed:
+        assert (ROOT / path).is_dir(), f"README's layout names {path}/, which does not exist"
+    # Every package of the application is in the tree (Django's own folders excepted).
+    packages = {
+        str(init.parent.relative_to(ROOT))
+        for package in ("registry", "dashboard")
+        for init in (ROOT / package).rglob("__init__.py")
+        if not {"migrations", "templatetags"} & set(init.parent.parts)
+    }
+    assert packages <= set(listed), f"not in README's layout: {sorted(packages - set(listed))}"
+
+
+@pytest.mark.parametrize(
+    "package",
+    ["registry", "registry/protocol", "registry/cache", "registry/cluster", "registry/runtime"]
+    + ["registry/admin", "dashboard"],
+)
+def test_each_room_says_what_it_is(package):
+    docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))
+    assert docstring and len(docstring.split()) >= 20, f"{package}/__init__.py needs a docstring"
