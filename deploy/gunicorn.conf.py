@@ -34,3 +34,12 @@ def on_starting(server):
             f"eureka registry: refusing to start with workers={server.cfg.workers}. "
             "One node is one process (the lease map is in memory); scale with threads or more nodes."
         )
+
+
+def post_worker_init(worker):
+    # The node leaves its own URL out of EUREKA_PEER_URLS by host and port, so it needs to know where
+    # it listens before it starts replicating (and syncing from its peers).
+    from registry.runtime.node import get_node
+
+    listening = [tuple(sock.getsockname()[:2]) for sock in worker.sockets]
+    get_node().start_cluster(listening)

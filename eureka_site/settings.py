@@ -10,6 +10,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from registry.cluster.peers import BadPeerUrl, parse_peer_urls
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -225,6 +227,29 @@ EUREKA["environment"] = env.str("EUREKA_ENVIRONMENT", default="test")
 EUREKA["datacenter"] = env.str("EUREKA_DATACENTER", default="default")
 # This node's address under Instance Info; empty = the address of the interface that routes outwards.
 EUREKA["instance_ip_address"] = env.str("EUREKA_INSTANCE_IP_ADDRESS", default="")
+
+# --- Cluster: peers and replication (README "Clusters") -------------------------------------------
+# Service URLs of the other nodes, comma-separated, as clients write them (credentials = Basic auth,
+# never shown). The node leaves out its own: EUREKA_SELF_URL, or the same host and port it listens on.
+_peer_urls = env.list("EUREKA_PEER_URLS", default=[])
+try:
+    EUREKA["peer_urls"] = [peer.url for peer in parse_peer_urls(_peer_urls)]
+except BadPeerUrl as exc:
+    raise ImproperlyConfigured(f"EUREKA_PEER_URLS: {exc}") from None
+EUREKA["self_url"] = env.str("EUREKA_SELF_URL", default="")
+# Set: the node registers itself with each peer under this app name (Spring Cloud Eureka Server
+# lists a peer as available only when it sees such a registration from the peer's host).
+EUREKA["self_app_name"] = env.str("EUREKA_SELF_APP_NAME", default="")
+# Start-up sync (Eureka's syncUp): tries after the first, while no peer had any instance.
+EUREKA["registry_sync_retries"] = env_int("EUREKA_REGISTRY_SYNC_RETRIES", 5, minimum=0)
+EUREKA["registry_sync_retry_wait_ms"] = env_int(
+    "EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS", 5_000 if _FAST else 30_000, minimum=0
+)
+# Writes are coalesced for this long before they go to the peers' queues (at most this much lag).
+EUREKA["replication_flush_ms"] = env_int("EUREKA_REPLICATION_FLUSH_MS", 100, minimum=10)
+# Items waiting per peer, at most; past it the oldest are dropped (and counted).
+EUREKA["replication_queue_size"] = env_int("EUREKA_REPLICATION_QUEUE_SIZE", 10_000, minimum=250)
+EUREKA["peer_timeout_ms"] = env_int("EUREKA_PEER_TIMEOUT_MS", 5_000, minimum=100)
 
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).

@@ -25,3 +25,19 @@ DEFAULT_RENEWAL_INTERVAL_SECS = 30
 DEFAULT_DURATION_SECS = 90
 
 RECENT_EVENTS_KEPT = 1000
+
+# Peer replication actions (``PeerEurekaNode``'s batch items name them so on the wire).
+REPLICATE_REGISTER = "Register"
+REPLICATE_HEARTBEAT = "Heartbeat"
+REPLICATE_CANCEL = "Cancel"
+REPLICATE_STATUS_UPDATE = "StatusUpdate"
+REPLICATE_DELETE_STATUS_OVERRIDE = "DeleteStatusOverride"
+REPLICATION_ACTIONS = frozenset(
+    {
+        REPLICATE_REGISTER,
+        REPLICATE_HEARTBEAT,
+        REPLICATE_CANCEL,
+        REPLICATE_STATUS_UPDATE,
+        REPLICATE_DELETE_STATUS_OVERRIDE,
+    }
+)

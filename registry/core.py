@@ -13,7 +13,7 @@ import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import constants as c
 from .instances import InstanceInfo, freeze
@@ -116,6 +116,22 @@ class StatusChange:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationEvent:
+    """A write accepted from a client (never from a peer), to be sent on to the peers.
+
+    ``view`` is the stored instance with its lease times as the write left it (None for a cancel):
+    items are built from it later, outside the lock. ``override`` is the id's entry in the override
+    map (heartbeats carry it, so that a peer that lost it gets it back).
+    """
+
+    action: str
+    app: str
+    instance_id: str
+    view: LeaseView | None = None
+    override: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SelfPreservation:
     """The numbers behind the self-preservation banner and "Lease expiration enabled" (reference A4)."""
 
@@ -167,6 +183,7 @@ def group_by_app(views: Iterable[LeaseView]) -> list[tuple[str, list[LeaseView]]
 
 
 ChangeListener = Callable[[str, Iterable[str]], None]
+ReplicationListener = Callable[[ReplicationEvent], None]
 
 
 class Registry:
@@ -174,6 +191,9 @@ class Registry:
 
     ``on_change(app, vips)`` is called (under the lock, so it must be cheap) after every change that
     the response cache must see: it receives the app name and the raw vip/secure-vip strings involved.
+    ``on_replicate(event)`` is called (under the lock too) for every write that came from a client
+    rather than a peer: register, renew, cancel, status override set or removed, metadata change.
+    Evictions are not replicated: each node evicts on its own (protocol reference 5.7.3).
     """
 
     def __init__(
@@ -182,6 +202,7 @@ class Registry:
         now: int,
         on_change: ChangeListener | None = None,
         rng: random.Random | None = None,
+        on_replicate: ReplicationListener | None = None,
     ):
         self.config = config
         self._lock = threading.Lock()
@@ -194,6 +215,7 @@ class Registry:
         self._renews = MeasuredRate(MINUTE_MS, now)
         self._last_eviction_run: int | None = None
         self._on_change = on_change or (lambda app, vips: None)
+        self._on_replicate = on_replicate
         self._rng = rng or random.Random()
         self.recent_registered: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
@@ -204,6 +226,11 @@ class Registry:
         self.start_ts = now
         self.peer_transfer_empty = True
         self.open_for_traffic(0, now)
+
+    def set_replication_listener(self, listener: ReplicationListener | None) -> None:
+        """Where client writes go to be replicated (None: a standalone node, nothing is recorded)."""
+        with self._lock:
+            self._on_replicate = listener
 
     # ----------------------------------------------------------------- lifecycle and arithmetic
 
@@ -330,6 +357,14 @@ class Registry:
         )
         old = existing.instance if existing is not None else instance
         self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
+        if not is_replication:
+            self._replicate(c.REPLICATE_REGISTER, lease)
+
+    def _replicate(self, action: str, lease: Lease, override: str | None = None) -> None:
+        if self._on_replicate is not None:
+            instance = lease.instance
+            view = lease.view(self.config.eureka_timing)
+            self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, view, override))
 
     def renew(
         self,
@@ -357,6 +392,9 @@ class Registry:
                 instance = lease.instance = instance.evolve(status=status)
             self._renews.increment(now)
             lease.renew(now)
+            if not is_replication:
+                # Sent whatever the dirty-timestamp check below answers, as Eureka does.
+                self._replicate(c.REPLICATE_HEARTBEAT, lease, self._current_override(instance_id))
 
             if last_dirty_timestamp is None or not self.config.sync_when_timestamp_differs:
                 return RenewResult(Renew.OK)
@@ -372,9 +410,12 @@ class Registry:
                 return RenewResult(Renew.CONFLICT, lease.view(self.config.eureka_timing))
             return RenewResult(Renew.OK)
 
-    def cancel(self, app: str, instance_id: str, now: int) -> bool:
+    def cancel(self, app: str, instance_id: str, now: int, is_replication: bool = False) -> bool:
         with self._lock:
-            return self._cancel(app, instance_id, now, CAUSE_CANCEL)
+            cancelled = self._cancel(app, instance_id, now, CAUSE_CANCEL)
+            if cancelled and not is_replication and self._on_replicate is not None:
+                self._on_replicate(ReplicationEvent(c.REPLICATE_CANCEL, app, instance_id))
+            return cancelled
 
     def _cancel(self, app: str, instance_id: str, now: int, cause: str) -> bool:
         """Eureka ``internalCancel``: the override goes even when there is no lease."""
@@ -424,6 +465,7 @@ class Registry:
         now: int,
         last_dirty_timestamp: int | None = None,
         actor: str = "",
+        is_replication: bool = False,
     ) -> StatusChange | None:
         """``PUT .../status?value=X``. None when no visible instance (404); a no-op when already X."""
         with self._lock:
@@ -433,6 +475,9 @@ class Registry:
             lease.renew(now)
             old = lease.instance
             old_override = self._current_override(instance_id)
+            if not is_replication:
+                # Replicated even when nothing changes here, as Eureka does: the peer may differ.
+                self._replicate_status(c.REPLICATE_STATUS_UPDATE, lease, status)
             if old.status == status:
                 return StatusChange(old.status, status, old_override, old_override)
             if status == c.UP:
@@ -452,6 +497,7 @@ class Registry:
         new_status: str = c.UNKNOWN,
         last_dirty_timestamp: int | None = None,
         actor: str = "",
+        is_replication: bool = False,
     ) -> StatusChange | None:
         """``DELETE .../status``. None when no visible instance (404); a missing override is still 200."""
         with self._lock:
@@ -461,6 +507,9 @@ class Registry:
             lease.renew(now)
             old_status = lease.instance.status
             removed = self._overrides.pop(instance_id, None)
+            if not is_replication:
+                # The peer applies the status this removal asks for (Eureka sends it in the item).
+                self._replicate_status(c.REPLICATE_DELETE_STATUS_OVERRIDE, lease, new_status)
             if removed is None:
                 return StatusChange(old_status, old_status, None, None)
             self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
@@ -471,19 +520,29 @@ class Registry:
             )
             return StatusChange(old_status, new_status, removed[0], None)
 
+    def _replicate_status(self, action: str, lease: Lease, status: str) -> None:
+        """Status items carry the requested status, whatever this node's copy ends up showing."""
+        if self._on_replicate is not None:
+            view = lease.view(self.config.eureka_timing)
+            view = replace(view, instance=view.instance.evolve(status=status))
+            self._on_replicate(ReplicationEvent(action, view.instance.app, view.instance.instance_id, view))
+
     def _current_override(self, instance_id: str) -> str | None:
         entry = self._overrides.get(instance_id)
         return entry[0] if entry is not None else None
 
-    def update_metadata(self, app: str, instance_id: str, entries: Mapping[str, str], now: int) -> bool:
-        """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka)."""
+    def update_metadata(
+        self, app: str, instance_id: str, entries: Mapping[str, str], now: int, is_replication: bool = False
+    ) -> bool:
+        """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka);
+        peers get the whole instance again (a Register)."""
         with self._lock:
             lease = self._visible_lease(app, instance_id, now)
             if lease is None:
                 return False
             instance = lease.instance
             merged = instance.evolve(metadata=freeze({**instance.metadata, **entries}))
-            self._register(merged, now, is_replication=False, cause=CAUSE_METADATA)
+            self._register(merged, now, is_replication=is_replication, cause=CAUSE_METADATA)
             return True
 
     # ------------------------------------------------------------------------ periodic jobs

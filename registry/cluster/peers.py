@@ -8,9 +8,12 @@ configured the node is standalone and the set is empty.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import socket
 import threading
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # A peer with no successful replication for this long is unavailable even without a recorded error:
 # heartbeats replicate continuously (every instance renews every 30 s), so silence means trouble.
@@ -34,6 +37,99 @@ def peer_hostname(url: str) -> str:
         return urlsplit(url).hostname or url
     except ValueError:
         return url
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A replica as configured: ``url`` keeps any credentials (used for Basic auth, never shown)."""
+
+    url: str
+
+    @property
+    def display_url(self) -> str:
+        return scrub_credentials(self.url)
+
+    @property
+    def key(self) -> str:
+        """A short stable name for queues and tasks (the same in the node and in Celery workers)."""
+        return hashlib.sha1(self.display_url.encode()).hexdigest()[:12]
+
+    @property
+    def auth(self) -> tuple[str, str] | None:
+        parts = urlsplit(self.url)
+        if parts.username is None:
+            return None
+        return unquote(parts.username), unquote(parts.password or "")
+
+    @property
+    def base_url(self) -> str:
+        """The service URL without credentials, ending in ``/``: requests append ``apps/...``."""
+        return self.display_url
+
+    @property
+    def address(self) -> tuple[str, int]:
+        parts = urlsplit(self.url)
+        return (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+
+
+class BadPeerUrl(ValueError):
+    pass
+
+
+def parse_peer_urls(urls: list[str] | tuple[str, ...]) -> list[Peer]:
+    """Service URLs as clients write them (``http://[user:secret@]host:port/eureka/``), normalized to end
+    in ``/``; duplicates (after removing credentials) are kept once. Raises BadPeerUrl."""
+    peers: dict[str, Peer] = {}
+    for raw in urls:
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (raises ValueError on a port that is not a number in range)
+        except ValueError as exc:
+            raise BadPeerUrl(f"{scrub_credentials(text)!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadPeerUrl(f"{scrub_credentials(text)!r}: expected http(s)://host[:port]/eureka/")
+        path = parts.path if parts.path.endswith("/") else parts.path + "/"
+        peer = Peer(urlunsplit((parts.scheme, parts.netloc, path, "", "")))
+        peers.setdefault(peer.display_url, peer)
+    return list(peers.values())
+
+
+def _addresses_of(host: str) -> set[str]:
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return set()
+
+
+def _is_local_address(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if ip.is_loopback:
+        return True
+    return address in _addresses_of(socket.gethostname())
+
+
+def is_own_url(peer: Peer, self_url: str | None, listening: list[tuple[str, int]]) -> bool:
+    """This node's own URL: ``self_url``, or the same host **and** port as an address it listens on
+    (the Java server compares the host alone, so two nodes on one host would ignore each other)."""
+    if self_url and scrub_credentials(self_url.rstrip("/")) == peer.display_url.rstrip("/"):
+        return True
+    host, port = peer.address
+    peer_addresses = _addresses_of(host)
+    for bound_host, bound_port in listening:
+        if bound_port != port:
+            continue
+        if bound_host in ("0.0.0.0", "::", ""):
+            if any(_is_local_address(address) for address in peer_addresses):
+                return True
+        elif bound_host in peer_addresses:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -105,3 +201,7 @@ class PeerSet:
 
     def set_queued(self, url: str, queued: int) -> None:
         self._update(url, queued_events=queued)
+
+    def remove(self, url: str) -> None:
+        with self._lock:
+            self._peers.pop(scrub_credentials(url), None)

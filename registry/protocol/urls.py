@@ -28,4 +28,5 @@ urlpatterns = [
     re_path(r"^asg/(?P<asg>[^/]+)/status/?$", views.AsgStatusView.as_view(), name="asg-status"),
     re_path(r"^status/?$", views.StatusView.as_view(), name="status"),
     re_path(r"^serverinfo/statusoverrides/?$", views.StatusOverridesView.as_view(), name="status-overrides"),
+    re_path(r"^peerreplication/batch/?$", views.PeerReplicationBatchView.as_view(), name="replication-batch"),
 ]

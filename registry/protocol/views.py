@@ -8,10 +8,21 @@ from rest_framework.views import APIView
 
 from registry import constants as c
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
+from registry.cluster.incoming import BadBatch, apply_batch
 from registry.core import Renew
-from registry.protocol.codecs import BadInput, decode_instance, instance_dict, metadata_key, render, xml_safe
+from registry.protocol.codecs import (
+    JSON,
+    BadInput,
+    decode_instance,
+    instance_dict,
+    metadata_key,
+    render,
+    xml_safe,
+)
 from registry.protocol.http import (
+    CONTENT_TYPES,
     PassthroughRenderer,
+    RequestRefused,
     empty,
     is_replication,
     parse_timestamp,
@@ -127,7 +138,8 @@ class InstanceView(EurekaView):
 
     def delete(self, request, app, instance_id):
         node = get_node()
-        return empty(200 if node.registry.cancel(app.upper(), instance_id, node.now()) else 404)
+        cancelled = node.registry.cancel(app.upper(), instance_id, node.now(), is_replication(request))
+        return empty(200 if cancelled else 404)
 
 
 class InstanceStatusView(EurekaView):
@@ -137,14 +149,18 @@ class InstanceStatusView(EurekaView):
         params = request.query_params
         status = _status_param(params.get("value"), required=True)
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
-        change = operations.override_status(get_node(), app.upper(), instance_id, status, last_dirty)
+        change = operations.override_status(
+            get_node(), app.upper(), instance_id, status, last_dirty, is_replication=is_replication(request)
+        )
         return empty(404 if change is None else 200)
 
     def delete(self, request, app, instance_id):
         params = request.query_params
         status = _status_param(params.get("value"), required=False) or c.UNKNOWN
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
-        change = operations.remove_override(get_node(), app.upper(), instance_id, status, last_dirty)
+        change = operations.remove_override(
+            get_node(), app.upper(), instance_id, status, last_dirty, is_replication=is_replication(request)
+        )
         return empty(404 if change is None else 200)
 
 
@@ -158,7 +174,9 @@ class InstanceMetadataView(EurekaView):
             for key in params
         }
         node = get_node()
-        found = node.registry.update_metadata(app.upper(), instance_id, entries, node.now())
+        found = node.registry.update_metadata(
+            app.upper(), instance_id, entries, node.now(), is_replication(request)
+        )
         return empty(200 if found else 404)
 
 
@@ -206,3 +224,23 @@ class StatusOverridesView(EurekaView):
 
     def get(self, request):
         return HttpResponse(orjson.dumps(get_node().registry.overrides()), content_type="application/json")
+
+
+class PeerReplicationBatchView(EurekaView):
+    """``POST peerreplication/batch/`` — a peer's writes, each applied as a replicated one (never sent on),
+    answered ``{"responseList": [...]}`` in request order (protocol reference 2.13, 5.11)."""
+
+    def post(self, request):
+        body = read_body(request)
+        if request_format(request, body) != JSON:
+            raise RequestRefused(415, "Replication batches are JSON: send Content-Type application/json")
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadInput(f"Malformed JSON body: {exc}") from None
+        node = get_node()
+        try:
+            answers = apply_batch(node.registry, document, node.now())
+        except BadBatch as exc:
+            raise BadInput(str(exc)) from None
+        return HttpResponse(orjson.dumps(answers), content_type=CONTENT_TYPES[JSON])

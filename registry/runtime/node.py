@@ -15,7 +15,8 @@ from functools import partial
 from typing import Any
 
 from registry.cache.response_cache import ReadOnlyTier, ResponseCache
-from registry.cluster.peers import PeerSet
+from registry.cluster.member import ClusterMember
+from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.protocol.payloads import build_payload
 from registry.runtime.jobs import JOBS, Job
@@ -55,6 +56,8 @@ class Node:
     # The periodic jobs this node runs (name -> function), whoever drives them.
     jobs: Mapping[str, Job] = field(default_factory=lambda: dict(JOBS))
     job_records: dict[str, JobRecord] = field(default_factory=dict)
+    # Peers and replication; None for a standalone node (no EUREKA_PEER_URLS).
+    cluster: ClusterMember | None = None
 
     def __post_init__(self) -> None:
         for name in self.jobs:
@@ -120,6 +123,16 @@ class Node:
             self.scheduler.stop()
             self.scheduler = None
 
+    def start_cluster(self, listening: list[tuple[str, int]]) -> None:
+        """Join the cluster once the server knows its own addresses (gunicorn's post_worker_init)."""
+        if self.cluster is not None:
+            self.cluster.start(listening)
+
+    def stop(self) -> None:
+        self.stop_scheduler()
+        if self.cluster is not None:
+            self.cluster.stop()
+
 
 def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
     """``options`` is ``settings.EUREKA``: ``REGISTRY`` (RegistryConfig fields) plus cache knobs."""
@@ -133,13 +146,16 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         read_only=_read_only_tier(options, clock),
     )
     cache_holder.append(cache)
+    peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])
+    cluster = ClusterMember(registry, peers, options, clock) if options.get("peer_urls") else None
     return Node(
         registry=registry,
         cache=cache,
         clock=clock,
         options=options,
-        peers=PeerSet(options.get("peer_urls", ())),
+        peers=peers,
         started_at=clock(),
+        cluster=cluster,
     )
 
 
@@ -177,6 +193,6 @@ def reset_node(node: Node | None = None) -> Node | None:
     global _node
     with _node_lock:
         if _node is not None:
-            _node.stop_scheduler()
+            _node.stop()
         _node = node
     return node

@@ -1,0 +1,124 @@
+"""This node as a member of its cluster: who the peers are, and the machinery that keeps them level.
+
+Built from the node's options (``EUREKA_PEER_URLS`` and friends, see the settings) and started once
+the server knows which addresses it listens on, so that its own URL can be left out of the peers by
+host **and** port. Starting runs the start-up sync from the peers (then opens the registry for
+traffic with what it found), the replication drivers, and, with ``EUREKA_SELF_APP_NAME``, this node's
+own registration with its peers. A node with no peers records nothing and starts nothing.
+
+Plain Python: no Django.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls, peer_hostname
+from registry.cluster.replicator import EmbeddedReplication, MemoryOutbox, Replicator
+from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
+from registry.cluster.transport import PeerTransport
+from registry.core import Registry
+
+logger = logging.getLogger(__name__)
+
+SELF_HEARTBEAT_MS = 30_000
+
+
+class ClusterMember:
+    def __init__(
+        self,
+        registry: Registry,
+        peer_set: PeerSet,
+        options: dict[str, Any],
+        clock: Callable[[], int],
+        transport: PeerTransport | None = None,
+    ):
+        self.registry = registry
+        self.options = options
+        self.clock = clock
+        self.self_url = options.get("self_url") or ""
+        peers = [
+            peer
+            for peer in parse_peer_urls(options.get("peer_urls", ()))
+            if not is_own_url(peer, self.self_url, [])
+        ]
+        for peer in parse_peer_urls(options.get("peer_urls", ())):
+            if peer not in peers:
+                peer_set.remove(peer.url)
+        self.transport = transport or PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
+        capacity = int(options.get("replication_queue_size", 10_000))
+        self.replicator = Replicator(
+            registry,
+            peers,
+            peer_set,
+            outbox_factory=lambda peer: MemoryOutbox(capacity),
+            transport=self.transport,
+            buffer_capacity=capacity,
+        )
+        self.drivers: EmbeddedReplication | None = None
+        self.self_registration: SelfRegistration | None = None
+        self.synced: int | None = None
+        self._stop = threading.Event()
+        if peers:
+            registry.set_replication_listener(self.replicator.record)
+
+    @property
+    def peers(self) -> list[Peer]:
+        return list(self.replicator.peers.values())
+
+    def start(self, listening: list[tuple[str, int]]) -> None:
+        for peer in self.peers:
+            if is_own_url(peer, self.self_url, listening):
+                logger.info("peer %s is this node: left out", peer.display_url)
+                self.replicator.remove_peer(peer.key)
+        if not self.peers:
+            self.registry.set_replication_listener(None)
+            return
+        logger.info("cluster: replicating to %s", ", ".join(p.display_url for p in self.peers))
+        self.drivers = EmbeddedReplication(
+            self.replicator, self.clock, int(self.options.get("replication_flush_ms", 100))
+        )
+        self.drivers.start()
+        threading.Thread(target=self._sync, name="startup-sync", daemon=True).start()
+        app = self.options.get("self_app_name")
+        if app:
+            host, port = self._own_address(listening)
+            ip = self.options.get("instance_ip_address") or host
+            self.self_registration = SelfRegistration(
+                self.peers, self.transport, self_instance(app, host, ip, port), SELF_HEARTBEAT_MS
+            )
+            self.self_registration.start()
+
+    def _own_address(self, listening: list[tuple[str, int]]) -> tuple[str, int]:
+        """The host and port peers know this node by: EUREKA_SELF_URL, else where it listens."""
+        port = listening[0][1] if listening else 8761
+        if self.self_url:
+            return peer_hostname(self.self_url), Peer(self.self_url).address[1]
+        host = listening[0][0] if listening else ""
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        return host, port
+
+    def _sync(self) -> None:
+        retries = int(self.options.get("registry_sync_retries", 0))
+        wait_ms = int(self.options.get("registry_sync_retry_wait_ms", 0))
+        try:
+            count = sync_from_peers(
+                self.registry, self.peers, self.transport, self.clock, retries, wait_ms, self._stop
+            )
+        except Exception:
+            logger.exception("start-up sync failed")
+            count = 0
+        self.synced = count
+        self.registry.open_for_traffic(count, self.clock())
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.drivers is not None:
+            self.drivers.stop()
+        if self.self_registration is not None:
+            self.self_registration.stop()

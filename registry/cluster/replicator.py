@@ -1,0 +1,310 @@
+"""The node's side of replication: buffer → per-peer outboxes → batches → what the answers ask for.
+
+``Replicator.flush`` moves the coalesced buffer into every peer's outbox (one bounded queue per peer,
+so a peer that is down never holds up the others and never grows memory without bound).
+``send_next_batch`` sends up to 250 items of one outbox; ``read_answers`` turns the per-item answers
+into follow-ups, which ``apply_follow_ups`` carries out on this node, as the Java server does:
+
+* a heartbeat answered 404 (the peer does not know the instance) → a Register with the full local
+  instance goes to that peer;
+* a heartbeat answered 409 with an entity (the peer holds a newer copy) → this node takes that copy
+  (registered as a replicated write, so not sent on);
+* any other 4xx for an item → dropped and counted.
+
+Transport errors and 5xx leave the batch in the outbox to be tried again later. In embedded mode
+``EmbeddedReplication`` runs the flusher and one sender per peer as threads (greenlets under gunicorn's
+gevent worker); in production mode the outboxes live in Redis and Celery workers send (runtime/).
+
+Plain Python: no Django.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from registry import constants as c
+from registry.cluster.peers import Peer, PeerSet
+from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable
+from registry.core import Registry, ReplicationEvent
+from registry.protocol.codecs import BadInput, build_instance
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OUTBOX_CAPACITY = 10_000
+# After a failed send: 100 ms, doubling to 30 s (Eureka's TrafficShaper); 1 s after a 503 or timeout.
+RETRY_FIRST_MS = 100
+RETRY_MAX_MS = 30_000
+CONGESTION_RETRY_MS = 1_000
+
+
+class Outbox(Protocol):
+    """A peer's queue of encoded items, oldest first."""
+
+    def push(self, items: list[dict[str, Any]], now: int) -> int: ...  # returns how many were dropped
+    def peek(self, count: int) -> list[dict[str, Any]]: ...
+    def ack(self, count: int) -> None: ...
+    def __len__(self) -> int: ...
+    def oldest_at(self) -> int | None: ...
+
+
+class MemoryOutbox:
+    """Embedded mode: the queue lives in this process. Past ``capacity`` the oldest items go."""
+
+    def __init__(self, capacity: int = DEFAULT_OUTBOX_CAPACITY):
+        self.capacity = capacity
+        self._items: deque[tuple[int, dict[str, Any]]] = deque()
+        self._lock = threading.Lock()
+
+    def push(self, items: list[dict[str, Any]], now: int) -> int:
+        with self._lock:
+            self._items.extend((now, item) for item in items)
+            dropped = max(0, len(self._items) - self.capacity)
+            for _ in range(dropped):
+                self._items.popleft()
+            return dropped
+
+    def peek(self, count: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return [item for _, item in list(self._items)[:count]]
+
+    def ack(self, count: int) -> None:
+        with self._lock:
+            for _ in range(min(count, len(self._items))):
+                self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def oldest_at(self) -> int | None:
+        with self._lock:
+            return self._items[0][0] if self._items else None
+
+
+@dataclass
+class FollowUps:
+    """What a peer's answers to one batch ask this node to do."""
+
+    sent: int = 0
+    refused: int = 0
+    reregister: list[tuple[str, str]] = field(default_factory=list)
+    sync_back: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "refused": self.refused,
+            "reregister": [list(pair) for pair in self.reregister],
+            "sync_back": self.sync_back,
+        }
+
+
+def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
+    follow_ups = FollowUps(sent=len(items))
+    if len(answers) != len(items):
+        # The Java sender ignores such an answer too: nothing to follow up, nothing to resend.
+        logger.warning("peer answered %d items for a batch of %d: answers ignored", len(answers), len(items))
+        return follow_ups
+    for item, answer in zip(items, answers, strict=True):
+        code = answer.get("statusCode") if isinstance(answer, dict) else None
+        if isinstance(code, int) and 200 <= code < 300:
+            continue
+        if item.get("action") == c.REPLICATE_HEARTBEAT and code == 404:
+            follow_ups.reregister.append((item["appName"], item["id"]))
+        elif item.get("action") == c.REPLICATE_HEARTBEAT and code == 409 and answer.get("responseEntity"):
+            follow_ups.sync_back.append(answer["responseEntity"])
+        elif item.get("action") == c.REPLICATE_CANCEL and code == 404:
+            pass  # already gone there
+        else:
+            follow_ups.refused += 1
+    return follow_ups
+
+
+@dataclass
+class PeerCounters:
+    sent: int = 0
+    refused: int = 0
+    dropped: int = 0
+    failures: int = 0
+
+
+class Replicator:
+    def __init__(
+        self,
+        registry: Registry,
+        peers: list[Peer],
+        peer_set: PeerSet,
+        outbox_factory: Callable[[Peer], Outbox],
+        transport: PeerTransport | None = None,
+        buffer_capacity: int = DEFAULT_OUTBOX_CAPACITY,
+    ):
+        self.registry = registry
+        self.peers = {peer.key: peer for peer in peers}
+        self.peer_set = peer_set
+        self.buffer = ReplicationBuffer(buffer_capacity)
+        self.outboxes: dict[str, Outbox] = {peer.key: outbox_factory(peer) for peer in peers}
+        self.transport = transport
+        self.counters = {peer.key: PeerCounters() for peer in peers}
+
+    def remove_peer(self, key: str) -> None:
+        """Forget a peer (it turned out to be this node itself)."""
+        peer = self.peers.pop(key, None)
+        self.outboxes.pop(key, None)
+        self.counters.pop(key, None)
+        if peer is not None:
+            self.peer_set.remove(peer.url)
+
+    # ------------------------------------------------------------------ from writes to outboxes
+
+    def record(self, event: ReplicationEvent) -> None:
+        """The registry's replication hook (called under its lock: one dictionary store)."""
+        self.buffer.add(event)
+
+    def flush(self, now: int) -> int:
+        """Move what the buffer holds into every peer's outbox; returns how many items."""
+        events = self.buffer.take()
+        if not events:
+            return 0
+        items = [encode(event) for event in events]
+        for key, outbox in self.outboxes.items():
+            self._push(key, outbox, items, now)
+        return len(items)
+
+    def _push(self, key: str, outbox: Outbox, items: list[dict[str, Any]], now: int) -> None:
+        dropped = outbox.push(items, now)
+        if dropped:
+            self.counters[key].dropped += dropped
+            logger.warning("replication queue of %s full: %d oldest items dropped",
+                           self.peers[key].display_url, dropped)
+        self.peer_set.set_queued(self.peers[key].url, len(outbox))
+
+    # ------------------------------------------------------------------------------- sending
+
+    def send_next_batch(self, key: str, now: int) -> int:
+        """Send one batch of the peer's outbox; returns how many items left it (0: nothing to send).
+        Raises PeerUnreachable (the batch stays queued) and records the outcome on the peer set."""
+        peer = self.peers[key]
+        outbox = self.outboxes[key]
+        items = outbox.peek(BATCH_SIZE)
+        if not items:
+            return 0
+        assert self.transport is not None
+        try:
+            answers = self.transport.post_batch(peer, items)
+        except PeerUnreachable as exc:
+            self.counters[key].failures += 1
+            self.peer_set.record_failure(peer.url, now, str(exc))
+            raise
+        except PeerRefused as exc:
+            # The peer will not take this batch whatever we do: drop it, count it, say so.
+            outbox.ack(len(items))
+            self.counters[key].refused += len(items)
+            self.peer_set.record_failure(peer.url, now, f"batch refused: {exc}")
+            self.peer_set.set_queued(peer.url, len(outbox))
+            return len(items)
+        outbox.ack(len(items))
+        self.apply_follow_ups(key, read_answers(items, answers), now)
+        return len(items)
+
+    def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int, queued: int | None = None) -> None:
+        """What a peer's answers asked for, whoever sent the batch (a sender thread or a Celery worker)."""
+        peer = self.peers[key]
+        counters = self.counters[key]
+        counters.sent += follow_ups.sent
+        counters.refused += follow_ups.refused
+        registers = []
+        for app, instance_id in follow_ups.reregister:
+            found = self.registry.lease(app, instance_id)
+            if found is not None:
+                view, override = found
+                event = ReplicationEvent(c.REPLICATE_REGISTER, app, instance_id, view, override)
+                registers.append(encode(event))
+        if registers:
+            self._push(key, self.outboxes[key], registers, now)
+        for entity in follow_ups.sync_back:
+            self._sync_back(entity, now)
+        self.peer_set.record_success(peer.url, now)
+        self.peer_set.set_queued(peer.url, len(self.outboxes[key]) if queued is None else queued)
+
+    def _sync_back(self, entity: dict[str, Any], now: int) -> None:
+        try:
+            instance = build_instance(entity, now)
+        except BadInput as exc:
+            logger.warning("peer's newer copy of an instance could not be read: %s", exc)
+            return
+        self.registry.register(instance, now, is_replication=True)
+
+    def lag_ms(self, key: str, now: int) -> int:
+        oldest = self.outboxes[key].oldest_at()
+        return 0 if oldest is None else max(0, now - oldest)
+
+    def peer_keys(self) -> list[str]:
+        return list(self.peers)
+
+
+class EmbeddedReplication:
+    """Embedded mode's drivers: a flusher every ``flush_ms`` and one sender per peer, as threads."""
+
+    def __init__(self, replicator: Replicator, clock: Callable[[], int], flush_ms: int = 100):
+        self.replicator = replicator
+        self.clock = clock
+        self.flush_ms = flush_ms
+        self._stop = threading.Event()
+        self._wake = {key: threading.Event() for key in replicator.peer_keys()}
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._flush_loop, name="replication-flush", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._send_loop, args=(key,), name=f"replication-{key}", daemon=True)
+            for key in self.replicator.peer_keys()
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for event in self._wake.values():
+            event.set()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_ms / 1000):
+            try:
+                if self.replicator.flush(self.clock()):
+                    for event in self._wake.values():
+                        event.set()
+            except Exception:
+                logger.exception("replication flush failed")
+
+    def _send_loop(self, key: str) -> None:
+        wake = self._wake[key]
+        failures = 0
+        retry_at: float | None = None  # monotonic seconds: no try before, whatever wakes the loop
+        while not self._stop.is_set():
+            if retry_at is None:
+                wake.wait()
+            else:
+                self._stop.wait(max(0.0, retry_at - time.monotonic()))
+            wake.clear()
+            retry_at = None
+            try:
+                while not self._stop.is_set() and self.replicator.send_next_batch(key, self.clock()):
+                    pass
+                failures = 0
+            except PeerUnreachable as exc:
+                failures += 1
+                delay_ms = (
+                    CONGESTION_RETRY_MS
+                    if exc.congested
+                    else min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** min(failures - 1, 16))
+                )
+                retry_at = time.monotonic() + delay_ms / 1000
+            except Exception:
+                logger.exception("replication to %s failed", self.replicator.peers[key].display_url)
+                retry_at = time.monotonic() + RETRY_MAX_MS / 1000
