@@ -294,6 +294,14 @@ CELERY_BEAT_SCHEDULE = {
         "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
     }.items()
 }
+if EUREKA["peer_urls"]:
+    # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick
+    # the node sends when an outbox fills was lost (registry/cluster/redis_outbox.py).
+    CELERY_BEAT_SCHEDULE["eureka-replication-drain"] = {
+        "task": "registry.tasks.drain_replication_outboxes",
+        "schedule": 1.0,
+        "options": {"expires": 0.9},
+    }
 
 LOGGING = {
     "version": 1,

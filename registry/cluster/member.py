@@ -2,9 +2,13 @@
 
 Built from the node's options (``EUREKA_PEER_URLS`` and friends, see the settings) and started once
 the server knows which addresses it listens on, so that its own URL can be left out of the peers by
-host **and** port. Starting runs the start-up sync from the peers (then opens the registry for
-traffic with what it found), the replication drivers, and, with ``EUREKA_SELF_APP_NAME``, this node's
-own registration with its peers. A node with no peers records nothing and starts nothing.
+host **and** port. In embedded mode the outboxes are in-process queues sent by this process's
+threads; in production mode they are Redis lists that Celery workers send (``redis_outbox.py``), and
+this process's threads only send what Redis could not take.
+
+Starting runs the start-up sync from the peers (then opens the registry for traffic with what it
+found), the replication drivers, and, with ``EUREKA_SELF_APP_NAME``, this node's own registration
+with its peers. A node with no peers records nothing and starts nothing.
 
 Plain Python: no Django.
 """
@@ -18,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls, peer_hostname
-from registry.cluster.replicator import EmbeddedReplication, MemoryOutbox, Replicator
+from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, queue_key
+from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
 from registry.cluster.transport import PeerTransport
 from registry.core import Registry
@@ -36,7 +41,11 @@ class ClusterMember:
         options: dict[str, Any],
         clock: Callable[[], int],
         transport: PeerTransport | None = None,
+        redis_client: Any = None,
+        kick: Callable[[str], None] | None = None,
     ):
+        """``redis_client`` and ``kick`` (start a drain task for a peer key) select production mode:
+        the outboxes live in Redis and Celery workers send them."""
         self.registry = registry
         self.options = options
         self.clock = clock
@@ -51,13 +60,21 @@ class ClusterMember:
                 peer_set.remove(peer.url)
         self.transport = transport or PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
         capacity = int(options.get("replication_queue_size", 10_000))
+        self.production = redis_client is not None and kick is not None
+        if self.production:
+            namespace = options.get("redis_namespace", "eureka")
+
+            def outbox_factory(peer: Peer) -> NodeOutbox:
+                queue = RedisQueue(redis_client, queue_key(namespace, peer), capacity)
+                return NodeOutbox(queue, lambda: kick(peer.key), capacity)
+
+        else:
+
+            def outbox_factory(peer: Peer) -> MemoryOutbox:
+                return MemoryOutbox(capacity)
+
         self.replicator = Replicator(
-            registry,
-            peers,
-            peer_set,
-            outbox_factory=lambda peer: MemoryOutbox(capacity),
-            transport=self.transport,
-            buffer_capacity=capacity,
+            registry, peers, peer_set, outbox_factory, transport=self.transport, buffer_capacity=capacity
         )
         self.drivers: EmbeddedReplication | None = None
         self.self_registration: SelfRegistration | None = None
@@ -115,6 +132,62 @@ class ClusterMember:
             count = 0
         self.synced = count
         self.registry.open_for_traffic(count, self.clock())
+
+    def report(
+        self, key: str, follow_ups: FollowUps | None, error: str | None, queued: int, now: int
+    ) -> None:
+        """A Celery worker's account of one batch it sent to peer ``key`` (production mode)."""
+        outbox = self.replicator.outboxes.get(key)
+        if outbox is None:
+            return
+        if isinstance(outbox, NodeOutbox):
+            outbox.queued_in_redis = queued
+        if follow_ups is not None:
+            self.replicator.apply_follow_ups(key, follow_ups, now)
+        if error:
+            self.replicator.counters[key].failures += 1
+            self.replicator.peer_set.record_failure(self.replicator.peers[key].url, now, error)
+        self.replicator.peer_set.set_queued(self.replicator.peers[key].url, len(outbox))
+
+    def status(self, now: int) -> dict[str, Any]:
+        """For /readyz: how replication runs and each peer's numbers (URLs without credentials)."""
+        states = {state.url: state for state in self.replicator.peer_set.states()}
+        redis_down = [
+            outbox.redis_down_since
+            for outbox in self.replicator.outboxes.values()
+            if isinstance(outbox, NodeOutbox) and outbox.redis_down_since is not None
+        ]
+        peers = []
+        for key, peer in self.replicator.peers.items():
+            counters = self.replicator.counters[key]
+            state = states.get(peer.display_url)
+            peers.append(
+                {
+                    "url": peer.display_url,
+                    "available": bool(state and state.available(now)),
+                    "queued": len(self.replicator.outboxes[key]),
+                    "lag_ms": self.replicator.lag_ms(key, now),
+                    "sent": counters.sent,
+                    "refused": counters.refused,
+                    "dropped": counters.dropped,
+                    "failures": counters.failures,
+                    "last_error": state.last_error if state else None,
+                }
+            )
+        if not self.production:
+            sender = "in-process"
+        elif redis_down:
+            sender = "in-process (Redis unreachable, falling back)"
+        else:
+            sender = "celery"
+        return {
+            "sender": sender,
+            "buffered": len(self.replicator.buffer),
+            "coalesced": self.replicator.buffer.coalesced,
+            "dropped_before_queue": self.replicator.buffer.dropped,
+            "synced_at_start": self.synced,
+            "peers": peers,
+        }
 
     def stop(self) -> None:
         self._stop.set()

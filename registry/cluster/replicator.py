@@ -96,6 +96,15 @@ class FollowUps:
     reregister: list[tuple[str, str]] = field(default_factory=list)
     sync_back: list[dict[str, Any]] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FollowUps:
+        return cls(
+            sent=int(data.get("sent", 0)),
+            refused=int(data.get("refused", 0)),
+            reregister=[(str(app), str(instance_id)) for app, instance_id in data.get("reregister", [])],
+            sync_back=[entity for entity in data.get("sync_back", []) if isinstance(entity, dict)],
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "sent": self.sent,

@@ -9,6 +9,7 @@ import orjson
 from django.conf import settings
 from django.http import HttpResponse
 
+from registry.cluster.replicator import FollowUps
 from registry.protocol.http import text
 from registry.protocol.views import EurekaView
 from registry.runtime.node import get_node
@@ -32,15 +33,40 @@ class ControlJobView(EurekaView):
     """``POST /control/jobs/{job}``: run one periodic job on this process. Needs the shared secret."""
 
     def post(self, request, job):
-        secret = settings.EUREKA_CONTROL_SECRET
-        given = request.META.get("HTTP_" + CONTROL_HEADER.upper().replace("-", "_"), "")
-        if not secret or not hmac.compare_digest(given.encode(), secret.encode()):
+        if not _authorized(request):
             return text(403, "Forbidden: missing or wrong control secret")
         node = get_node()
         if job not in node.jobs:
             return text(404, f"Unknown job {job[:40]!r}: expected one of {', '.join(sorted(node.jobs))}")
         result = node.run_job(job, node.now(), "celery")
         return _json({"job": job, "result": _summary(result)})
+
+
+def _authorized(request) -> bool:
+    secret = settings.EUREKA_CONTROL_SECRET
+    given = request.META.get("HTTP_" + CONTROL_HEADER.upper().replace("-", "_"), "")
+    return bool(secret) and hmac.compare_digest(given.encode(), secret.encode())
+
+
+class ControlReplicationView(EurekaView):
+    """``POST /control/replication/{peer}``: a Celery worker reports what a peer answered to a batch
+    (follow-ups to carry out here: Registers to send, newer copies to take) or why it failed."""
+
+    def post(self, request, peer):
+        if not _authorized(request):
+            return text(403, "Forbidden: missing or wrong control secret")
+        node = get_node()
+        if node.cluster is None or peer not in node.cluster.replicator.peers:
+            return text(404, f"Unknown peer {peer[:40]!r}")
+        try:
+            body = orjson.loads(request.body)
+            follow_ups = FollowUps.from_dict(body["follow_ups"]) if body.get("follow_ups") else None
+            error = body.get("error")
+            queued = int(body.get("queued") or 0)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return text(400, "Malformed replication report")
+        node.cluster.report(peer, follow_ups, error if isinstance(error, str) else None, queued, node.now())
+        return _json({"ok": True})
 
 
 class HealthView(EurekaView):
@@ -80,5 +106,6 @@ class ReadyView(EurekaView):
             "redis": redis,
             "jobs": jobs,
             "instances": node.registry.size(),
+            "replication": node.cluster.status(now) if node.cluster is not None else None,
         }
         return _json(body, 200 if open_for_reads else 503)

@@ -6,6 +6,11 @@ app_name = "ops"
 
 urlpatterns = [
     path("control/jobs/<str:job>", control.ControlJobView.as_view(), name="control-job"),
+    path(
+        "control/replication/<str:peer>",
+        control.ControlReplicationView.as_view(),
+        name="control-replication",
+    ),
     path("healthz", control.HealthView.as_view(), name="healthz"),
     path("readyz", control.ReadyView.as_view(), name="readyz"),
 ]

@@ -147,7 +147,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
     )
     cache_holder.append(cache)
     peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])
-    cluster = ClusterMember(registry, peers, options, clock) if options.get("peer_urls") else None
+    cluster = _cluster_member(registry, peers, options, clock) if options.get("peer_urls") else None
     return Node(
         registry=registry,
         cache=cache,
@@ -157,6 +157,27 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         started_at=clock(),
         cluster=cluster,
     )
+
+
+def _cluster_member(
+    registry: Registry, peers: PeerSet, options: dict[str, Any], clock: Callable[[], int]
+) -> ClusterMember:
+    """Embedded mode replicates from this process; production mode through Redis and Celery."""
+    if not options.get("redis_url") or options.get("jobs_driver") != "celery":
+        return ClusterMember(registry, peers, options, clock)
+    from redis import Redis
+
+    from registry.runtime.tasks import drain_replication_outbox
+
+    client = Redis.from_url(options["redis_url"], socket_timeout=0.5, socket_connect_timeout=0.5)
+
+    def kick(peer_key: str) -> None:
+        try:
+            drain_replication_outbox.apply_async((peer_key,), expires=5, retry=False)
+        except Exception as exc:  # the broker is down: beat's drain (or the fallback) catches up
+            logger.warning("could not start a replication drain: %s", exc)
+
+    return ClusterMember(registry, peers, options, clock, redis_client=client, kick=kick)
 
 
 def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOnlyTier:

@@ -1,11 +1,20 @@
 """Celery tasks. A worker is another process with an empty copy of the map, so a task never touches
-the map: it asks the registry process to run the job through the authenticated control endpoint."""
+the map: it asks the registry process to run the job through the authenticated control endpoint.
+
+Peer replication (production mode): ``drain_replication_outbox`` sends one peer's Redis outbox
+(registry/cluster/redis_outbox.py) and reports each batch's answers back to the node, which alone can
+act on them; beat runs ``drain_replication_outboxes`` every second as the safety net for lost kicks."""
 
 from __future__ import annotations
+
+import logging
+from functools import cache
 
 import httpx
 from celery import shared_task
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 CONTROL_HEADER = "X-Eureka-Control-Secret"
 
@@ -28,3 +37,57 @@ def run_node_job(job: str) -> dict:
     )
     response.raise_for_status()
     return response.json()
+
+
+@cache
+def _replication_context():
+    """What a worker needs to drain outboxes, built once per worker process."""
+    from redis import Redis
+
+    from registry.cluster.peers import parse_peer_urls
+    from registry.cluster.transport import PeerTransport
+
+    options = settings.EUREKA
+    peers = {peer.key: peer for peer in parse_peer_urls(options.get("peer_urls", ()))}
+    client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
+    transport = PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
+    control = httpx.Client(
+        base_url=settings.EUREKA_CONTROL_URL,
+        headers={CONTROL_HEADER: settings.EUREKA_CONTROL_SECRET},
+        timeout=10,
+    )
+    return peers, client, transport, control
+
+
+@shared_task(name="registry.tasks.drain_replication_outbox", ignore_result=True)
+def drain_replication_outbox(peer_key: str) -> int:
+    """Send one peer's outbox (under its lock, so never twice) and report to the node."""
+    from registry.cluster.redis_outbox import RedisQueue, drain, queue_key
+
+    peers, client, transport, control = _replication_context()
+    peer = peers.get(peer_key)
+    if peer is None:
+        logger.warning("no peer has the key %s (does EUREKA_PEER_URLS differ from the node's?)", peer_key)
+        return 0
+    options = settings.EUREKA
+    queue = RedisQueue(
+        client, queue_key(options.get("redis_namespace", "eureka"), peer), options["replication_queue_size"]
+    )
+
+    def report(follow_ups, error, queued):
+        body = {"follow_ups": follow_ups.as_dict() if follow_ups else None, "error": error, "queued": queued}
+        try:
+            control.post(f"/control/replication/{peer_key}", json=body).raise_for_status()
+        except httpx.HTTPError as exc:
+            # The items were delivered; only the console's numbers and follow-ups are late.
+            logger.warning("could not report replication results to the node: %s", exc)
+
+    return drain(client, queue, peer, transport, report)
+
+
+@shared_task(name="registry.tasks.drain_replication_outboxes", ignore_result=True)
+def drain_replication_outboxes() -> None:
+    """Beat's safety net: a drain per peer each second, whether or not a kick was lost."""
+    peers, _, _, _ = _replication_context()
+    for key in peers:
+        drain_replication_outbox.apply_async((key,), expires=5)

@@ -306,9 +306,9 @@ class RegistryAdmin:
         self.http.close()
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -338,8 +338,10 @@ def server_env(workdir: Path, extra_env: dict[str, str] | None = None) -> dict[s
     }
 
 
-def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> LiveServer:
-    port = _free_port()
+def _start(
+    workdir: Path, extra_env: dict[str, str] | None = None, host: str = "127.0.0.1", port: int | None = None
+) -> LiveServer:
+    port = port or _free_port(host)
     access_log = workdir / "access.log"
     server_log = workdir / "server.log"
     env = server_env(workdir, extra_env)
@@ -348,7 +350,7 @@ def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> LiveServer
         "-c",
         "deploy/gunicorn.conf.py",
         "--bind",
-        f"127.0.0.1:{port}",
+        f"{host}:{port}",
         "--access-logfile",
         str(access_log),
         "--access-logformat",
@@ -358,7 +360,7 @@ def _start(workdir: Path, extra_env: dict[str, str] | None = None) -> LiveServer
         process = subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-    base_url = f"http://127.0.0.1:{port}"
+    base_url = f"http://{host}:{port}"
     server = LiveServer(
         url=f"{base_url}/eureka/",
         base_url=base_url,
@@ -400,16 +402,23 @@ def _live_server_helper():
 
 
 @contextmanager
-def running_server(workdir: Path, extra_env: dict[str, str] | None = None) -> Iterator[LiveServer]:
-    """A gunicorn node with its files in ``workdir``, stopped (TERM, then KILL) on exit."""
+def running_server(
+    workdir: Path, extra_env: dict[str, str] | None = None, host: str = "127.0.0.1", port: int | None = None
+) -> Iterator[LiveServer]:
+    """A gunicorn node with its files in ``workdir``, stopped (TERM, then KILL) on exit.
+
+    It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
+    server tell each other apart by host) and on ``port``, a free one unless given.
+    """
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
     try:
-        server = _start(workdir, extra_env)
+        server = _start(workdir, extra_env, host, port)
     except RuntimeError as first_error:
-        # The free port may have been taken between probing and binding: one more try on a new port.
+        # The free port may have been taken between probing and binding: one more try (on a new port
+        # unless the caller chose it).
         try:
-            server = _start(workdir, extra_env)
+            server = _start(workdir, extra_env, host, port)
         except RuntimeError as second_error:
             pytest.fail(f"could not start gunicorn: {first_error}\n---\n{second_error}", pytrace=False)
     try:

@@ -1,0 +1,165 @@
+"""Production mode's outboxes: one Redis list per peer, filled by the node, drained by Celery workers.
+
+The node's flusher appends each flush window's items with one pipelined call per peer
+(``NodeOutbox.push``): never a Redis round trip per heartbeat, never on the request path. When a list
+goes from empty to non-empty the node kicks a drain task; Celery beat also drains every peer each
+second, so a lost kick or a dead worker delays replication but never stops it.
+
+A drain (``drain``, run by a Celery worker) takes the peer's lock (``SET NX`` with an expiry, released
+only by its holder), sends the list's head batch by batch and trims what was answered, and reports
+the answers' follow-ups to the node, which alone holds the map: two workers never send the same
+batch twice. A send that fails leaves the batch at the head for the next drain.
+
+If Redis is unreachable the node keeps its items in a local queue and sends them from its own
+thread (``NodeOutbox`` falls back; ``/readyz`` says so); what a crash loses is at most one flush
+window, which the next heartbeats repair (a peer answers 404, the node sends a Register).
+
+Plain Python: no Django. ``redis`` is the redis-py client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from redis import Redis
+from redis.exceptions import RedisError
+
+from registry.cluster.peers import Peer
+from registry.cluster.replication import BATCH_SIZE
+from registry.cluster.replicator import DEFAULT_OUTBOX_CAPACITY, FollowUps, MemoryOutbox, read_answers
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable
+
+logger = logging.getLogger(__name__)
+
+LOCK_MS = 30_000
+# A drain stops after this long so that one worker is never held by one peer for ever.
+DRAIN_BUDGET_S = 10.0
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+def queue_key(namespace: str, peer: Peer) -> str:
+    return f"{namespace}:replication:{peer.key}"
+
+
+class RedisQueue:
+    """One peer's list: entries are ``[enqueued_ms, item]`` as JSON."""
+
+    def __init__(self, client: Redis, key: str, capacity: int = DEFAULT_OUTBOX_CAPACITY):
+        self.client = client
+        self.key = key
+        self.capacity = capacity
+
+    def push(self, items: list[dict[str, Any]], now: int) -> tuple[int, int]:
+        """Append in one round trip; returns (length after, dropped). Raises RedisError."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.key, *(orjson.dumps([now, item]) for item in items))
+        pipe.ltrim(self.key, -self.capacity, -1)
+        length = pipe.execute()[0]
+        return min(length, self.capacity), max(0, length - self.capacity)
+
+    def peek(self, count: int) -> list[dict[str, Any]]:
+        return [orjson.loads(raw)[1] for raw in self.client.lrange(self.key, 0, count - 1)]
+
+    def ack(self, count: int) -> None:
+        self.client.ltrim(self.key, count, -1)
+
+    def __len__(self) -> int:
+        return int(self.client.llen(self.key))
+
+    def oldest_at(self) -> int | None:
+        head = self.client.lindex(self.key, 0)
+        return None if head is None else int(orjson.loads(head)[0])
+
+
+class NodeOutbox:
+    """The node's outbox for one peer in production mode: Redis, or a local queue while Redis is down.
+
+    ``peek``/``ack``/``len`` are the local queue's: the node's own sender thread only ever sends what
+    Redis could not take. ``on_first_items`` is called when the Redis list was empty before a push.
+    """
+
+    def __init__(self, queue: RedisQueue, on_first_items: Callable[[], None], capacity: int):
+        self.queue = queue
+        self.on_first_items = on_first_items
+        self.local = MemoryOutbox(capacity)
+        self.redis_down_since: int | None = None
+        self.queued_in_redis = 0
+
+    def push(self, items: list[dict[str, Any]], now: int) -> int:
+        try:
+            length, dropped = self.queue.push(items, now)
+        except RedisError as exc:
+            if self.redis_down_since is None:
+                logger.warning("Redis unreachable (%s): replicating from this process until it is back", exc)
+                self.redis_down_since = now
+            return self.local.push(items, now)
+        if self.redis_down_since is not None:
+            logger.warning("Redis is back: replication goes through Celery again")
+            self.redis_down_since = None
+        self.queued_in_redis = length
+        if length and length <= len(items):
+            self.on_first_items()
+        return dropped
+
+    def peek(self, count: int) -> list[dict[str, Any]]:
+        return self.local.peek(count)
+
+    def ack(self, count: int) -> None:
+        self.local.ack(count)
+
+    def __len__(self) -> int:
+        return len(self.local) + self.queued_in_redis
+
+    def oldest_at(self) -> int | None:
+        return self.local.oldest_at()
+
+
+def drain(
+    client: Redis,
+    queue: RedisQueue,
+    peer: Peer,
+    transport: PeerTransport,
+    report: Callable[[FollowUps | None, str | None, int], None],
+    budget_s: float = DRAIN_BUDGET_S,
+) -> int:
+    """Send the peer's queue batch by batch under its lock; returns how many items were sent.
+
+    ``report(follow_ups, error, queued)`` tells the node after each batch (follow-ups) or failure
+    (error). Returns 0 at once when another worker holds the lock.
+    """
+    lock_key = f"{queue.key}:lock"
+    token = uuid.uuid4().hex
+    if not client.set(lock_key, token, nx=True, px=LOCK_MS):
+        return 0
+    sent = 0
+    deadline = time.monotonic() + budget_s
+    try:
+        while time.monotonic() < deadline:
+            items = queue.peek(BATCH_SIZE)
+            if not items:
+                break
+            try:
+                answers = transport.post_batch(peer, items)
+            except PeerUnreachable as exc:
+                report(None, str(exc), len(queue))
+                break
+            except PeerRefused as exc:
+                queue.ack(len(items))
+                report(FollowUps(sent=0, refused=len(items)), f"batch refused: {exc}", len(queue))
+                continue
+            queue.ack(len(items))
+            sent += len(items)
+            client.pexpire(lock_key, LOCK_MS)
+            report(read_answers(items, answers), None, len(queue))
+    finally:
+        client.eval(_RELEASE, 1, lock_key, token)
+    return sent
