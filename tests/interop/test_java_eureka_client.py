@@ -1,25 +1,38 @@
-"""The real Netflix eureka-client (Java, Maven Central 2.0.x, Jersey 3 transport) against a live node.
+"""The real Netflix eureka-client (Java, Maven Central), in both of its generations, against a live node.
 
-``tests/interop/java`` is a small Maven project of ours around the unmodified client: its CLI
-``interop.EurekaInterop`` runs a ``service`` (registers, heartbeats, fetches, cancels on shutdown) or a
-fetch-only ``consumer``, with one-second heartbeats, registry fetches and instance-info replication
-(``eureka-client.properties``). It prints JSON lines: ``http`` for every call its transport makes (the
-status it got and whether it decoded a body), ``cacheRefreshed`` after every registry fetch with the
-client's own reconcile hashcode (``getApplications().getReconcileHashCode()``), ``statusChange`` when its
-own status in the fetched registry changes, and the replies to ``state`` / ``metadata`` / ``shutdown``
-commands read from stdin. The client's log lines (slf4j-simple) come interleaved as plain text.
+Each test runs once per client generation (the ``java_classpath`` fixture is parametrized):
 
-eureka-client 2.x ships no HTTP transport of its own: like Netflix's eureka-examples, the program uses
-``eureka-client-jersey3`` (``Jersey3TransportClientFactories``), whose heartbeat is a PUT with a ``{}``
-JSON body and which decodes *any* non-empty heartbeat answer as an InstanceInfo, whatever the status.
-A pass-through decorator under Netflix's retry/redirect/session decorators reports each call.
+* ``eureka-client-2.0``: 2.0.x with the Jersey 3 transport (``tests/interop/java``). eureka-client 2.x
+  ships no HTTP transport of its own: like Netflix's eureka-examples, the program uses
+  ``eureka-client-jersey3`` (``Jersey3TransportClientFactories``), whose heartbeat is a PUT with a
+  ``{}`` JSON body and which decodes *any* non-empty heartbeat answer as an InstanceInfo, whatever the
+  status.
+* ``eureka-client-1.10``: 1.10.x with its default transport (``tests/interop/java1``), Jersey 1 over
+  Apache HttpClient 4: ``Jersey1TransportClientFactories``, which ``DiscoveryClient`` builds when given
+  no transport (the program hands it that very class, only to record calls). Its registration is a POST
+  whose JSON body goes out ``Transfer-Encoding: chunked`` with no ``Content-Length``; its heartbeat a PUT
+  with no body (``Content-Length: 0``).
+
+Both Maven projects compile the same small CLI, ``interop.EurekaInterop`` (``tests/interop/java-shared``,
+their parent POM), around the unmodified client; each supplies only ``interop.ClientTransport``, which
+builds the ``DiscoveryClient`` as its generation does. The CLI runs a ``service`` (registers,
+heartbeats, fetches, cancels on shutdown) or a fetch-only ``consumer``, with one-second heartbeats,
+registry fetches and instance-info replication (``eureka-client.properties``). It prints JSON lines:
+``http`` for every call its transport makes (the status it got and whether it decoded a body; from a
+pass-through decorator under Netflix's retry/redirect/session decorators), ``cacheRefreshed`` after every
+registry fetch with the client's own reconcile hashcode (``getApplications().getReconcileHashCode()``),
+``statusChange`` when its own status in the fetched registry changes, and the replies to ``state`` /
+``metadata`` / ``shutdown`` commands read from stdin. The 1.x program also prints ``wire`` for every
+request as its Apache connection wrote it (request line and every header, framing included) with the
+status line it read. The client's log lines (slf4j-simple) come interleaved as plain text.
 
 Who speaks through which prefix, so the access log tells them apart: services use ``/eureka/``,
 consumers ``/eureka/v2/`` (Netflix's default), and the test's own ``RegistryAdmin`` ``/eureka/``; so
 the test never reads through ``/eureka/v2/`` and every ``GET /eureka/v2/apps/`` is a consumer's full fetch.
 
-The Maven build runs once per session (``mvn -o compile`` when the local repository already holds
-everything, online otherwise) and is skipped entirely while ``target/build.stamp`` matches the sources.
+Each Maven build runs once per session (``mvn -o compile`` when the local repository already holds
+everything, online otherwise) and is skipped entirely while its ``target/build.stamp`` matches the
+sources (its own and the shared ones).
 """
 
 from __future__ import annotations
@@ -31,7 +44,11 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -47,12 +64,9 @@ from tests.interop.conftest import (
 
 pytestmark = pytest.mark.interop
 
-JAVA_DIR = Path(__file__).resolve().parent / "java"
-TARGET = JAVA_DIR / "target"
-CLASSPATH_FILE = TARGET / "classpath.txt"
-STAMP_FILE = TARGET / "build.stamp"
+INTEROP_DIR = Path(__file__).resolve().parent
+SHARED_DIR = INTEROP_DIR / "java-shared"
 MAIN_CLASS = "interop.EurekaInterop"
-EUREKA_VERSION = "2.0.6"
 MIN_JAVA_MAJOR = 17
 BUILD_TIMEOUT_S = 900
 # Quick JVM start for short-lived clients on a small, shared machine.
@@ -62,6 +76,75 @@ SERVICE_PREFIX = "/eureka/"
 CONSUMER_PREFIX = "/eureka/v2/"
 CONSUMER_FULL_FETCH = f"{CONSUMER_PREFIX}apps/"
 CONSUMER_DELTA = f"{CONSUMER_PREFIX}apps/delta"
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """A line of the Netflix eureka-client, the Maven project that drives it and how it speaks."""
+
+    id: str
+    version: str
+    project: Path
+    # interop.ClientTransport.NAME, reported in the program's "ready" line.
+    transport: str
+    # Jars the run classpath must hold (the pinned client and its transport), and jar-name prefixes
+    # it must not (the other generation's transport).
+    jars: tuple[str, ...]
+    foreign_jars: tuple[str, ...]
+    # The heartbeat exactly as the transport sends it (body and the headers that matter).
+    heartbeat_body: bytes
+    heartbeat_headers: dict[str, str]
+    # Whether the program reports "wire" events (what its HTTP connection wrote and read).
+    records_wire: bool = False
+
+    @property
+    def target(self) -> Path:
+        return self.project / "target"
+
+    def pom(self) -> str:
+        return (self.project / "pom.xml").read_text()
+
+
+EUREKA_2 = Generation(
+    id="eureka-client-2.0",
+    version="2.0.6",
+    project=INTEROP_DIR / "java",
+    transport="jersey3",
+    jars=("eureka-client-2.0.6.jar", "eureka-client-jersey3-2.0.6.jar"),
+    foreign_jars=("jersey-client-1.", "jersey-core-1.", "jersey-apache-client4-"),
+    # AbstractJersey3EurekaHttpClient.sendHeartBeat: "Jersey3 refuses to handle PUT with no body".
+    heartbeat_body=b"{}",
+    heartbeat_headers={
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "Accept-Encoding": "gzip",
+    },
+)
+EUREKA_1 = Generation(
+    id="eureka-client-1.10",
+    version="1.10.18",
+    project=INTEROP_DIR / "java1",
+    transport="jersey1",
+    jars=("eureka-client-1.10.18.jar", "jersey-client-1.19.1.jar", "jersey-apache-client4-1.19.1.jar"),
+    foreign_jars=("eureka-client-jersey3-", "jersey-client-3.", "jersey-common-3."),
+    # AbstractJerseyEurekaHttpClient.sendHeartBeat: put() with no entity, hence Content-Length: 0;
+    # GZIPContentEncodingFilter adds Accept-Encoding, and nothing sets Content-Type or Accept.
+    heartbeat_body=b"",
+    heartbeat_headers={"Accept-Encoding": "gzip"},
+    records_wire=True,
+)
+GENERATIONS = (EUREKA_2, EUREKA_1)
+
+
+@dataclass(frozen=True)
+class JavaBuild:
+    """A built client program: the java binary, its run classpath and the generation it drives."""
+
+    java: str
+    classpath: str
+    generation: Generation
+
+
 # What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
 RESOLUTION_FAILURE = re.compile(
     r"Could not resolve dependencies|Could not transfer|Could not resolve|Cannot access .* in offline mode|"
@@ -85,31 +168,35 @@ def _java_major(java: str) -> int:
     return int(match.group(2) or 0) if major == 1 else major
 
 
-def _sources_digest(java: str) -> str:
+def _sources_digest(java: str, generation: Generation) -> str:
+    """What a build depends on: the generation's project, the shared sources and the JDK's major version."""
     digest = hashlib.sha256()
-    files = [JAVA_DIR / "pom.xml", *sorted(p for p in (JAVA_DIR / "src").rglob("*") if p.is_file())]
-    for path in files:
-        digest.update(str(path.relative_to(JAVA_DIR)).encode())
-        digest.update(path.read_bytes())
+    for project in (generation.project, SHARED_DIR):
+        files = [project / "pom.xml", *sorted(p for p in (project / "src").rglob("*") if p.is_file())]
+        for path in files:
+            digest.update(str(path.relative_to(INTEROP_DIR)).encode())
+            digest.update(path.read_bytes())
     digest.update(str(_java_major(java)).encode())
     return digest.hexdigest()
 
 
-def _classpath() -> str | None:
+def _classpath(generation: Generation) -> str | None:
     """The built run classpath, or None when the build output is missing or incomplete."""
-    if not CLASSPATH_FILE.is_file() or not (TARGET / "classes" / "interop" / "EurekaInterop.class").is_file():
+    target = generation.target
+    classpath_file = target / "classpath.txt"
+    if not classpath_file.is_file() or not (target / "classes" / "interop" / "EurekaInterop.class").is_file():
         return None
-    jars = [j for j in CLASSPATH_FILE.read_text().strip().split(":") if j]
+    jars = [j for j in classpath_file.read_text().strip().split(":") if j]
     if not jars or not all(Path(j).is_file() for j in jars):
         return None
-    return ":".join([str(TARGET / "classes"), *jars])
+    return ":".join([str(target / "classes"), *jars])
 
 
-def _mvn(mvn: str, offline: bool) -> subprocess.CompletedProcess:
+def _mvn(mvn: str, offline: bool, project: Path) -> subprocess.CompletedProcess:
     command = [mvn, "-B", "-q", *(["-o"] if offline else []), "compile"]
     return subprocess.run(
         command,
-        cwd=JAVA_DIR,
+        cwd=project,
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT_S,
@@ -117,9 +204,8 @@ def _mvn(mvn: str, offline: bool) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="session")
-def java_classpath() -> tuple[str, str]:
-    """Build tests/interop/java once (or reuse an up-to-date build); returns (java binary, classpath)."""
+def _build(generation: Generation) -> JavaBuild:
+    """Build one generation's client program (or reuse an up-to-date build)."""
     java = shutil.which("java")
     require_toolchain(
         "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
@@ -134,28 +220,43 @@ def java_classpath() -> tuple[str, str]:
     require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
     assert mvn is not None
 
-    digest = _sources_digest(java)
-    classpath = _classpath()
-    if classpath and STAMP_FILE.is_file() and STAMP_FILE.read_text().strip() == digest:
-        return java, classpath
+    project = generation.project
+    stamp = generation.target / "build.stamp"
+    digest = _sources_digest(java, generation)
+    classpath = _classpath(generation)
+    if classpath and stamp.is_file() and stamp.read_text().strip() == digest:
+        return JavaBuild(java, classpath, generation)
 
-    STAMP_FILE.unlink(missing_ok=True)
-    result = _mvn(mvn, offline=True)
+    stamp.unlink(missing_ok=True)
+    result = _mvn(mvn, offline=True, project=project)
     if result.returncode != 0:
         # Not everything is in the local repository yet: resolve it from Maven Central.
-        result = _mvn(mvn, offline=False)
+        result = _mvn(mvn, offline=False, project=project)
     output = (result.stdout + result.stderr)[-6000:]
     if result.returncode != 0:
         require_toolchain(
-            "Maven Central (com.netflix.eureka:eureka-client and its dependencies)",
+            f"Maven Central (com.netflix.eureka:eureka-client:{generation.version} and its dependencies)",
             not RESOLUTION_FAILURE.search(output),
-            f"`mvn compile` in {JAVA_DIR} could not resolve its dependencies:\n{output}",
+            f"`mvn compile` in {project} could not resolve its dependencies:\n{output}",
         )
-        pytest.fail(f"`mvn compile` in {JAVA_DIR} failed:\n{output}", pytrace=False)
-    classpath = _classpath()
-    assert classpath, f"the build left no usable {CLASSPATH_FILE}:\n{output}"
-    STAMP_FILE.write_text(digest + "\n")
-    return java, classpath
+        pytest.fail(f"`mvn compile` in {project} failed:\n{output}", pytrace=False)
+    classpath = _classpath(generation)
+    assert classpath, f"the build left no usable {generation.target / 'classpath.txt'}:\n{output}"
+    stamp.write_text(digest + "\n")
+    return JavaBuild(java, classpath, generation)
+
+
+@pytest.fixture(scope="session", params=GENERATIONS, ids=[g.id for g in GENERATIONS])
+def java_classpath(request) -> JavaBuild:
+    """The client program of each generation in turn: every test that uses ``java_client`` runs
+    against each of them."""
+    return _build(request.param)
+
+
+@pytest.fixture(scope="session")
+def jersey1_classpath() -> JavaBuild:
+    """The 1.x client program alone, for what only its transport shows (``jersey1_client``)."""
+    return _build(EUREKA_1)
 
 
 # --- the Java client process -------------------------------------------------------------------
@@ -164,11 +265,10 @@ def java_classpath() -> tuple[str, str]:
 class JavaClient:
     """One JVM running interop.EurekaInterop; a reader thread collects its JSON lines as events."""
 
-    def __init__(
-        self, toolchain: tuple[str, str], server: LiveServer, role: str, app: str, port: int, vip: str
-    ):
-        java, classpath = toolchain
+    def __init__(self, build: JavaBuild, server: LiveServer, role: str, app: str, port: int, vip: str):
+        self.generation = build.generation
         self.server = server
+        self.ready: dict = {}
         self.role = role
         self.app = app.upper()
         self.port = port
@@ -180,10 +280,10 @@ class JavaClient:
         self.register_path = f"{prefix}apps/{self.app}"
         self.path = f"{prefix}apps/{self.app}/{self.instance_id}"
         command = [
-            java,
+            build.java,
             *JVM_OPTIONS,
             "-cp",
-            classpath,
+            build.classpath,
             MAIN_CLASS,
             role,
             self.service_url,
@@ -193,7 +293,7 @@ class JavaClient:
         ]
         self.process = subprocess.Popen(
             command,
-            cwd=JAVA_DIR,
+            cwd=build.generation.project,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -238,6 +338,23 @@ class JavaClient:
     def http(self, op: str, since: int = 0, **fields) -> list[dict]:
         """The client's ``op`` calls (Register, SendHeartBeat, Cancel, GetApplications, GetDelta...)."""
         return self.named("http", since, op=op, **fields)
+
+    def wire(self, method: str | None = None, path: str | None = None, since: int = 0) -> list[dict]:
+        """The requests the client's HTTP connection wrote (``wire`` events, 1.x program only).
+
+        Each comes with the status it got and its headers under lower-case names; ``path`` is
+        percent-decoded, as in the access log.
+        """
+        found = []
+        for event in self.named("wire", since):
+            record = {
+                **event,
+                "path": unquote(event["path"]),
+                "headers": {name.lower(): value for name, value in event["headers"].items()},
+            }
+            if (method is None or record["method"] == method) and (path is None or record["path"] == path):
+                found.append(record)
+        return found
 
     def tail(self, lines: int = 30) -> str:
         with self._cond:
@@ -304,12 +421,15 @@ class JavaClient:
         self.process.wait(timeout=10)
 
     def client_problems(self, since: int = 0) -> list[str]:
-        """Warnings and errors the eureka-client logged (its transport failures, decode errors...)."""
-        return [
+        """Warnings and errors the eureka-client logged (its transport failures, decode errors...), the
+        JVM's refusals of reflective access (XStream and friends on Java 17) and the program's own errors."""
+        logged = [
             e["line"]
             for e in self.named("output", since)
-            if ("[WARN]" in e["line"] or "[ERROR]" in e["line"]) and "com.netflix.discovery" in e["line"]
+            if (("[WARN]" in e["line"] or "[ERROR]" in e["line"]) and "com.netflix.discovery" in e["line"])
+            or "InaccessibleObjectException" in e["line"]
         ]
+        return logged + [json.dumps(e) for e in self.named("error", since)]
 
     def close(self) -> None:
         """End of stdin makes the program shut the client down (cancel) and exit; kill it if it hangs."""
@@ -345,20 +465,36 @@ def admin(live_server):
     admin.cleanup()
 
 
-@pytest.fixture
-def java_client(java_classpath, live_server):
-    """A factory of running Java clients; each one is shut down (cancelled) when the test ends."""
+@contextmanager
+def client_factory(build: JavaBuild, server: LiveServer) -> Iterator[Callable[..., JavaClient]]:
+    """Starts Java clients of ``build`` (each ready); all are shut down (cancelled) on exit."""
     clients: list[JavaClient] = []
 
     def start(role: str, app: str, port: int, vip: str | None = None) -> JavaClient:
-        client = JavaClient(java_classpath, live_server, role, app, port, vip or f"{app.lower()}.vip")
+        client = JavaClient(build, server, role, app, port, vip or f"{app.lower()}.vip")
         clients.append(client)
-        client.wait_for("ready", timeout=60)
+        client.ready = client.wait_for("ready", timeout=60)[0]
         return client
 
-    yield start
-    for client in clients:
-        client.close()
+    try:
+        yield start
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.fixture
+def java_client(java_classpath, live_server):
+    """A factory of running Java clients of the generation under test."""
+    with client_factory(java_classpath, live_server) as start:
+        yield start
+
+
+@pytest.fixture
+def jersey1_client(jersey1_classpath, live_server):
+    """A factory of running eureka-client 1.x clients (Jersey 1), whatever the generation under test."""
+    with client_factory(jersey1_classpath, live_server) as start:
+        yield start
 
 
 def wait_for_consumer_on_deltas(consumer: JavaClient, timeout: float = 15.0) -> None:
@@ -371,18 +507,22 @@ def wait_for_consumer_on_deltas(consumer: JavaClient, timeout: float = 15.0) -> 
 
 
 def test_the_client_under_test_is_the_pinned_release(java_classpath):
-    _, classpath = java_classpath
-    jars = {Path(j).name for j in classpath.split(":")}
-    assert f"eureka-client-{EUREKA_VERSION}.jar" in jars
-    assert f"eureka-client-jersey3-{EUREKA_VERSION}.jar" in jars
-    assert f"<eureka.version>{EUREKA_VERSION}</eureka.version>" in (JAVA_DIR / "pom.xml").read_text()
-    # No Jersey 1 on the classpath: eureka-client 2.x talks through its Jersey 3 transport.
-    assert not any(name.startswith("jersey-client-1.") for name in jars)
+    generation = java_classpath.generation
+    jars = {Path(j).name for j in java_classpath.classpath.split(":")}
+    assert set(generation.jars) <= jars, sorted(jars)
+    assert f"<eureka.version>{generation.version}</eureka.version>" in generation.pom()
+    # One eureka-client, and nothing of the other generation's transport: 2.x talks through
+    # eureka-client-jersey3 (Jersey 3), 1.x through the Jersey 1 it depends on itself.
+    clients = sorted(j for j in jars if re.fullmatch(r"eureka-client-[\d.]+\.jar", j))
+    assert clients == [f"eureka-client-{generation.version}.jar"]
+    assert not [j for j in jars if j.startswith(generation.foreign_jars)], sorted(jars)
 
 
 def test_lifecycle_register_heartbeat_and_cancel(live_server, java_client, admin):
     since = live_server.mark()
     client = java_client("service", "javalife", 8101)
+    generation = client.generation
+    assert client.ready["transport"] == generation.transport
 
     # Register: 204 for the client and in the server's log.
     client.wait_for_http("Register", status=204, timeout=10)
@@ -420,12 +560,28 @@ def test_lifecycle_register_heartbeat_and_cancel(live_server, java_client, admin
     later = admin.instance("JAVALIFE", client.instance_id)
     assert later["leaseInfo"]["lastRenewalTimestamp"] > first_renewal
     assert later["leaseInfo"]["registrationTimestamp"] == instance["leaseInfo"]["registrationTimestamp"]
-    # The same request as the Jersey 3 heartbeat ("{}" JSON body, Accept JSON): nothing comes back.
+    if generation.records_wire:
+        # The client's heartbeats as its connection wrote them have the generation's shape (Jersey 1: no
+        # body, "Content-Length: 0", no Content-Type), and were answered 200.
+        wired = client.wire("PUT", client.path)
+        assert len(wired) >= 3, client.tail()
+        for record in wired:
+            assert record["status"] == 200, record
+            assert record["headers"].get("content-length") == str(len(generation.heartbeat_body)), record
+            assert "transfer-encoding" not in record["headers"], record
+            sent = {
+                name: record["headers"].get(name.lower())
+                for name in ("Content-Type", "Accept", "Accept-Encoding")
+            }
+            expected = {name: generation.heartbeat_headers.get(name) for name in sent}
+            assert sent == expected, record
+    # The same request as this generation's heartbeat (Jersey 3: a "{}" JSON body with Accept JSON;
+    # Jersey 1: no body): nothing comes back.
     renew = httpx.put(
         f"{live_server.base_url}{client.path}",
         params={"status": "UP", "lastDirtyTimestamp": instance["lastDirtyTimestamp"]},
-        content=b"{}",
-        headers={"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "gzip"},
+        content=generation.heartbeat_body,
+        headers=generation.heartbeat_headers,
         timeout=5,
     )
     assert (renew.status_code, renew.content, renew.headers.get("content-type")) == (200, b"", None)
@@ -457,6 +613,71 @@ def test_lifecycle_register_heartbeat_and_cancel(live_server, java_client, admin
     after_stop = live_server.mark()
     time.sleep(1.5)
     assert live_server.count(path=re.compile(r"/eureka/apps/JAVALIFE.*"), since=after_stop) == 0
+
+
+def test_jersey1_registers_with_a_chunked_post_answered_204(live_server, jersey1_client, admin):
+    """eureka-client 1.x streams its registration: Jersey 1's Apache handler gives HttpClient a JSON
+    entity of unknown length, so the POST goes out ``Transfer-Encoding: chunked`` with no
+    ``Content-Length``. The server reads that body whole, answers 204, and the connection goes on."""
+    since = live_server.mark()
+    client = jersey1_client("service", "javawire", 8601)
+    client.wait_for_http("Register", status=204, timeout=10)
+
+    def chunked_posts(after: int = 0) -> list[dict]:
+        posts = client.wire("POST", client.register_path, since=after)
+        for post in posts:
+            headers = post["headers"]
+            assert (post["protocol"], headers.get("transfer-encoding")) == ("HTTP/1.1", "chunked"), post
+            assert "content-length" not in headers, post
+            assert headers.get("content-type") == "application/json", post
+        return posts
+
+    first = chunked_posts()
+    assert first and all(post["status"] == 204 for post in first), first
+    assert all(r["status"] == 204 for r in client.http("Register")), client.http("Register")
+    logged = live_server.wait_for_requests("POST", client.register_path, since=since, status=204, timeout=5)
+    assert logged == live_server.requests("POST", client.register_path, since=since)
+    # What the server holds came from that body alone.
+    instance = admin.instance("JAVAWIRE", client.instance_id)
+    assert instance is not None
+    assert (instance["status"], instance["vipAddress"], instance["port"]["$"]) == ("UP", "javawire.vip", 8601)
+    assert instance["metadata"] == {"started.by": "java-interop"}
+
+    # The connection that carried the chunked body serves the client's next requests (the body was
+    # consumed to its last chunk, so the next request on it parses): the POST, then more exchanges.
+    reused = client.wait_for("wire", at_least=3, timeout=8, localPort=first[0]["localPort"])
+    assert all(200 <= r["status"] < 300 for r in reused), reused
+
+    # Every exchange so far (fetches, heartbeats, the POST) was answered 2xx.
+    so_far = client.wire()
+    assert all(200 <= r["status"] < 300 for r in so_far), [r for r in so_far if r["status"] >= 300]
+
+    # A changed instance is registered again, also chunked: the server takes the new body. (The next
+    # heartbeat may carry the new lastDirtyTimestamp before the replicator re-POSTs: the server answers
+    # it 404, as Eureka does, and the client re-registers from its heartbeat thread; chunked all the same.)
+    again = client.mark()
+    client.register_metadata({"wire": "chunked"})
+    client.wait_for_http("Register", since=again, status=204, timeout=8)
+    second = chunked_posts(after=again)
+    assert second and all(post["status"] == 204 for post in second), second
+    assert admin.instance("JAVAWIRE", client.instance_id)["metadata"] == {
+        "started.by": "java-interop",
+        "wire": "chunked",
+    }
+
+    # The cancel (DELETE) has no body: nothing framed. (The client's shutdown logs warnings of its
+    # own, so its problems are counted before.)
+    client.wait_for_http("SendHeartBeat", since=again, status=200, timeout=5)
+    assert client.client_problems() == []
+    client.shutdown()
+    deletes = client.wire("DELETE", client.path)
+    assert [d["status"] for d in deletes] == [200], deletes
+    assert not {"transfer-encoding", "content-length"} & set(deletes[0]["headers"]), deletes
+    assert [r["status"] for r in client.http("Cancel")] == [200]
+    assert admin.instance("JAVAWIRE", client.instance_id) is None
+    # Both ends agree: every chunked POST the client wrote is one the server logged, each 204.
+    logged = live_server.requests("POST", client.register_path, since=since)
+    assert [r.status for r in logged] == [p["status"] for p in chunked_posts()] == [204] * len(logged)
 
 
 def test_deltas_keep_the_reconcile_hashcode_in_step_without_full_fetches(live_server, java_client, admin):

@@ -1,16 +1,22 @@
 """Real Spring Boot apps with ``spring-cloud-starter-netflix-eureka-client`` against a live node.
 
-``tests/interop/spring/`` holds one small app (``app/src``) built against two Spring Cloud trains
-(one Maven module each), which together cover the three HTTP transports users run:
+``tests/interop/spring/`` holds one small app (``app/src``) built against three Spring Cloud trains
+(one Maven module each), which together cover the HTTP transports users run:
 
 * ``restclient``: Spring Cloud 2025.1.4 on Boot 4.0.7 (Netflix 5.0.x), whose default is RestClient;
 * ``webclient``: the same jar with ``eureka.client.webclient.enabled=true``;
-* ``resttemplate``: Spring Cloud 2025.0.0 on Boot 3.5.7 (Netflix 4.3.x), whose default is RestTemplate.
+* ``resttemplate`` on ``sc-2025.0``: Spring Cloud 2025.0.0 on Boot 3.5.7 (Netflix 4.3.x), whose default
+  is RestTemplate (Apache HttpClient 5);
+* ``resttemplate`` on ``sc-2021.0``: Spring Cloud 2021.0.9 on Boot 2.7.18 (Netflix 3.1.8, Netflix
+  eureka-client 1.10.18), the last ``javax.*`` generation. Its starter excludes Jersey 1, so its default
+  is RestTemplate on Apache HttpClient 4, which sends every body with a ``Content-Length`` (no chunking);
+  Jersey 1 only runs if an app puts ``jersey-client`` 1.x back on its classpath.
 
 The same jar runs as "service" or "consumer" (``interop.role``). Both register and expose
 ``GET /peers/{service}`` (what ``DiscoveryClient.getInstances`` returns); the consumer also logs each
-change of what it discovers. The module starts one service and one consumer per transport (six JVMs) and
-keeps them running for every test, so the soak test runs the three transports at once.
+change of what it discovers. The module starts one service and one consumer per transport (eight JVMs;
+with ``-k``, only those of the selected transports) and keeps them running for every test, so the soak
+test runs every transport at once.
 
 The apps use the ``/eureka/`` prefix; the test checks the server through ``/eureka/v2/`` so the access
 log tells the two apart. The apps log ``com.netflix.discovery.DiscoveryClient`` at DEBUG, so every
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import re
 import shutil
 import signal
@@ -44,13 +51,13 @@ pytestmark = pytest.mark.interop
 
 SPRING_DIR = Path(__file__).resolve().parent / "spring"
 BUILD_TIMEOUT_S = 900.0
-# Six JVMs started one after the other on a 2-core machine that also runs the server.
+# Eight JVMs started one after the other on a 2-core machine that also runs the server.
 APP_START_TIMEOUT_S = 120.0
 APP_STOP_TIMEOUT_S = 30.0
 SOAK_S = 180.0
 SOAK_CHECK_EVERY_S = 5.0
 PR_SET_PDEATHSIG = 1
-# Heap and JIT settings that keep six JVMs cheap on two cores.
+# Heap and JIT settings that keep eight JVMs cheap on two cores.
 JVM_OPTIONS = ("-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 # A line of an app log that fails the suite.
 PROBLEM = re.compile(r"Exception|\bERROR\b")
@@ -63,7 +70,7 @@ STARTUP_STALL_EXCEPTION = "java.util.concurrent.TimeoutException"
 SETTLE_S = 3.0
 FULL_FETCH = re.compile(r"/eureka/apps/?")
 DELTA = "/eureka/apps/delta"
-# DiscoveryClient DEBUG/INFO lines (Netflix eureka-client 2.0.x) the tests count.
+# DiscoveryClient DEBUG/INFO lines the tests count (the same in Netflix eureka-client 1.10.x and 2.0.x).
 DELTA_LINE = "Got delta update with apps hashcode"
 FULL_FETCH_LINE = "Getting all instance registry info from the eureka server"
 MISMATCH_LINE = "The Reconcile hashcodes do not match"
@@ -73,7 +80,6 @@ MISMATCH_LINE = "The Reconcile hashcodes do not match"
 class Transport:
     name: str
     train: str  # the Maven module, i.e. the Spring Cloud train
-    eureka_client_jar: str  # prefix of spring-cloud-netflix-eureka-client in the jar
     log_line: str  # what DiscoveryClientOptionalArgsConfiguration logs at startup
     args: tuple[str, ...] = ()
 
@@ -82,28 +88,32 @@ class Transport:
 
 
 TRANSPORTS = (
-    Transport(
-        "restclient",
-        "sc-2025.1",
-        "spring-cloud-netflix-eureka-client-5.0.",
-        "Eureka HTTP Client uses RestClient.",
-    ),
+    Transport("restclient", "sc-2025.1", "Eureka HTTP Client uses RestClient."),
     Transport(
         "webclient",
         "sc-2025.1",
-        "spring-cloud-netflix-eureka-client-5.0.",
         "Eureka HTTP Client uses WebClient.",
         ("--eureka.client.webclient.enabled=true",),
     ),
-    Transport(
-        "resttemplate",
-        "sc-2025.0",
-        "spring-cloud-netflix-eureka-client-4.3.",
-        "Eureka HTTP Client uses RestTemplate.",
-    ),
+    Transport("resttemplate", "sc-2025.0", "Eureka HTTP Client uses RestTemplate."),
+    Transport("resttemplate", "sc-2021.0", "Eureka HTTP Client uses RestTemplate."),
 )
-TRANSPORT_LOG_LINES = {t.log_line for t in TRANSPORTS}
+# Every line a transport choice logs, Jersey's included (Spring Cloud Netflix 3.1.x logs it when Jersey 1
+# is on the classpath): an app that logs any other than its own runs the wrong transport.
+TRANSPORT_LOG_LINES = {t.log_line for t in TRANSPORTS} | {"Eureka HTTP Client uses Jersey"}
 TRAINS = sorted({t.train for t in TRANSPORTS})
+# The jars (name prefixes under BOOT-INF/lib/) that pin each train's generation: Spring Boot, Spring Cloud
+# Netflix's eureka client, and the Netflix eureka-client it wraps.
+TRAIN_JARS = {
+    "sc-2025.1": ("spring-boot-4.0.", "spring-cloud-netflix-eureka-client-5.0.", "eureka-client-2.0."),
+    "sc-2025.0": ("spring-boot-3.5.", "spring-cloud-netflix-eureka-client-4.3.", "eureka-client-2.0."),
+    "sc-2021.0": ("spring-boot-2.7.", "spring-cloud-netflix-eureka-client-3.1.", "eureka-client-1.10."),
+}
+# What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
+MAVEN_UNREACHABLE = re.compile(
+    r"Could not (?:resolve|transfer)|Cannot access \S+ in offline mode|Unknown host|"
+    r"Network is unreachable|Connection (?:refused|timed out)"
+)
 
 
 # --------------------------------------------------------------------------------------------- build
@@ -113,15 +123,9 @@ def _jar(train: str) -> Path:
     return SPRING_DIR / train / "target" / f"interop-{train}.jar"
 
 
-def _sources() -> list[Path]:
-    files = [SPRING_DIR / "pom.xml", *(SPRING_DIR / train / "pom.xml" for train in TRAINS)]
-    files += [p for p in (SPRING_DIR / "app").rglob("*") if p.is_file()]
-    return files
-
-
-def _stale() -> bool:
-    newest_source = max(p.stat().st_mtime for p in _sources())
-    return any(not _jar(t).is_file() or _jar(t).stat().st_mtime <= newest_source for t in TRAINS)
+def _stamp(train: str) -> Path:
+    """Holds the digest of what the train's jar was last built from."""
+    return SPRING_DIR / train / "target" / "build.stamp"
 
 
 def _java_major(java: str) -> int:
@@ -144,31 +148,69 @@ def java() -> str:
     return java
 
 
+def _train_digest(train: str, java_major: int) -> str:
+    """A train's inputs: its pom, the shared app source (``app/``) and the JDK's major version."""
+    app_files = sorted(p for p in (SPRING_DIR / "app").rglob("*") if p.is_file())
+    inputs = [SPRING_DIR / train / "pom.xml", *app_files]
+    digest = hashlib.sha256(f"java {java_major}\n".encode())
+    for path in inputs:
+        digest.update(f"{path.relative_to(SPRING_DIR)}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _built(train: str, digest: str) -> bool:
+    stamp = _stamp(train)
+    return _jar(train).is_file() and stamp.is_file() and stamp.read_text().strip() == digest
+
+
+def _package(mvn: str, train: str, log: Path, offline: bool) -> bool:
+    """``mvn package`` of one train (``-o``: from the local repository only), its output in ``log``."""
+    command = [mvn, "-B", *(["-o"] if offline else []), "-f", str(SPRING_DIR / train / "pom.xml"), "package"]
+    with log.open("wb") as out:
+        try:
+            result = subprocess.run(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=BUILD_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`{' '.join(command)}` ran over {BUILD_TIMEOUT_S:.0f}s; log: {log}", pytrace=False)
+    return result.returncode == 0
+
+
+def _build(mvn: str, train: str, digest: str, logs: Path) -> None:
+    """Offline first (everything is usually in ~/.m2 already), then online from Maven Central."""
+    _stamp(train).unlink(missing_ok=True)
+    if not _package(mvn, train, logs / f"{train}-offline.log", offline=True):
+        online_log = logs / f"{train}-online.log"
+        if not _package(mvn, train, online_log, offline=False):
+            tail = "\n".join(online_log.read_text(errors="replace").splitlines()[-40:])
+            require_toolchain(
+                f"Maven Central (the {train} dependencies)",
+                not MAVEN_UNREACHABLE.search(tail),
+                f"`mvn package` of {train} could not resolve its dependencies:\n{tail}",
+            )
+            pytest.fail(f"`mvn package` of {train} failed; log: {online_log}\n{tail}", pytrace=False)
+    if not _jar(train).is_file():
+        pytest.fail(f"`mvn package` of {train} left no {_jar(train)}", pytrace=False)
+    _stamp(train).write_text(digest + "\n")
+
+
 @pytest.fixture(scope="session")
 def spring_jars(java, tmp_path_factory) -> dict[str, Path]:
-    """The two app jars, built with Maven once per session unless they are newer than every source."""
-    if _stale():
+    """One jar per train, rebuilt only when its stamp does not match its sources' digest."""
+    java_major = _java_major(java)
+    stale = {train: d for train in TRAINS if not _built(train, d := _train_digest(train, java_major))}
+    if stale:
         mvn = shutil.which("mvn")
         require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
         assert mvn is not None
-        log = tmp_path_factory.mktemp("spring_build") / "mvn.log"
-        command = [mvn, "-B", "-f", str(SPRING_DIR / "pom.xml"), "package"]
-        with log.open("wb") as out:
-            try:
-                result = subprocess.run(
-                    command,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    timeout=BUILD_TIMEOUT_S,
-                )
-            except subprocess.TimeoutExpired:
-                pytest.fail(
-                    f"`{' '.join(command)}` took more than {BUILD_TIMEOUT_S:.0f}s; log: {log}", pytrace=False
-                )
-        if result.returncode != 0 or _stale():
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-            pytest.fail(f"`{' '.join(command)}` failed ({result.returncode}):\n{tail}", pytrace=False)
+        logs = tmp_path_factory.mktemp("spring_build")
+        for train, digest in stale.items():
+            _build(mvn, train, digest, logs)
     return {train: _jar(train) for train in TRAINS}
 
 
@@ -208,7 +250,8 @@ class SpringApp:
         self.transport = transport
         self.role = role
         self.server = server
-        self.name = f"interop-{transport.name}-{role}"
+        # e.g. interop-resttemplate-sc-2021-0-service: unique per transport and train.
+        self.name = f"interop-{transport}-{role}".replace(".", "-")
         self.app = self.name.upper()
         self.port = _free_port()
         # The app's instance id: host:app:port (Spring's default format, host pinned to 127.0.0.1).
@@ -369,21 +412,39 @@ class Pair:
         return [self.service, self.consumer]
 
 
-@pytest.fixture(scope="module")
-def spring_apps(java, spring_jars, live_server, tmp_path_factory) -> Iterator[dict[str, Pair]]:
-    """A service and a consumer per transport, all running for the whole module, stopped at its end.
+def _transports_in_use(session: pytest.Session) -> list[Transport]:
+    """The transports the selected tests of this module run on (``-k sc-2021.0`` boots two JVMs, not eight).
 
-    They start one at a time (each until it answers and is registered): six JVMs booting at once on
+    A test parametrized with ``pair`` needs its transport; one that takes ``spring_apps`` whole (the
+    soak) needs them all.
+    """
+    wanted = set()
+    for item in session.items:
+        if item.module is None or item.module.__name__ != __name__:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "pair" in callspec.params:
+            wanted.add(callspec.params["pair"])
+        elif "spring_apps" in getattr(item, "fixturenames", ()):
+            return list(TRANSPORTS)
+    return [t for t in TRANSPORTS if t in wanted]
+
+
+@pytest.fixture(scope="module")
+def spring_apps(request, java, spring_jars, live_server, tmp_path_factory) -> Iterator[dict[str, Pair]]:
+    """A service and a consumer per transport in use, all running for the whole module, stopped at its end.
+
+    They start one at a time (each until it answers and is registered): eight JVMs booting at once on
     two cores would stall the 1-second heartbeat and fetch tasks of the running ones for long. The
     stalls one boot can still cause are tolerated until every app is up (``SpringApp.problems``).
     """
     workdir = tmp_path_factory.mktemp("spring_apps")
     pairs: dict[str, Pair] = {}
-    for transport in TRANSPORTS:
+    for transport in _transports_in_use(request.session):
         jar = spring_jars[transport.train]
         service = SpringApp(java, jar, transport, "service", live_server, workdir)
         consumer = SpringApp(java, jar, transport, "consumer", live_server, workdir, watch=service.name)
-        pairs[transport.name] = Pair(transport, service, consumer)
+        pairs[str(transport)] = Pair(transport, service, consumer)
     apps = [app for pair in pairs.values() for app in pair.apps]
     try:
         for app in apps:
@@ -423,7 +484,7 @@ def spring_requests(server: LiveServer, since: int = 0) -> list:
 
 @pytest.fixture(params=TRANSPORTS, ids=str)
 def pair(request, spring_apps) -> Pair:
-    return spring_apps[request.param.name]
+    return spring_apps[str(request.param)]
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -433,8 +494,8 @@ def pair(request, spring_apps) -> Pair:
 def test_each_train_ships_the_expected_spring_cloud_netflix(spring_jars, train):
     with zipfile.ZipFile(spring_jars[train]) as jar:
         libs = [Path(name).name for name in jar.namelist() if name.startswith("BOOT-INF/lib/")]
-    expected = {t.eureka_client_jar for t in TRANSPORTS if t.train == train}
-    assert any(lib.startswith(prefix) for lib in libs for prefix in expected), sorted(libs)
+    missing = [prefix for prefix in TRAIN_JARS[train] if not any(lib.startswith(prefix) for lib in libs)]
+    assert not missing, f"{train} ships no {missing}: {sorted(libs)}"
     assert not [lib for lib in libs if lib.startswith("jersey-")], (
         "Jersey would replace the Spring transports"
     )
@@ -602,8 +663,11 @@ def test_a_status_override_through_the_actuator_and_its_cancel_override(pair, li
     assert_clean_logs(pair.apps, log_marks)
 
 
-def test_three_transports_soak_for_three_minutes(spring_apps, live_server, admin):
-    """Heartbeats and delta fetches of all six apps at once, for SOAK_S seconds, with nothing going wrong."""
+def test_every_transport_soaks_for_three_minutes(spring_apps, live_server, admin):
+    """Heartbeats and delta fetches of all eight apps at once, for SOAK_S seconds, with nothing going wrong.
+
+    Every train soaks in the same three minutes: one more pair costs CPU, not wall time.
+    """
     pairs = list(spring_apps.values())
     apps = [app for pair in pairs for app in pair.apps]
     since = live_server.mark()

@@ -13,7 +13,6 @@ import com.netflix.discovery.CacheRefreshedEvent;
 import com.netflix.discovery.DefaultEurekaClientConfig;
 import com.netflix.discovery.DiscoveryClient;
 import com.netflix.discovery.EurekaEventListener;
-import com.netflix.discovery.Jersey3DiscoveryClientOptionalArgs;
 import com.netflix.discovery.StatusChangeEvent;
 import com.netflix.discovery.shared.Application;
 import com.netflix.discovery.shared.Applications;
@@ -26,9 +25,13 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Set;
 
 /**
  * A command-line Eureka application built on the real Netflix eureka-client, for the interop suite.
+ * The same source serves both client generations (it is shared by tests/interop/java, eureka-client
+ * 2.0.x with Jersey 3, and tests/interop/java1, 1.10.x with its default Jersey 1 transport): each
+ * project supplies {@link ClientTransport}, which builds the DiscoveryClient the way its generation does.
  *
  * <pre>
  * java -cp ... interop.EurekaInterop ROLE SERVICE_URL [APP PORT [VIP]]
@@ -40,7 +43,9 @@ import java.util.Map;
  * interleaved as plain text): {@code ready}, {@code http} (every call the transport makes, with the
  * status and what came back), {@code cacheRefreshed} (after each registry fetch, with the client's
  * reconcile hashcode), {@code statusChange} (this instance's status as seen in the fetched registry),
- * and the replies to commands read from stdin, one JSON object a line:
+ * {@code wire} (the 1.x project only: each request's method, path and headers as its Apache connection
+ * wrote them, and the status line it read), and the replies to commands read from stdin, one JSON
+ * object a line:
  * <ul>
  *   <li>{@code {"cmd":"state","id":1,"apps":["APP"],"vips":["vip"],"picks":10}}: the local registry;</li>
  *   <li>{@code {"cmd":"metadata","id":2,"entries":{"k":"v"}}}: ApplicationInfoManager.registerAppMetadata;</li>
@@ -117,7 +122,6 @@ public final class EurekaInterop {
         InstanceInfo instanceInfo = new EurekaConfigBasedInstanceInfoProvider(instanceConfig).get();
         ApplicationInfoManager manager = new ApplicationInfoManager(instanceConfig, instanceInfo);
 
-        Jersey3DiscoveryClientOptionalArgs optionalArgs = new Jersey3DiscoveryClientOptionalArgs();
         final DiscoveryClient[] holder = new DiscoveryClient[1];
         EurekaEventListener listener = (com.netflix.discovery.EurekaEvent e) -> {
             if (e instanceof CacheRefreshedEvent) {
@@ -138,10 +142,8 @@ public final class EurekaInterop {
                 emit(out);
             }
         };
-        optionalArgs.setEventListeners(Collections.singleton(listener));
-
-        DiscoveryClient client = new DiscoveryClient(
-                manager, new DefaultEurekaClientConfig(), new RecordingTransportClientFactories(), optionalArgs);
+        Set<EurekaEventListener> listeners = Collections.singleton(listener);
+        DiscoveryClient client = ClientTransport.newDiscoveryClient(manager, new DefaultEurekaClientConfig(), listeners);
         holder[0] = client;
         if (register) {
             // As Netflix's ExampleServiceBase: start STARTING, then declare the instance UP.
@@ -150,6 +152,7 @@ public final class EurekaInterop {
 
         ObjectNode ready = event("ready");
         ready.put("role", role);
+        ready.put("transport", ClientTransport.NAME);
         ready.put("app", instanceInfo.getAppName());
         ready.put("instanceId", instanceInfo.getId());
         ready.put("vip", instanceInfo.getVIPAddress());
@@ -201,7 +204,7 @@ public final class EurekaInterop {
         }
     }
 
-    private static int countInstances(Applications apps) {
+    static int countInstances(Applications apps) {
         int n = 0;
         for (Application application : apps.getRegisteredApplications()) {
             n += application.getInstancesAsIsFromEureka().size();
