@@ -134,7 +134,13 @@ class ClusterMember:
         self.registry.open_for_traffic(count, self.clock())
 
     def report(
-        self, key: str, follow_ups: FollowUps | None, error: str | None, queued: int, now: int
+        self,
+        key: str,
+        follow_ups: FollowUps | None,
+        error: str | None,
+        queued: int,
+        now: int,
+        lag_ms: int = 0,
     ) -> None:
         """A Celery worker's account of one batch it sent to peer ``key`` (production mode)."""
         outbox = self.replicator.outboxes.get(key)
@@ -142,12 +148,15 @@ class ClusterMember:
             return
         if isinstance(outbox, NodeOutbox):
             outbox.queued_in_redis = queued
+            outbox.lag_in_redis_ms = lag_ms
         if follow_ups is not None:
             self.replicator.apply_follow_ups(key, follow_ups, now)
         if error:
             self.replicator.counters[key].failures += 1
             self.replicator.peer_set.record_failure(self.replicator.peers[key].url, now, error)
-        self.replicator.peer_set.set_queued(self.replicator.peers[key].url, len(outbox))
+        self.replicator.peer_set.set_queued(
+            self.replicator.peers[key].url, len(outbox), self.replicator.lag_ms(key, now)
+        )
 
     def status(self, now: int) -> dict[str, Any]:
         """For /readyz: how replication runs and each peer's numbers (URLs without credentials)."""

@@ -141,25 +141,25 @@ class PeerState:
     last_failure: int | None = None
     last_error: str | None = None
     queued_events: int = 0
+    # How long the oldest queued event has waited (0 when nothing waits).
+    lag_ms: int = 0
     failures: int = 0
+    # The latest attempt failed (timestamps alone cannot order a success and a failure in one ms).
+    failing: bool = False
 
     @property
     def hostname(self) -> str:
         return peer_hostname(self.url)
 
     def available(self, now: int) -> bool:
-        if self.last_success is None:
-            return False
-        if self.last_failure is not None and self.last_failure > self.last_success:
+        if self.last_success is None or self.failing:
             return False
         return now - self.last_success <= AVAILABILITY_WINDOW_MS
 
     def unavailable_reason(self, now: int) -> str | None:
         if self.available(now):
             return None
-        if self.last_failure is not None and (
-            self.last_success is None or self.last_failure > self.last_success
-        ):
+        if self.failing:
             return f"last replication failed: {self.last_error or 'unknown error'}"
         if self.last_success is None:
             return "no successful replication yet"
@@ -188,7 +188,7 @@ class PeerSet:
                 self._peers[clean] = replace(current, **changes)
 
     def record_success(self, url: str, now: int) -> None:
-        self._update(url, last_success=now)
+        self._update(url, last_success=now, failing=False)
 
     def record_failure(self, url: str, now: int, error: str) -> None:
         clean = scrub_credentials(url)
@@ -196,11 +196,11 @@ class PeerSet:
             current = self._peers.get(clean)
             if current is not None:
                 self._peers[clean] = replace(
-                    current, last_failure=now, last_error=error, failures=current.failures + 1
+                    current, last_failure=now, last_error=error, failures=current.failures + 1, failing=True
                 )
 
-    def set_queued(self, url: str, queued: int) -> None:
-        self._update(url, queued_events=queued)
+    def set_queued(self, url: str, queued: int, lag_ms: int = 0) -> None:
+        self._update(url, queued_events=queued, lag_ms=lag_ms if queued else 0)
 
     def remove(self, url: str) -> None:
         with self._lock:

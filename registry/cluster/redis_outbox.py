@@ -92,7 +92,9 @@ class NodeOutbox:
         self.on_first_items = on_first_items
         self.local = MemoryOutbox(capacity)
         self.redis_down_since: int | None = None
+        # As the last push or the last worker's report left them.
         self.queued_in_redis = 0
+        self.lag_in_redis_ms = 0
 
     def push(self, items: list[dict[str, Any]], now: int) -> int:
         try:
@@ -120,7 +122,17 @@ class NodeOutbox:
         return len(self.local) + self.queued_in_redis
 
     def oldest_at(self) -> int | None:
-        return self.local.oldest_at()
+        local = self.local.oldest_at()
+        if local is not None or not self.queued_in_redis:
+            return local
+        return int(time.time() * 1000) - self.lag_in_redis_ms
+
+
+def _backlog(queue: RedisQueue) -> tuple[int, int]:
+    """How many items wait, and for how long the oldest has (wall clock, as the node's)."""
+    oldest = queue.oldest_at()
+    lag = 0 if oldest is None else max(0, int(time.time() * 1000) - oldest)
+    return len(queue), lag
 
 
 def drain(
@@ -133,8 +145,8 @@ def drain(
 ) -> int:
     """Send the peer's queue batch by batch under its lock; returns how many items were sent.
 
-    ``report(follow_ups, error, queued)`` tells the node after each batch (follow-ups) or failure
-    (error). Returns 0 at once when another worker holds the lock.
+    ``report(follow_ups, error, queued, lag_ms)`` tells the node after each batch (follow-ups) or
+    failure (error). Returns 0 at once when another worker holds the lock.
     """
     lock_key = f"{queue.key}:lock"
     token = uuid.uuid4().hex
@@ -150,16 +162,16 @@ def drain(
             try:
                 answers = transport.post_batch(peer, items)
             except PeerUnreachable as exc:
-                report(None, str(exc), len(queue))
+                report(None, str(exc), *_backlog(queue))
                 break
             except PeerRefused as exc:
                 queue.ack(len(items))
-                report(FollowUps(sent=0, refused=len(items)), f"batch refused: {exc}", len(queue))
+                report(FollowUps(sent=0, refused=len(items)), f"batch refused: {exc}", *_backlog(queue))
                 continue
             queue.ack(len(items))
             sent += len(items)
             client.pexpire(lock_key, LOCK_MS)
-            report(read_answers(items, answers), None, len(queue))
+            report(read_answers(items, answers), None, *_backlog(queue))
     finally:
         client.eval(_RELEASE, 1, lock_key, token)
     return sent

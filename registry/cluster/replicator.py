@@ -191,7 +191,7 @@ class Replicator:
             self.counters[key].dropped += dropped
             logger.warning("replication queue of %s full: %d oldest items dropped",
                            self.peers[key].display_url, dropped)
-        self.peer_set.set_queued(self.peers[key].url, len(outbox))
+        self.peer_set.set_queued(self.peers[key].url, len(outbox), self.lag_ms(key, now))
 
     # ------------------------------------------------------------------------------- sending
 
@@ -215,13 +215,13 @@ class Replicator:
             outbox.ack(len(items))
             self.counters[key].refused += len(items)
             self.peer_set.record_failure(peer.url, now, f"batch refused: {exc}")
-            self.peer_set.set_queued(peer.url, len(outbox))
+            self.peer_set.set_queued(peer.url, len(outbox), self.lag_ms(key, now))
             return len(items)
         outbox.ack(len(items))
         self.apply_follow_ups(key, read_answers(items, answers), now)
         return len(items)
 
-    def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int, queued: int | None = None) -> None:
+    def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int) -> None:
         """What a peer's answers asked for, whoever sent the batch (a sender thread or a Celery worker)."""
         peer = self.peers[key]
         counters = self.counters[key]
@@ -239,7 +239,7 @@ class Replicator:
         for entity in follow_ups.sync_back:
             self._sync_back(entity, now)
         self.peer_set.record_success(peer.url, now)
-        self.peer_set.set_queued(peer.url, len(self.outboxes[key]) if queued is None else queued)
+        self.peer_set.set_queued(peer.url, len(self.outboxes[key]), self.lag_ms(key, now))
 
     def _sync_back(self, entity: dict[str, Any], now: int) -> None:
         try:

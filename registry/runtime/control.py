@@ -63,9 +63,11 @@ class ControlReplicationView(EurekaView):
             follow_ups = FollowUps.from_dict(body["follow_ups"]) if body.get("follow_ups") else None
             error = body.get("error")
             queued = int(body.get("queued") or 0)
+            lag_ms = int(body.get("lag_ms") or 0)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return text(400, "Malformed replication report")
-        node.cluster.report(peer, follow_ups, error if isinstance(error, str) else None, queued, node.now())
+        error = error if isinstance(error, str) else None
+        node.cluster.report(peer, follow_ups, error, queued, node.now(), lag_ms)
         return _json({"ok": True})
 
 

@@ -74,8 +74,13 @@ def drain_replication_outbox(peer_key: str) -> int:
         client, queue_key(options.get("redis_namespace", "eureka"), peer), options["replication_queue_size"]
     )
 
-    def report(follow_ups, error, queued):
-        body = {"follow_ups": follow_ups.as_dict() if follow_ups else None, "error": error, "queued": queued}
+    def report(follow_ups, error, queued, lag_ms):
+        body = {
+            "follow_ups": follow_ups.as_dict() if follow_ups else None,
+            "error": error,
+            "queued": queued,
+            "lag_ms": lag_ms,
+        }
         try:
             control.post(f"/control/replication/{peer_key}", json=body).raise_for_status()
         except httpx.HTTPError as exc:

@@ -166,7 +166,7 @@ def test_replicas_show_health_from_replication_results_without_credentials(make_
         options={"peer_urls": ["http://admin:s3cret@peer2:8762/eureka/", "http://peer3:8763/eureka/"]}
     )
     node.peers.record_success("http://peer2:8762/eureka/", clock() - 5_000)
-    node.peers.set_queued("http://peer2:8762/eureka/", 3)
+    node.peers.set_queued("http://peer2:8762/eureka/", 3, lag_ms=1200)
     node.peers.record_failure("http://peer3:8763/eureka/", clock() - 2_000, "connection refused")
     response = Client().get("/")
     assert b"s3cret" not in response.content and b"admin:" not in response.content
@@ -175,7 +175,8 @@ def test_replicas_show_health_from_replication_results_without_credentials(make_
     assert [row.a.get_text() for row in rows] == ["peer2", "peer3"]
     assert [row.a["href"] for row in rows] == ["http://peer2:8762/eureka/", "http://peer3:8763/eureka/"]
     peer2, peer3 = (" ".join(row.get_text(" ", strip=True).split()) for row in rows)
-    assert "available" in peer2 and "last success: 5 s ago" in peer2 and "queued events: 3" in peer2
+    assert "available" in peer2 and "last success: 5 s ago" in peer2
+    assert "queued events: 3 (oldest waiting 1200 ms)" in peer2
     assert "unavailable" in peer3 and "last error 2 s ago: connection refused" in peer3
     assert "last success: never" in peer3
     info = kv(page.select_one("#general-info"))

@@ -1,0 +1,134 @@
+"""Production mode's outboxes against a real redis-server: the node's pushes, a worker's drain, the lock,
+and the fall-back to in-process sending while Redis is down (registry/cluster/redis_outbox.py)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from registry.cluster.peers import Peer
+from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_key
+from registry.cluster.transport import PeerRefused, PeerUnreachable
+from tests.integration.conftest import Processes, free_port
+from tests.interop.conftest import require_toolchain
+
+pytestmark = pytest.mark.integration
+
+PEER = Peer("http://node-b:8761/eureka/")
+
+
+@pytest.fixture(scope="module")
+def redis_processes(tmp_path_factory) -> Iterator[Processes]:
+    found = shutil.which("redis-server") is not None
+    require_toolchain("redis-server", found, "install it with `sudo apt-get install redis-server`")
+    processes = Processes(tmp_path_factory.mktemp("redis"), free_port(), 0, {})
+    processes.start_redis()
+    yield processes
+    processes.stop_redis()
+
+
+@pytest.fixture
+def client(redis_processes) -> Iterator[Redis]:
+    if redis_processes.redis is None:
+        redis_processes.start_redis()
+    client = Redis.from_url(redis_processes.redis_url, socket_timeout=1, socket_connect_timeout=1)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+def items(count: int, start: int = 0) -> list[dict]:
+    return [{"appName": "ORDERS", "id": f"i{n}", "action": "Heartbeat"} for n in range(start, start + count)]
+
+
+def test_a_push_kicks_a_drain_only_when_the_list_was_empty(client):
+    kicks = []
+    outbox = NodeOutbox(RedisQueue(client, queue_key("test", PEER), 1000), lambda: kicks.append(1), 1000)
+    outbox.push(items(3), 100)
+    outbox.push(items(2, 3), 200)
+    assert len(kicks) == 1 and len(outbox) == 5
+    queue = RedisQueue(client, queue_key("test", PEER))
+    assert [item["id"] for item in queue.peek(10)] == ["i0", "i1", "i2", "i3", "i4"]
+    assert queue.oldest_at() == 100
+    queue.ack(5)
+    outbox.push(items(1, 5), 300)
+    assert len(kicks) == 2
+
+
+def test_the_queue_is_bounded_and_counts_what_it_drops(client):
+    queue = RedisQueue(client, queue_key("test", PEER), capacity=250)
+    assert queue.push(items(200), 1) == (200, 0)
+    assert queue.push(items(100, 200), 2) == (250, 50)
+    assert queue.peek(1)[0]["id"] == "i50"
+
+
+class Transport:
+    def __init__(self):
+        self.batches = []
+        self.fail = None
+        self.gate: threading.Event | None = None
+
+    def post_batch(self, peer, batch):
+        if self.gate is not None:
+            self.gate.wait(5)
+        if self.fail is not None:
+            raise self.fail
+        self.batches.append(batch)
+        return [{"statusCode": 404 if item["id"] == "i1" else 200} for item in batch]
+
+
+def test_a_drain_sends_in_batches_trims_and_reports_follow_ups(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    queue.push(items(600), 1)
+    transport, reports = Transport(), []
+    sent = drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
+    assert sent == 600 and len(queue) == 0
+    assert [len(b) for b in transport.batches] == [250, 250, 100]
+    assert reports[0][0].reregister == [("ORDERS", "i1")]
+    assert [q for _, _, q in reports] == [350, 100, 0] and all(e is None for _, e, _ in reports)
+
+
+def test_two_drains_never_send_the_same_batch(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    queue.push(items(10), 1)
+    transport = Transport()
+    transport.gate = threading.Event()
+    results = []
+    first = threading.Thread(
+        target=lambda: results.append(drain(client, queue, PEER, transport, lambda *a: None))
+    )
+    first.start()
+    # The first drain holds the peer's lock while its batch is in flight: a second one does nothing.
+    assert drain(client, RedisQueue(client, queue.key), PEER, transport, lambda *a: None) == 0
+    transport.gate.set()
+    first.join(10)
+    assert results == [10] and len(transport.batches) == 1
+    assert not client.exists(f"{queue.key}:lock"), "the lock is released"
+
+
+def test_a_peer_that_cannot_be_reached_leaves_the_batch_and_the_error_is_reported(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    queue.push(items(3), 1)
+    transport, reports = Transport(), []
+    transport.fail = PeerUnreachable("ConnectError: refused")
+    assert drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q))) == 0
+    assert len(queue) == 3 and reports == [(None, "ConnectError: refused", 3)]
+    transport.fail = PeerRefused("HTTP 401 for a batch of 3")
+    drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
+    assert len(queue) == 0 and reports[-1][0].refused == 3 and "401" in reports[-1][1]
+
+
+def test_while_redis_is_down_the_node_keeps_items_itself(redis_processes, client):
+    kicks = []
+    outbox = NodeOutbox(RedisQueue(client, queue_key("test", PEER), 100), lambda: kicks.append(1), 100)
+    redis_processes.stop_redis()
+    outbox.push(items(2), 10)
+    assert outbox.redis_down_since == 10 and [i["id"] for i in outbox.peek(5)] == ["i0", "i1"]
+    outbox.ack(2)
+    redis_processes.start_redis()
+    outbox.push(items(1, 2), 20)
+    assert outbox.redis_down_since is None and kicks == [1] and len(outbox.local) == 0
