@@ -19,9 +19,14 @@ install: $(BIN)/.installed
 var:
 	mkdir -p var/staticfiles
 
+# A node on another port keeps its own database: `PORT=8762 EUREKA_PEER_URLS=... make run` beside a
+# first node is a two-node cluster (README "Clusters").
+DATA_DIR ?= $(if $(filter 8761,$(PORT)),var,var/node-$(PORT))
+
 run: install var
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
+	mkdir -p $(DATA_DIR)
+	EUREKA_DATA_DIR=$(DATA_DIR) $(BIN)/python manage.py migrate --noinput
+	EUREKA_DATA_DIR=$(DATA_DIR) $(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
 
 # The first admin account (asks for a name and a password; there is no default one).
 superuser: install var

@@ -10,7 +10,8 @@
 # Settings: the environment, then deploy/.env if it exists (EUREKA_ENV_FILE to use another file;
 # variables already set win), then these defaults: REDIS_URL=redis://127.0.0.1:6379/0, a
 # EUREKA_CONTROL_SECRET generated for this run, a SECRET_KEY kept in var/stack-secret-key.
-# PORT (default 8761) is the registry's port; EUREKA_CONTROL_URL is http://127.0.0.1:$PORT unless
+# PORT (default 8761) is the registry's port (another port: files in var/node-PORT unless
+# EUREKA_DATA_DIR is set); EUREKA_CONTROL_URL is http://127.0.0.1:$PORT unless
 # set in the environment (not from the file). EUREKA_EMBEDDED is always false: production mode is the
 # point of the stack.
 # shellcheck disable=SC2317  # cleanup, on_signal and stop_pids run from traps
@@ -230,6 +231,13 @@ load_env_file "$ENV_FILE"
 
 export EUREKA_EMBEDDED=false PYTHONUNBUFFERED=1
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+# A second node on this machine (another PORT) keeps its database and beat schedule apart; give it
+# its own Redis database too (REDIS_URL=redis://127.0.0.1:6379/1). README "Clusters".
+if [[ -z ${EUREKA_DATA_DIR:-} && $PORT != 8761 ]]; then
+    export EUREKA_DATA_DIR=var/node-$PORT
+fi
+DATA_DIR=${EUREKA_DATA_DIR:-var}
+mkdir -p "$DATA_DIR"
 export EUREKA_CONTROL_URL=${caller_control_url:-http://127.0.0.1:$PORT}
 if [[ -z ${EUREKA_CONTROL_SECRET:-} && -z ${EUREKA_CONTROL_SECRET_FILE:-} ]]; then
     EUREKA_CONTROL_SECRET=$("$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(32))')
@@ -254,7 +262,7 @@ log "migrating the database"
 
 start registry "$BIN/gunicorn" -c deploy/gunicorn.conf.py --bind "0.0.0.0:$PORT"
 start celery-worker "$BIN/celery" -A eureka_site worker --loglevel=INFO --concurrency=2
-start celery-beat "$BIN/celery" -A eureka_site beat --loglevel=INFO --schedule=var/celerybeat-schedule
+start celery-beat "$BIN/celery" -A eureka_site beat --loglevel=INFO --schedule="$DATA_DIR/celerybeat-schedule"
 
 ready_url="http://127.0.0.1:$PORT/readyz"
 ready=""

@@ -108,7 +108,12 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")}
+# Where a node keeps its files (the SQLite database unless DATABASE_URL is set). Two nodes on one
+# machine need two (`make run` gives a node on another port var/node-PORT).
+EUREKA_DATA_DIR = Path(env.str("EUREKA_DATA_DIR", default=str(BASE_DIR / "var")))
+if not EUREKA_DATA_DIR.is_absolute():
+    EUREKA_DATA_DIR = BASE_DIR / EUREKA_DATA_DIR
+DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{EUREKA_DATA_DIR / 'db.sqlite3'}")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

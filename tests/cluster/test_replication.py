@@ -509,3 +509,14 @@ def test_self_registration_registers_once_heartbeats_then_re_registers_when_forg
         ("heartbeat", "127.0.0.3:eureka-server:8761"),
         ("register", "EUREKA-SERVER"),
     ]
+
+
+def test_a_malformed_peer_url_fails_at_start_with_the_variable_named():
+    from tests.deploy.test_process_model import _django_setup
+
+    result = _django_setup({"EUREKA_PEER_URLS": "http://node-a:8761/eureka/,node-b:8761"})
+    assert result.returncode != 0
+    assert "EUREKA_PEER_URLS" in result.stderr and "node-b:8761" in result.stderr
+    assert _django_setup({"EUREKA_PEER_URLS": "http://u:secret@node-a:8761/eureka/"}).returncode == 0
+    leaked = _django_setup({"EUREKA_PEER_URLS": "ftp://u:secret@node-a/eureka/"})
+    assert leaked.returncode != 0 and "secret" not in leaked.stderr
