@@ -13,7 +13,7 @@ import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import constants as c
 from .instances import InstanceInfo, freeze
@@ -119,14 +119,16 @@ class StatusChange:
 class ReplicationEvent:
     """A write accepted from a client (never from a peer), to be sent on to the peers.
 
-    ``view`` is the stored instance with its lease times as the write left it (None for a cancel):
-    items are built from it later, outside the lock. ``override`` is the id's entry in the override
-    map (heartbeats carry it, so that a peer that lost it gets it back).
+    ``instance`` is the stored (immutable) record as the write left it, None for a cancel; items are
+    built from it later, outside the lock. ``view`` adds the lease times, for the writes that send
+    the whole instance (Register). ``override`` is the id's entry in the override map (heartbeats
+    carry it, so that a peer that lost it gets it back).
     """
 
     action: str
     app: str
     instance_id: str
+    instance: InstanceInfo | None = None
     view: LeaseView | None = None
     override: str | None = None
 
@@ -363,8 +365,11 @@ class Registry:
     def _replicate(self, action: str, lease: Lease, override: str | None = None) -> None:
         if self._on_replicate is not None:
             instance = lease.instance
-            view = lease.view(self.config.eureka_timing)
-            self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, view, override))
+            # A heartbeat (most of the traffic) needs no lease copy: the record itself is immutable.
+            view = lease.view(self.config.eureka_timing) if action == c.REPLICATE_REGISTER else None
+            self._on_replicate(
+                ReplicationEvent(action, instance.app, instance.instance_id, instance, view, override)
+            )
 
     def renew(
         self,
@@ -523,9 +528,8 @@ class Registry:
     def _replicate_status(self, action: str, lease: Lease, status: str) -> None:
         """Status items carry the requested status, whatever this node's copy ends up showing."""
         if self._on_replicate is not None:
-            view = lease.view(self.config.eureka_timing)
-            view = replace(view, instance=view.instance.evolve(status=status))
-            self._on_replicate(ReplicationEvent(action, view.instance.app, view.instance.instance_id, view))
+            instance = lease.instance.evolve(status=status)
+            self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, instance))
 
     def _current_override(self, instance_id: str) -> str | None:
         entry = self._overrides.get(instance_id)

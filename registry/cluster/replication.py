@@ -13,7 +13,6 @@ Plain Python: no Django, no I/O.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from registry import constants as c
@@ -30,7 +29,8 @@ class ReplicationBuffer:
     def __init__(self, capacity: int = DEFAULT_CAPACITY):
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._pending: OrderedDict[tuple[str, str, str], ReplicationEvent] = OrderedDict()
+        # A plain dict keeps insertion order, and a replaced key keeps its place.
+        self._pending: dict[tuple[str, str, str], ReplicationEvent] = {}
         self.added = 0
         self.coalesced = 0
         self.dropped = 0
@@ -45,7 +45,7 @@ class ReplicationBuffer:
                 self.coalesced += 1
                 return
             if len(self._pending) >= self.capacity:
-                self._pending.popitem(last=False)
+                del self._pending[next(iter(self._pending))]
                 self.dropped += 1
             self._pending[key] = event
 
@@ -53,9 +53,8 @@ class ReplicationBuffer:
         with self._lock:
             if not self._pending:
                 return []
-            events = list(self._pending.values())
-            self._pending.clear()
-            return events
+            pending, self._pending = self._pending, {}
+        return list(pending.values())
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -64,15 +63,14 @@ class ReplicationBuffer:
 def encode(event: ReplicationEvent) -> dict[str, Any]:
     """One ``ReplicationInstance`` as the Java server writes it (``PeerEurekaNode``, reference 5.11)."""
     item: dict[str, Any] = {"appName": event.app, "id": event.instance_id}
-    view = event.view
-    if view is not None:
-        instance = view.instance
+    instance = event.instance
+    if instance is not None:
         item["lastDirtyTimestamp"] = instance.last_dirty_timestamp
         item["status"] = instance.status
         if event.override not in (None, c.UNKNOWN):
             item["overriddenStatus"] = event.override
-        if event.action == c.REPLICATE_REGISTER:
-            item["instanceInfo"] = instance_dict(view)
+        if event.action == c.REPLICATE_REGISTER and event.view is not None:
+            item["instanceInfo"] = instance_dict(event.view)
     item["action"] = event.action
     return item
 

@@ -232,7 +232,9 @@ class Replicator:
             found = self.registry.lease(app, instance_id)
             if found is not None:
                 view, override = found
-                event = ReplicationEvent(c.REPLICATE_REGISTER, app, instance_id, view, override)
+                event = ReplicationEvent(
+                    c.REPLICATE_REGISTER, app, instance_id, view.instance, view, override
+                )
                 registers.append(encode(event))
         if registers:
             self._push(key, self.outboxes[key], registers, now)
