@@ -15,6 +15,11 @@ and real py-eureka-clients on either side.
 
 SCE's Tomcat access log (``sce-access.log`` next to its log) records every request it answered, so a failure
 shows what the node sent it and what SCE answered; SCE's own log is checked last for errors about the node.
+
+Two SCE habits the tests work around: ``GET /eureka/status`` with ``Accept: application/json`` answers 500
+(Jackson fails on ``StatusInfo.isHealthy()``, null unless ``minAvailableInstancesForPeerReplication`` is set),
+so the tests read its XML; and SCE serves no ``/serverinfo/statusoverrides`` (404), so overrides are read
+from the instance records there.
 """
 
 from __future__ import annotations
@@ -100,10 +105,9 @@ SYNC_RETRY_WAIT_MS = 1000
 
 BATCH_PATH = re.compile(r"/eureka/(v2/)?peerreplication/batch/?")
 
-# Lines of SCE's log that mean the node answered replication (or SCE's own client) wrongly.
-SCE_LOG_PROBLEM = re.compile(r"\bERROR\b|Exception")
-# Network-level replication errors: a connection refused or a read slower than SCE's 200 ms timeout.
-# SCE retries them (100 ms, 1 s for timeouts); reported with the failure, not a failure on their own.
+# The first line of an entry of SCE's (Spring Boot's) log, with its level.
+SCE_LOG_ENTRY = re.compile(r"^\d{4}-\d\d-\d\dT\S+\s+(ERROR|WARN|INFO|DEBUG|TRACE)\b")
+# SCE's sampled log of network-level replication errors (connection refused, read timeout).
 SCE_NETWORK_SAMPLE = "Network level connection to peer"
 
 
@@ -527,21 +531,24 @@ def cluster(java, sce_jar, tmp_path_factory) -> Iterator[Cluster]:
     try:
         env = node_env(node_url, [sce_url], EUREKA_SELF_APP_NAME=SCE_APP, EUREKA_REGISTRY_SYNC_RETRIES="0")
         with running_server(workdir / "node", env, host=NODE_HOST, port=node_port) as node_server:
-            sce_server.wait_ready()
             sce = Side("SCE", sce_server.base_url)
             node = Side("node", node_server.base_url)
             try:
+                sce_server.wait_ready()
                 yield Cluster(sce, node, sce_server, node_server)
             finally:
                 sce.close()
                 node.close()
+                # SCE first: its own client deregisters from the node, which is still up.
+                sce_server.stop()
     finally:
         sce_server.stop()
 
 
 @pytest.fixture
 def registrations(cluster) -> Iterator:
-    """``register(side, instance)``; every instance is cancelled at both sides when the test ends."""
+    """``register(side, instance)``; each instance is cancelled where it was registered when the test ends
+    (only there: a second cancel at the other side would race the replicated one and make SCE log it)."""
     done: list[tuple[Side, Instance]] = []
 
     def register(side: Side, instance: Instance) -> Instance:
@@ -550,12 +557,12 @@ def registrations(cluster) -> Iterator:
         return instance
 
     yield register
-    for _, instance in done:
-        for side in (cluster.node, cluster.sce):
-            try:
+    for side, instance in done:
+        try:
+            if side.live(instance) is not None:
                 side.cancel(instance)
-            except httpx.HTTPError:
-                pass
+        except (httpx.HTTPError, AssertionError):
+            pass
 
 
 @dataclass
@@ -572,6 +579,7 @@ def direction(request, cluster) -> Direction:
     return Direction(cluster.sce, cluster.node, request.param)
 
 
+# Ports of the test's registrations: labels only, nothing listens on them.
 _ports = iter(range(20000, 30000))
 
 
@@ -1025,21 +1033,38 @@ def test_a_py_eureka_client_at_sce_is_discovered_by_one_fetching_from_the_node(c
         consumer.close()
 
 
+def _log_entries(text: str) -> list[tuple[str, str]]:
+    """(level, entry with its stack trace) for each entry of a Spring Boot log."""
+    entries: list[list[str]] = []
+    for line in text.splitlines():
+        if SCE_LOG_ENTRY.match(line) or not entries:
+            entries.append([line])
+        else:
+            entries[-1].append(line)
+    out = []
+    for lines in entries:
+        match = SCE_LOG_ENTRY.match(lines[0])
+        out.append((match.group(1) if match else "", "\n".join(lines)))
+    return out
+
+
 def test_sce_logged_no_error_about_the_node(cluster):
-    """Last: nothing the node answered (replication batches, SCE's own client calls) made SCE log an error."""
-    text = cluster.sce_server.log_text(cluster.sce_server.ready_offset)
-    lines = text.splitlines()
-    network = [line for line in lines if SCE_NETWORK_SAMPLE in line]
-    problems = []
-    for i, line in enumerate(lines):
-        if SCE_LOG_PROBLEM.search(line) and not line.startswith(("\t", " ")):
-            if SCE_NETWORK_SAMPLE in line:
-                continue
-            problems.append("\n".join(lines[i : i + 12]))
-    assert not problems, (
-        f"{len(problems)} problem(s) in SCE's log since it started (plus {len(network)} network-level "
-        "replication samples):\n" + "\n----\n".join(problems[:5])
+    """Last: nothing the node answered (replication batches, SCE's own client's calls) made SCE log an error.
+
+    A read slower than SCE's 200 ms replication timeout is logged as an ERROR network sample (at most one
+    per 10 s) and the batch is resent 1 s later; one such window is tolerated on a busy two-core machine.
+    """
+    entries = _log_entries(cluster.sce_server.log_text(cluster.sce_server.ready_offset))
+    problems = [e for level, e in entries if level == "ERROR" or (level == "WARN" and "Exception" in e)]
+    timeouts = [e for e in problems if SCE_NETWORK_SAMPLE in e and "Read timed out" in e]
+    others = [e for e in problems if e not in timeouts]
+    assert not others, f"{len(others)} problem(s) in SCE's log since it started:\n" + "\n----\n".join(
+        "\n".join(e.splitlines()[:15]) for e in others[:5]
     )
-    # Every request of the node's to SCE was answered 2xx (batches, self-registration and heartbeats).
+    assert len(timeouts) <= 1, f"{len(timeouts)} replication read timeouts:\n" + "\n----\n".join(
+        "\n".join(e.splitlines()[:8]) for e in timeouts[:3]
+    )
+    # Every request to SCE was answered 2xx or 404: the node's batches, its self-registration and heartbeats,
+    # and the test's own calls.
     failed = [a for a in cluster.sce_server.access() if a.status >= 400 and a.status != 404]
     assert not failed, failed
