@@ -98,7 +98,9 @@ class ReadyView(EurekaView):
             for name, record in node.job_records.items()
         }
         redis = node.cache.read_only.status()
-        degraded = overdue or (redis is not None and not redis["healthy"])
+        replication = node.cluster.status(now) if node.cluster is not None else None
+        falling_back = replication is not None and replication["sender"].startswith("in-process (")
+        degraded = overdue or (redis is not None and not redis["healthy"]) or falling_back
         status = "unavailable" if not open_for_reads else "degraded" if degraded else "ok"
         body = {
             "status": status,
@@ -108,6 +110,6 @@ class ReadyView(EurekaView):
             "redis": redis,
             "jobs": jobs,
             "instances": node.registry.size(),
-            "replication": node.cluster.status(now) if node.cluster is not None else None,
+            "replication": replication,
         }
         return _json(body, 200 if open_for_reads else 503)
