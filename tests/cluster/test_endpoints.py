@@ -143,3 +143,32 @@ def test_a_workers_report_is_carried_out_by_the_node(client, cluster_node):
 
 def test_a_standalone_node_reports_no_replication(client, node):
     assert client.get("/readyz").json()["replication"] is None
+
+
+def test_readyz_is_degraded_while_replication_falls_back_from_redis(client, eureka_options, clock):
+    from redis import Redis
+
+    from registry.cluster.member import ClusterMember
+    from registry.cluster.peers import PeerSet
+    from tests.integration.conftest import free_port
+
+    eureka_options["peer_urls"] = ["http://node-b:8761/eureka/"]
+    node = build_node(eureka_options, clock=clock)
+    # Production mode with a Redis that does not answer: the flush keeps the items in the process.
+    dead_redis = Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
+    peers = PeerSet(eureka_options["peer_urls"])
+    node.cluster = ClusterMember(
+        node.registry, peers, eureka_options, clock, redis_client=dead_redis, kick=lambda key: None
+    )
+    node.peers = node.cluster.replicator.peer_set
+    reset_node(node)
+    try:
+        now = node.now()
+        node.registry.register(build_instance(instance_body()["instance"], now), now)
+        node.cluster.replicator.flush(now)
+        body = client.get("/readyz").json()
+        assert body["status"] == "degraded"
+        assert body["replication"]["sender"] == "in-process (Redis unreachable, falling back)"
+        assert body["replication"]["peers"][0]["queued"] == 1
+    finally:
+        reset_node(None)
