@@ -306,7 +306,8 @@ class RegistryAdmin:
         self.http.close()
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` at this moment (another process may take it before it is bound)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -341,7 +342,7 @@ def server_env(workdir: Path, extra_env: dict[str, str] | None = None) -> dict[s
 def _start(
     workdir: Path, extra_env: dict[str, str] | None = None, host: str = "127.0.0.1", port: int | None = None
 ) -> LiveServer:
-    port = port or _free_port(host)
+    port = port or free_port(host)
     access_log = workdir / "access.log"
     server_log = workdir / "server.log"
     env = server_env(workdir, extra_env)

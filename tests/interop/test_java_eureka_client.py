@@ -30,17 +30,15 @@ Who speaks through which prefix, so the access log tells them apart: services us
 consumers ``/eureka/v2/`` (Netflix's default), and the test's own ``RegistryAdmin`` ``/eureka/``; so
 the test never reads through ``/eureka/v2/`` and every ``GET /eureka/v2/apps/`` is a consumer's full fetch.
 
-Each Maven build runs once per session (``mvn -o compile`` when the local repository already holds
-everything, online otherwise) and is skipped entirely while its ``target/build.stamp`` matches the
-sources (its own and the shared ones).
+Each Maven build runs once per session through ``tests/interop/maven.py`` (``mvn -o compile`` when the
+local repository already holds everything, online otherwise) and is skipped entirely while its
+``target/build.stamp`` matches the sources (its own and the shared ones).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -53,12 +51,12 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
+from tests.interop import maven
 from tests.interop.conftest import (
     DELTA_RETENTION_MS,
     LiveServer,
     RegistryAdmin,
     close_stdin_driven,
-    require_toolchain,
     wait_until,
 )
 
@@ -67,10 +65,8 @@ pytestmark = pytest.mark.interop
 INTEROP_DIR = Path(__file__).resolve().parent
 SHARED_DIR = INTEROP_DIR / "java-shared"
 MAIN_CLASS = "interop.EurekaInterop"
-MIN_JAVA_MAJOR = 17
-BUILD_TIMEOUT_S = 900
 # Quick JVM start for short-lived clients on a small, shared machine.
-JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-Xss512k"]
+JVM_OPTIONS = maven.jvm_options("128m")
 
 SERVICE_PREFIX = "/eureka/"
 CONSUMER_PREFIX = "/eureka/v2/"
@@ -145,39 +141,7 @@ class JavaBuild:
     generation: Generation
 
 
-# What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
-RESOLUTION_FAILURE = re.compile(
-    r"Could not resolve dependencies|Could not transfer|Could not resolve|Cannot access .* in offline mode|"
-    r"Unknown host|Connection refused|Network is unreachable|Plugin .* could not be resolved"
-)
-
-
-# --- toolchain and build -----------------------------------------------------------------------
-
-
-def _java_major(java: str) -> int:
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if not match:
-        return 0
-    major = int(match.group(1))
-    # Java 8 and older report "1.8.0_...".
-    return int(match.group(2) or 0) if major == 1 else major
-
-
-def _sources_digest(java: str, generation: Generation) -> str:
-    """What a build depends on: the generation's project, the shared sources and the JDK's major version."""
-    digest = hashlib.sha256()
-    for project in (generation.project, SHARED_DIR):
-        files = [project / "pom.xml", *sorted(p for p in (project / "src").rglob("*") if p.is_file())]
-        for path in files:
-            digest.update(str(path.relative_to(INTEROP_DIR)).encode())
-            digest.update(path.read_bytes())
-    digest.update(str(_java_major(java)).encode())
-    return digest.hexdigest()
+# --- build ---------------------------------------------------------------------------------------
 
 
 def _classpath(generation: Generation) -> str | None:
@@ -192,57 +156,20 @@ def _classpath(generation: Generation) -> str | None:
     return ":".join([str(target / "classes"), *jars])
 
 
-def _mvn(mvn: str, offline: bool, project: Path) -> subprocess.CompletedProcess:
-    command = [mvn, "-B", "-q", *(["-o"] if offline else []), "compile"]
-    return subprocess.run(
-        command,
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def _build(generation: Generation) -> JavaBuild:
-    """Build one generation's client program (or reuse an up-to-date build)."""
-    java = shutil.which("java")
-    require_toolchain(
-        "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
+    """Build one generation's client program (or reuse an up-to-date build): its own project and the
+    shared sources (``maven.build``)."""
+    java = maven.require_java()
+    maven.build(
+        generation.project,
+        "compile",
+        [*maven.project_sources(generation.project), *maven.project_sources(SHARED_DIR)],
+        product=generation.target / "classpath.txt",
+        needs=f"com.netflix.eureka:eureka-client:{generation.version} and its dependencies",
+        complete=lambda: _classpath(generation) is not None,
     )
-    assert java is not None
-    require_toolchain(
-        f"java >= {MIN_JAVA_MAJOR}",
-        _java_major(java) >= MIN_JAVA_MAJOR,
-        f"{java} is too old; install JDK 17+",
-    )
-    mvn = shutil.which("mvn")
-    require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
-    assert mvn is not None
-
-    project = generation.project
-    stamp = generation.target / "build.stamp"
-    digest = _sources_digest(java, generation)
     classpath = _classpath(generation)
-    if classpath and stamp.is_file() and stamp.read_text().strip() == digest:
-        return JavaBuild(java, classpath, generation)
-
-    stamp.unlink(missing_ok=True)
-    result = _mvn(mvn, offline=True, project=project)
-    if result.returncode != 0:
-        # Not everything is in the local repository yet: resolve it from Maven Central.
-        result = _mvn(mvn, offline=False, project=project)
-    output = (result.stdout + result.stderr)[-6000:]
-    if result.returncode != 0:
-        require_toolchain(
-            f"Maven Central (com.netflix.eureka:eureka-client:{generation.version} and its dependencies)",
-            not RESOLUTION_FAILURE.search(output),
-            f"`mvn compile` in {project} could not resolve its dependencies:\n{output}",
-        )
-        pytest.fail(f"`mvn compile` in {project} failed:\n{output}", pytrace=False)
-    classpath = _classpath(generation)
-    assert classpath, f"the build left no usable {generation.target / 'classpath.txt'}:\n{output}"
-    stamp.write_text(digest + "\n")
+    assert classpath is not None
     return JavaBuild(java, classpath, generation)
 
 

@@ -3,7 +3,8 @@
 ``tests/interop/sce/`` is a Maven project around the unmodified server (Spring Boot 4.0.7, Spring Cloud
 2025.1.4, i.e. spring-cloud-netflix 5.0.x on eureka-core 2.0.x): one class with ``@SpringBootApplication
 @EnableEurekaServer`` and no configuration file. Every setting is given on its command line here
-(``sce_arguments``); the same jar serves the SCE-vs-node benchmark, so it stays stock.
+(``sce_arguments``); the same jar serves the SCE-vs-node benchmark, so it stays stock. It is built by
+``tests/interop/maven.py`` (``build_sce``; ``python -m tests.interop.maven sce`` prints its path).
 
 SCE skips a peer whose host equals its own ``eureka.instance.hostname`` (``PeerEurekaNodes.isThisMyUrl``),
 so the two listen on different loopback addresses: SCE on 127.0.0.2, the node on 127.0.0.3 (a second,
@@ -25,15 +26,8 @@ from the instance records there.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import hashlib
 import html
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -47,7 +41,8 @@ import httpx
 import pytest
 from py_eureka_client.eureka_client import EurekaClient, WalkNodeException
 
-from tests.interop.conftest import LiveServer, require_toolchain, running_server, wait_until
+from tests.interop import maven
+from tests.interop.conftest import LiveServer, free_port, require_toolchain, running_server, wait_until
 
 pytestmark = [
     pytest.mark.interop,
@@ -57,22 +52,10 @@ pytestmark = [
 
 # ------------------------------------------------------------------------------------------ settings
 
-SCE_DIR = Path(__file__).resolve().parent / "sce"
-SCE_TARGET = SCE_DIR / "target"
-SCE_JAR = SCE_TARGET / "sce-server.jar"
-STAMP_FILE = SCE_TARGET / "build.stamp"
-BUILD_TIMEOUT_S = 900
-MIN_JAVA_MAJOR = 17
 # A modest heap and a quick start: SCE shares two cores with the node(s) and the test.
-JVM_OPTIONS = ("-Xmx512m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+JVM_OPTIONS = maven.jvm_options("512m")
 SCE_START_TIMEOUT_S = 120.0
 SCE_STOP_TIMEOUT_S = 30.0
-PR_SET_PDEATHSIG = 1
-# What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
-RESOLUTION_FAILURE = re.compile(
-    r"Could not resolve dependencies|Could not transfer|Could not resolve|Cannot access .* in offline mode|"
-    r"Unknown host|Connection refused|Network is unreachable|Plugin .* could not be resolved"
-)
 
 SCE_HOST = "127.0.0.2"
 NODE_HOST = "127.0.0.3"
@@ -163,113 +146,28 @@ def node_env(self_url: str, peers: list[str], **extra: str) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------- build
 
 
-def _java_major(java: str) -> int:
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if not match:
-        return 0
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
-def _sources() -> list[Path]:
-    return [SCE_DIR / "pom.xml", *sorted(p for p in (SCE_DIR / "src").rglob("*") if p.is_file())]
-
-
-def _sources_digest(java: str) -> str:
-    digest = hashlib.sha256()
-    for path in _sources():
-        digest.update(str(path.relative_to(SCE_DIR)).encode())
-        digest.update(path.read_bytes())
-    digest.update(str(_java_major(java)).encode())
-    return digest.hexdigest()
-
-
-def _mvn(mvn: str, offline: bool) -> subprocess.CompletedProcess:
-    command = [mvn, "-B", "-q", *(["-o"] if offline else []), "package"]
-    return subprocess.run(
-        command,
-        cwd=SCE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 @pytest.fixture(scope="module")
 def java() -> str:
-    java = shutil.which("java")
-    require_toolchain(
-        "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
-    )
-    assert java is not None
-    require_toolchain(
-        f"java >= {MIN_JAVA_MAJOR}",
-        _java_major(java) >= MIN_JAVA_MAJOR,
-        f"{java} is too old; install JDK 17+",
-    )
-    return java
+    return maven.require_java()
 
 
 @pytest.fixture(scope="module")
-def sce_jar(java) -> Path:
-    """The SCE jar: built with Maven (offline first, online if the local repository lacks something),
-    or reused while ``target/build.stamp`` matches the sources and the Java version."""
-    digest = _sources_digest(java)
-    if SCE_JAR.is_file() and STAMP_FILE.is_file() and STAMP_FILE.read_text().strip() == digest:
-        return SCE_JAR
-    mvn = shutil.which("mvn")
-    require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
-    assert mvn is not None
-    STAMP_FILE.unlink(missing_ok=True)
-    try:
-        result = _mvn(mvn, offline=True)
-        if result.returncode != 0:
-            result = _mvn(mvn, offline=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`mvn package` in {SCE_DIR} took more than {BUILD_TIMEOUT_S}s", pytrace=False)
-    output = (result.stdout + result.stderr)[-6000:]
-    if result.returncode != 0:
-        require_toolchain(
-            "Maven Central (spring-cloud-starter-netflix-eureka-server and its dependencies)",
-            not RESOLUTION_FAILURE.search(output),
-            f"`mvn package` in {SCE_DIR} could not resolve its dependencies:\n{output}",
-        )
-        pytest.fail(f"`mvn package` in {SCE_DIR} failed:\n{output}", pytrace=False)
-    assert SCE_JAR.is_file(), f"the build left no {SCE_JAR}:\n{output}"
-    STAMP_FILE.write_text(digest + "\n")
-    return SCE_JAR
+def sce_jar() -> Path:
+    """The SCE jar (``maven.build_sce``): built with Maven (offline first, online if the local repository
+    lacks something), or reused while ``target/build.stamp`` matches the sources and the Java version."""
+    return maven.build_sce()
 
 
 # -------------------------------------------------------------------------------------- the servers
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def _loopback_aliases_work() -> bool:
     try:
         for host in (SCE_HOST, NODE_HOST, LATE_NODE_HOST):
-            _free_port(host)
+            free_port(host)
     except OSError:
         return False
     return True
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if pytest dies, so no JVM outlives the run (Linux only)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass(frozen=True)
@@ -281,36 +179,25 @@ class AccessLine:
     transfer_encoding: str
 
 
-class SceServer:
+class SceServer(maven.JvmProcess):
     """One ``java -jar sce-server.jar``, logging to a file; stopped with SIGTERM."""
 
     def __init__(self, java: str, jar: Path, port: int, peers: list[str], workdir: Path):
         self.port = port
         self.base_url = f"http://{SCE_HOST}:{port}"
         self.url = f"{self.base_url}/eureka/"
-        self.log_path = workdir / "sce.log"
         self.access_log_path = workdir / "sce-access.log"
-        self.command = [java, *JVM_OPTIONS, "-jar", str(jar), *sce_arguments(port, peers, workdir)]
-        self.process: subprocess.Popen | None = None
+        command = [java, *JVM_OPTIONS, "-jar", str(jar), *sce_arguments(port, peers, workdir)]
+        super().__init__(command, workdir / "sce.log", SCE_STOP_TIMEOUT_S)
+        # Log offset where SCE was ready (see test_sce_logged_no_error_about_the_node).
         self.ready_offset = 0
 
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.log_path.parent,
-                preexec_fn=_die_with_parent,
-            )
+    def __repr__(self) -> str:
+        return "SCE"
 
     def ready(self) -> bool:
         """Serving (GET apps answers) and open for traffic (its start-up sync is over: eviction runs)."""
-        if self.process is None or self.process.poll() is not None:
-            pytest.fail(
-                f"SCE exited with {self.process.returncode if self.process else '?'}:\n{self.log_tail()}"
-            )
+        self.fail_if_exited()
         if "Started Eureka Server" not in self.log_text():
             return False
         try:
@@ -325,26 +212,7 @@ class SceServer:
             lambda: f"SCE did not start within {SCE_START_TIMEOUT_S:.0f}s:\n{self.log_tail()}",
             interval=0.5,
         )
-        self.ready_offset = len(self.log_text())
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=SCE_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=SCE_STOP_TIMEOUT_S)
-
-    def log_text(self, since: int = 0) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[since:]
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
+        self.ready_offset = self.log_mark()
 
     def access(self) -> list[AccessLine]:
         try:
@@ -522,8 +390,8 @@ def cluster(java, sce_jar, tmp_path_factory) -> Iterator[Cluster]:
     )
     workdir = tmp_path_factory.mktemp("sce_cluster")
     (workdir / "node").mkdir()
-    sce_port = _free_port(SCE_HOST)
-    node_port = _free_port(NODE_HOST)
+    sce_port = free_port(SCE_HOST)
+    node_port = free_port(NODE_HOST)
     sce_url = f"http://{SCE_HOST}:{sce_port}/eureka/"
     node_url = f"http://{NODE_HOST}:{node_port}/eureka/"
     sce_server = SceServer(java, sce_jar, sce_port, [node_url], workdir)
@@ -658,7 +526,7 @@ def test_the_sce_under_test_is_a_stock_spring_cloud_eureka_server(sce_jar):
     # Ours is the one class and nothing else: no configuration file, no bean.
     classes = [n for n in names if n.startswith("BOOT-INF/classes/") and not n.endswith("/")]
     assert classes == ["BOOT-INF/classes/interop/sce/SceServer.class"], classes
-    sources = [str(p.relative_to(SCE_DIR)) for p in _sources()]
+    sources = [str(p.relative_to(maven.SCE_DIR)) for p in maven.project_sources(maven.SCE_DIR)]
     assert sources == ["pom.xml", "src/main/java/interop/sce/SceServer.java"], sources
 
 
@@ -911,7 +779,7 @@ def test_a_node_started_later_syncs_the_registry_from_sce(cluster, registrations
     )
     expected = {i.instance_id: cluster.sce.live(i) for i in (at_sce, at_node)}
 
-    port = _free_port(LATE_NODE_HOST)
+    port = free_port(LATE_NODE_HOST)
     url = f"http://{LATE_NODE_HOST}:{port}/eureka/"
     env = node_env(
         url,

@@ -1,7 +1,8 @@
 """Real Spring Boot apps with ``spring-cloud-starter-netflix-eureka-client`` against a live node.
 
 ``tests/interop/spring/`` holds one small app (``app/src``) built against three Spring Cloud trains
-(one Maven module each), which together cover the HTTP transports users run:
+(one Maven module each, built by ``tests/interop/maven.py`` and reused while its ``target/build.stamp``
+matches its sources), which together cover the HTTP transports users run:
 
 * ``restclient``: Spring Cloud 2025.1.4 on Boot 4.0.7 (Netflix 5.0.x), whose default is RestClient;
 * ``webclient``: the same jar with ``eureka.client.webclient.enabled=true``;
@@ -28,14 +29,7 @@ strict Jackson mapper and log decoding failures with a stack trace.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import hashlib
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
@@ -45,20 +39,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.interop.conftest import LiveServer, RegistryAdmin, require_toolchain, wait_until
+from tests.interop import maven
+from tests.interop.conftest import LiveServer, RegistryAdmin, free_port, wait_until
 
 pytestmark = pytest.mark.interop
 
 SPRING_DIR = Path(__file__).resolve().parent / "spring"
-BUILD_TIMEOUT_S = 900.0
 # Eight JVMs started one after the other on a 2-core machine that also runs the server.
 APP_START_TIMEOUT_S = 120.0
 APP_STOP_TIMEOUT_S = 30.0
 SOAK_S = 180.0
 SOAK_CHECK_EVERY_S = 5.0
-PR_SET_PDEATHSIG = 1
 # Heap and JIT settings that keep eight JVMs cheap on two cores.
-JVM_OPTIONS = ("-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+JVM_OPTIONS = maven.jvm_options("256m")
 # A line of an app log that fails the suite.
 PROBLEM = re.compile(r"Exception|\bERROR\b")
 # The one problem tolerated, and only while the apps are starting: TimedSupervisorTask gives each
@@ -109,11 +102,6 @@ TRAIN_JARS = {
     "sc-2025.0": ("spring-boot-3.5.", "spring-cloud-netflix-eureka-client-4.3.", "eureka-client-2.0."),
     "sc-2021.0": ("spring-boot-2.7.", "spring-cloud-netflix-eureka-client-3.1.", "eureka-client-1.10."),
 }
-# What Maven prints when it cannot reach or find an artifact (as opposed to a compile error).
-MAVEN_UNREACHABLE = re.compile(
-    r"Could not (?:resolve|transfer)|Cannot access \S+ in offline mode|Unknown host|"
-    r"Network is unreachable|Connection (?:refused|timed out)"
-)
 
 
 # --------------------------------------------------------------------------------------------- build
@@ -123,116 +111,32 @@ def _jar(train: str) -> Path:
     return SPRING_DIR / train / "target" / f"interop-{train}.jar"
 
 
-def _stamp(train: str) -> Path:
-    """Holds the digest of what the train's jar was last built from."""
-    return SPRING_DIR / train / "target" / "build.stamp"
-
-
-def _java_major(java: str) -> int:
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    match = re.search(r'version "(\d+)', out)
-    return int(match.group(1)) if match else 0
-
-
 @pytest.fixture(scope="session")
 def java() -> str:
-    java = shutil.which("java")
-    require_toolchain(
-        "java", java is not None, "install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
-    )
-    assert java is not None
-    require_toolchain("java >= 17", _java_major(java) >= 17, f"{java} is older than Java 17; install JDK 17+")
-    return java
-
-
-def _train_digest(train: str, java_major: int) -> str:
-    """A train's inputs: its pom, the shared app source (``app/``) and the JDK's major version."""
-    app_files = sorted(p for p in (SPRING_DIR / "app").rglob("*") if p.is_file())
-    inputs = [SPRING_DIR / train / "pom.xml", *app_files]
-    digest = hashlib.sha256(f"java {java_major}\n".encode())
-    for path in inputs:
-        digest.update(f"{path.relative_to(SPRING_DIR)}\n".encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _built(train: str, digest: str) -> bool:
-    stamp = _stamp(train)
-    return _jar(train).is_file() and stamp.is_file() and stamp.read_text().strip() == digest
-
-
-def _package(mvn: str, train: str, log: Path, offline: bool) -> bool:
-    """``mvn package`` of one train (``-o``: from the local repository only), its output in ``log``."""
-    command = [mvn, "-B", *(["-o"] if offline else []), "-f", str(SPRING_DIR / train / "pom.xml"), "package"]
-    with log.open("wb") as out:
-        try:
-            result = subprocess.run(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=BUILD_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(command)}` ran over {BUILD_TIMEOUT_S:.0f}s; log: {log}", pytrace=False)
-    return result.returncode == 0
-
-
-def _build(mvn: str, train: str, digest: str, logs: Path) -> None:
-    """Offline first (everything is usually in ~/.m2 already), then online from Maven Central."""
-    _stamp(train).unlink(missing_ok=True)
-    if not _package(mvn, train, logs / f"{train}-offline.log", offline=True):
-        online_log = logs / f"{train}-online.log"
-        if not _package(mvn, train, online_log, offline=False):
-            tail = "\n".join(online_log.read_text(errors="replace").splitlines()[-40:])
-            require_toolchain(
-                f"Maven Central (the {train} dependencies)",
-                not MAVEN_UNREACHABLE.search(tail),
-                f"`mvn package` of {train} could not resolve its dependencies:\n{tail}",
-            )
-            pytest.fail(f"`mvn package` of {train} failed; log: {online_log}\n{tail}", pytrace=False)
-    if not _jar(train).is_file():
-        pytest.fail(f"`mvn package` of {train} left no {_jar(train)}", pytrace=False)
-    _stamp(train).write_text(digest + "\n")
+    return maven.require_java()
 
 
 @pytest.fixture(scope="session")
-def spring_jars(java, tmp_path_factory) -> dict[str, Path]:
-    """One jar per train, rebuilt only when its stamp does not match its sources' digest."""
-    java_major = _java_major(java)
-    stale = {train: d for train in TRAINS if not _built(train, d := _train_digest(train, java_major))}
-    if stale:
-        mvn = shutil.which("mvn")
-        require_toolchain("mvn", mvn is not None, "install Maven 3.8+ (e.g. `apt-get install maven`)")
-        assert mvn is not None
-        logs = tmp_path_factory.mktemp("spring_build")
-        for train, digest in stale.items():
-            _build(mvn, train, digest, logs)
-    return {train: _jar(train) for train in TRAINS}
+def spring_jars() -> dict[str, Path]:
+    """One jar per train (``maven.build``), rebuilt only when its stamp does not match its sources'
+    digest: the train's pom and the shared app source (``app/``)."""
+    app_sources = sorted(p for p in (SPRING_DIR / "app").rglob("*") if p.is_file())
+    return {
+        train: maven.build(
+            SPRING_DIR / train,
+            "package",
+            [SPRING_DIR / train / "pom.xml", *app_sources],
+            product=_jar(train),
+            needs=f"the {train} dependencies",
+        )
+        for train in TRAINS
+    }
 
 
 # ---------------------------------------------------------------------------------------------- apps
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if pytest dies, so no JVM outlives the run (Linux only)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class SpringApp:
+class SpringApp(maven.JvmProcess):
     """One ``java -jar`` of the interop app, logging to a file; stopped with SIGTERM (a graceful shutdown)."""
 
     def __init__(
@@ -245,23 +149,31 @@ class SpringApp:
         workdir: Path,
         watch: str = "",
     ):
-        self.java = java
-        self.jar = jar
         self.transport = transport
         self.role = role
         self.server = server
         # e.g. interop-resttemplate-sc-2021-0-service: unique per transport and train.
         self.name = f"interop-{transport}-{role}".replace(".", "-")
         self.app = self.name.upper()
-        self.port = _free_port()
+        self.port = free_port()
         # The app's instance id: host:app:port (Spring's default format, host pinned to 127.0.0.1).
         self.instance_id = f"127.0.0.1:{self.name}:{self.port}"
         self.app_path = f"/eureka/apps/{self.app}"
         self.path = f"{self.app_path}/{self.instance_id}"
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / f"{self.name}.log"
-        self.watch = watch
-        self.process: subprocess.Popen | None = None
+        command = [
+            java,
+            *JVM_OPTIONS,
+            "-jar",
+            str(jar),
+            f"--server.port={self.port}",
+            f"--spring.application.name={self.name}",
+            f"--interop.role={role}",
+            f"--eureka.client.service-url.defaultZone={server.url}",
+            *([f"--interop.watch={watch}"] if watch else []),
+            *transport.args,
+        ]
+        super().__init__(command, workdir / f"{self.name}.log", APP_STOP_TIMEOUT_S)
         # Log offset where the startup window ends (see ``problems``); 0 until every app is up.
         self.settled = 0
         self.http = httpx.Client(base_url=self.url, timeout=10.0)
@@ -269,39 +181,9 @@ class SpringApp:
     def __repr__(self) -> str:
         return f"<{self.name} :{self.port}>"
 
-    def start(self) -> None:
-        command = [
-            self.java,
-            *JVM_OPTIONS,
-            "-jar",
-            str(self.jar),
-            f"--server.port={self.port}",
-            f"--spring.application.name={self.name}",
-            f"--interop.role={self.role}",
-            f"--eureka.client.service-url.defaultZone={self.server.url}",
-            *([f"--interop.watch={self.watch}"] if self.watch else []),
-            *self.transport.args,
-        ]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.log_path.parent,
-                preexec_fn=_die_with_parent,
-            )
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def ready(self) -> bool:
         """Up (actuator health answers) and registered (the server answered its POST with 204)."""
-        if not self.alive():
-            pytest.fail(
-                f"{self} exited with {self.process.returncode if self.process else '?'}:\n{self.log_tail()}",
-                pytrace=False,
-            )
+        self.fail_if_exited()
         try:
             if self.http.get("/actuator/health").status_code != 200:
                 return False
@@ -312,16 +194,7 @@ class SpringApp:
     def stop(self) -> int | None:
         """SIGTERM and wait: Spring deregisters (DOWN, then DELETE) during its graceful shutdown."""
         self.http.close()
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=APP_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=APP_STOP_TIMEOUT_S)
-        return self.process.returncode
+        return super().stop()
 
     # ------------------------------------------------------------------------------ what it shows
 
@@ -349,21 +222,6 @@ class SpringApp:
         return self.http.post("/actuator/serviceregistry", json={"status": status})
 
     # ------------------------------------------------------------------------------------- its log
-
-    def log_text(self, since: int = 0, until: int | None = None) -> str:
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(since)
-                data = log.read() if until is None else log.read(max(0, until - since))
-                return data.decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_mark(self) -> int:
-        return self.log_path.stat().st_size if self.log_path.exists() else 0
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def problems(self, since: int = 0) -> list[str]:
         """Lines with ``Exception`` or ``ERROR`` after ``since``, each with its stack trace.
