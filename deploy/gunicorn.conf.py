@@ -43,3 +43,13 @@ def post_worker_init(worker):
 
     listening = [tuple(sock.getsockname()[:2]) for sock in worker.sockets]
     get_node().start_cluster(listening)
+
+    # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering.
+    from gunicorn.workers.ggevent import GeventWorker
+
+    if isinstance(worker, GeventWorker):
+        import gevent
+
+        from registry.cache.response_cache import compress, set_compressor
+
+        set_compressor(lambda data: gevent.get_hub().threadpool.apply(compress, (data,)))

@@ -615,6 +615,11 @@ class Registry:
                 (app, [lease.instance for lease in leases.values()]) for app, leases in self._apps.items()
             ]
 
+    def app_names(self) -> list[str]:
+        """Applications in the order a full snapshot lists them."""
+        with self._lock:
+            return list(self._apps)
+
     def snapshot_app(self, app: str) -> list[LeaseView]:
         timing = self.config.eureka_timing
         with self._lock:

@@ -51,8 +51,22 @@ class Payload:
         if self._gzipped is None:
             with self._lock:
                 if self._gzipped is None:
-                    self._gzipped = gzip.compress(self.body or b"", compresslevel=6, mtime=0)
+                    self._gzipped = _compressor[0](self.body or b"")
         return self._gzipped
+
+
+def compress(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+# How payloads are gzipped. Under gevent the server replaces it with one that runs ``compress`` in a
+# native thread (zlib releases the GIL): gzipping a 7 MB registry then no longer holds the event loop,
+# and heartbeats are answered meanwhile (deploy/gunicorn.conf.py, post_worker_init).
+_compressor: list[Callable[[bytes], bytes]] = [compress]
+
+
+def set_compressor(compressor: Callable[[bytes], bytes]) -> None:
+    _compressor[0] = compressor
 
 
 Builder = Callable[[CacheKey], "bytes | None"]
@@ -92,8 +106,11 @@ class ResponseCache:
         expire_ms: int,
         use_read_only: bool = True,
         read_only: ReadOnlyTier | None = None,
+        on_clear: Callable[[], None] | None = None,
     ):
         self._build = build
+        # What the builder keeps of its own (serialized fragments) goes with the cache.
+        self._on_clear = on_clear
         self._expire_ms = expire_ms
         self._use_read_only = use_read_only
         self._read_write: dict[CacheKey, Payload] = {}
@@ -162,6 +179,8 @@ class ResponseCache:
             self._generation += 1
             self._read_write.clear()
             self.read_only.clear()
+        if self._on_clear is not None:
+            self._on_clear()
 
     def stats(self) -> dict:
         return {"read_write_keys": len(self._read_write), "read_only_keys": len(self.read_only)}

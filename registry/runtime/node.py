@@ -18,7 +18,7 @@ from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
-from registry.protocol.payloads import build_payload
+from registry.protocol.payloads import PayloadBuilder
 from registry.runtime.jobs import JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 
@@ -137,15 +137,24 @@ class Node:
 def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
     """``options`` is ``settings.EUREKA``: ``REGISTRY`` (RegistryConfig fields) plus cache knobs."""
     config = RegistryConfig(**options["REGISTRY"])
-    cache_holder: list[ResponseCache] = []
-    registry = Registry(config, clock(), on_change=lambda app, vips: cache_holder[0].invalidate(app, vips))
+    expire_ms = int(options["response_cache_auto_expiration_ms"])
+    holder: list[tuple[ResponseCache, PayloadBuilder]] = []
+
+    def on_change(app: str, vips) -> None:
+        cache, builder = holder[0]
+        builder.invalidate(app)
+        cache.invalidate(app, vips)
+
+    registry = Registry(config, clock(), on_change=on_change)
+    builder = PayloadBuilder(registry, clock, expire_ms)
     cache = ResponseCache(
-        lambda key: build_payload(registry, key),
-        expire_ms=int(options["response_cache_auto_expiration_ms"]),
+        builder.build,
+        expire_ms=expire_ms,
         use_read_only=bool(options["use_read_only_response_cache"]),
         read_only=_read_only_tier(options, clock),
+        on_clear=builder.clear,
     )
-    cache_holder.append(cache)
+    holder.append((cache, builder))
     peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])
     cluster = _cluster_member(registry, peers, options, clock) if options.get("peer_urls") else None
     return Node(

@@ -127,3 +127,26 @@ def test_concurrent_misses_on_one_key_build_once():
     for t in threads:
         t.join(5)
     assert builder.calls == [key]
+
+
+def test_payloads_are_gzipped_by_the_configured_compressor_once():
+    import gzip
+
+    from registry.cache import response_cache
+    from registry.cache.response_cache import Payload, compress, set_compressor
+
+    calls = []
+
+    def recording(data: bytes) -> bytes:
+        calls.append(len(data))
+        return compress(data)
+
+    set_compressor(recording)
+    try:
+        payload = Payload(b'{"applications":{}}' * 100, 0)
+        assert gzip.decompress(payload.gzipped()) == payload.body
+        assert payload.gzipped() is payload.gzipped()
+        assert calls == [len(payload.body)]
+    finally:
+        set_compressor(compress)
+    assert response_cache._compressor[0] is compress

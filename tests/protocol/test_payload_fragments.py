@@ -1,0 +1,154 @@
+"""The full registry assembled from per-application fragments is byte for byte a full serialization
+(registry/protocol/payloads.py), and a change re-serializes only its own application."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from registry import constants as c
+from registry.cache.response_cache import APP, APPS, CacheKey
+from registry.core import Registry, RegistryConfig
+from registry.protocol.codecs import build_instance
+from registry.protocol.payloads import PayloadBuilder, build_payload
+from tests.conftest import FakeClock
+from tests.factories import instance_body
+
+KEYS = [CacheKey(APPS, "", fmt, compact) for fmt in ("json", "xml") for compact in (False, True)]
+
+
+def wired(clock) -> tuple[Registry, PayloadBuilder]:
+    holder: list[PayloadBuilder] = []
+    registry = Registry(RegistryConfig(), clock(), on_change=lambda app, vips: holder[0].invalidate(app))
+    builder = PayloadBuilder(registry, clock, expire_ms=180_000)
+    holder.append(builder)
+    return registry, builder
+
+
+def register(registry, clock, rng: random.Random, n: int) -> None:
+    app = f"APP-{rng.randrange(6)}"
+    metadata = {"zone": rng.choice(["a", "b"]), "odd_key": "x&<y>"} if rng.random() < 0.5 else {}
+    raw = copy.deepcopy(
+        instance_body(app=app, host=f"10.0.0.{n % 250}", instance_id=f"{app.lower()}-{n}", metadata=metadata)
+    )["instance"]
+    raw["status"] = rng.choice([c.UP, c.UP, c.UP, c.DOWN, c.STARTING])
+    if rng.random() < 0.2:
+        raw["dataCenterInfo"] = {
+            "@class": c.AMAZON_DATA_CENTER_CLASS,
+            "name": "Amazon",
+            "metadata": {"instance-id": f"i-{n}", "availability-zone": "eu-west-1a"},
+        }
+    registry.register(build_instance(raw, clock(), path_app=app), clock.advance(1))
+
+
+def random_write(registry, clock, rng: random.Random, n: int) -> None:
+    """A write that changes the registry. (An override that changes nothing is a renewal in Eureka:
+    it moves the lease's lastRenewalTimestamp and, like a heartbeat, no cached payload.)"""
+    listed = [(app, inst) for app, instances in registry.instances() for inst in instances]
+    overridden = registry.overrides()
+    choice = rng.random()
+    if not listed or choice < 0.4:
+        register(registry, clock, rng, n)
+        return
+    app, instance = rng.choice(listed)
+    if choice < 0.55:
+        registry.cancel(app, instance.instance_id, clock.advance(1))
+    elif choice < 0.7 and instance.status != c.OUT_OF_SERVICE:
+        registry.set_status_override(app, instance.instance_id, c.OUT_OF_SERVICE, clock.advance(1))
+    elif choice < 0.8 and instance.instance_id in overridden:
+        registry.remove_status_override(app, instance.instance_id, clock.advance(1), c.UP)
+    else:
+        registry.update_metadata(app, instance.instance_id, {"build": str(n)}, clock.advance(1))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_assembled_payloads_equal_a_full_serialization_after_random_changes(seed):
+    rng = random.Random(seed)
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    for n in range(40):
+        register(registry, clock, rng, n)
+    for round_ in range(12):
+        for key in KEYS:
+            assert builder.build(key) == build_payload(registry, key), (seed, round_, key)
+        for app in registry.app_names():
+            for fmt in ("json", "xml"):
+                key = CacheKey(APP, app, fmt, rng.random() < 0.5)
+                assert builder.build(key) == build_payload(registry, key), (seed, round_, key)
+        for n in range(rng.randrange(1, 6)):
+            random_write(registry, clock, rng, 1000 + round_ * 10 + n)
+
+
+def test_an_empty_registry_and_an_unknown_app():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    for key in KEYS:
+        assert builder.build(key) == build_payload(registry, key)
+    assert builder.build(CacheKey(APP, "NOPE", "json")) is None
+
+
+def test_a_change_re_serializes_its_own_application_only():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(1)
+    for n in range(60):
+        register(registry, clock, rng, n)
+    key = CacheKey(APPS, "", "json")
+    builder.build(key)
+    built = builder.fragments_built
+    assert built == len(registry.app_names())
+    app, instances = registry.instances()[0]
+    registry.set_status_override(app, instances[0].instance_id, c.OUT_OF_SERVICE, clock.advance(1))
+    assert builder.build(key) == build_payload(registry, key)
+    assert builder.fragments_built == built + 1
+
+
+def test_the_hashcode_describes_the_instances_of_the_payload():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(2)
+    for n in range(30):
+        register(registry, clock, rng, n)
+    payload = builder.build(CacheKey(APPS, "", "json"))
+    assert payload == build_payload(registry, CacheKey(APPS, "", "json"))
+    assert b'"apps__hashcode":"' in payload
+
+
+def test_fragments_expire_like_any_cached_payload():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(3)
+    for n in range(10):
+        register(registry, clock, rng, n)
+    key = CacheKey(APPS, "", "json")
+    first = builder.build(key)
+    app, instances = registry.instances()[0]
+    registry.renew(app, instances[0].instance_id, clock.advance(5_000))
+    # A renewal changes no fragment (as it changes no cached payload in Eureka) ...
+    assert builder.build(key) == first
+    # ... until the fragment expires, when it is serialized again with the lease as it is now.
+    clock.advance(180_000)
+    assert builder.build(key) == build_payload(registry, key) != first
+
+
+def test_a_fragment_built_across_a_change_is_not_kept():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(4)
+    register(registry, clock, rng, 1)
+    app = registry.app_names()[0]
+    real_snapshot = registry.snapshot_app
+
+    def snapshot_then_change(name):
+        views = real_snapshot(name)
+        builder.invalidate(name)  # a write lands while the fragment is being serialized
+        return views
+
+    registry.snapshot_app = snapshot_then_change
+    builder.fragment(app, "json", False)
+    registry.snapshot_app = real_snapshot
+    before = builder.fragments_built
+    builder.fragment(app, "json", False)
+    assert builder.fragments_built == before + 1, "the fragment of the stale snapshot was dropped"
