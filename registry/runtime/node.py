@@ -200,7 +200,11 @@ def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOn
 
     # Short timeouts: a slow Redis must not hold up reads the node can answer from its own copy.
     client = Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-    return RedisReadOnlyTier(client, options.get("redis_namespace", "eureka"), clock)
+    tier = RedisReadOnlyTier(client, options.get("redis_namespace", "eureka"), clock)
+    # A new process starts with an empty map: payloads an earlier process (a restart, a crash) left
+    # in Redis describe a map that no longer exists, and the cache sync would never refresh them.
+    tier.clear()
+    return tier
 
 
 _node: Node | None = None

@@ -132,3 +132,23 @@ def test_while_redis_is_down_the_node_keeps_items_itself(redis_processes, client
     redis_processes.start_redis()
     outbox.push(items(1, 2), 20)
     assert outbox.redis_down_since is None and kicks == [1] and len(outbox.local) == 0
+
+
+def test_a_new_node_process_drops_what_an_earlier_one_left_in_redis(redis_processes, client, eureka_options):
+    """A restarted node's map starts empty: the previous process's cached registry must not be served."""
+    from registry.cache.response_cache import APPS, CacheKey
+    from registry.runtime.node import build_node
+    from tests.conftest import FakeClock
+
+    eureka_options["redis_url"] = redis_processes.redis_url
+    eureka_options["redis_namespace"] = "restart-test"
+    first = build_node(eureka_options, clock=FakeClock())
+    key = CacheKey(APPS, "", "json")
+    stale = b'{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[]}}'
+    from registry.cache.response_cache import Payload
+
+    first.cache.read_only.put(key, Payload(stale, 1))
+    assert client.exists("restart-test:ro:apps:json:0:")
+    second = build_node(eureka_options, clock=FakeClock())
+    assert not client.exists("restart-test:ro:apps:json:0:")
+    assert second.cache.read_only.get(key) is None
