@@ -18,6 +18,7 @@ Before that, A's renew throughput is measured with and without peers: the Go loa
 
   .venv/bin/python bench/replication_lag.py --start                 # A, B, C and S on ports 28771-28774
   .venv/bin/python bench/replication_lag.py --start --duration 20 --throughput-rounds 1
+  .venv/bin/python bench/replication_lag.py --start --mode production   # Redis outboxes, Celery workers
   .venv/bin/python bench/replication_lag.py --url-a http://127.0.0.1:8761 --url-b http://127.0.0.1:8762
 
 Needs Go 1.22+ (the load generator registers the fleet and measures throughput). Loopback only; every
@@ -114,6 +115,8 @@ class Node:
     name: str
     base: str  # http://127.0.0.1:PORT
     process: subprocess.Popen | None = None
+    # Production mode: the node's Celery worker and beat.
+    helpers: list[subprocess.Popen] = field(default_factory=list)
 
     @property
     def service_url(self) -> str:
@@ -136,7 +139,26 @@ class Node:
             conn.close()
 
 
-def start_node(name: str, port: int, workdir: Path, peers: list[str], cache_ms: int) -> Node:
+def start_redis(workdir: Path, port: int) -> subprocess.Popen:
+    """One redis-server for the production-mode cluster; each node gets its own database number."""
+    server = shutil.which("redis-server")
+    if server is None:
+        raise SystemExit("--mode production needs redis-server (sudo apt-get install redis-server)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    return process
+
+
+def start_node(
+    name: str, port: int, workdir: Path, peers: list[str], cache_ms: int, redis_url: str | None = None
+) -> Node:
+    """A node on ``port``; with ``redis_url``, in production mode with its own Celery worker and beat."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
@@ -149,6 +171,30 @@ def start_node(name: str, port: int, workdir: Path, peers: list[str], cache_ms: 
         # Peers hold kept-alive connections to each other; do not wait 20 s for them at the end.
         "GUNICORN_CMD_ARGS": "--graceful-timeout 2",
     }
+    if redis_url:
+        env |= {
+            "REDIS_URL": redis_url,
+            "EUREKA_EMBEDDED": "false",
+            "EUREKA_CONTROL_SECRET": "bench-control-secret",
+            "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
+            "SECRET_KEY": "bench-" + "x" * 50,
+        }
+    helpers = []
+    if redis_url:
+        for role, args in (
+            ("worker", ["worker", "--loglevel=WARNING", "--concurrency=2"]),
+            ("beat", ["beat", "--loglevel=WARNING", f"--schedule={workdir / 'celerybeat-schedule'}"]),
+        ):
+            with (workdir / f"celery-{role}.log").open("ab") as role_log:
+                helpers.append(
+                    subprocess.Popen(
+                        [str(BIN / "celery"), "-A", "eureka_site", *args],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=role_log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
     with (workdir / "node.log").open("ab") as node_log:
         process = subprocess.Popen(
             [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
@@ -157,7 +203,7 @@ def start_node(name: str, port: int, workdir: Path, peers: list[str], cache_ms: 
             stdout=node_log,
             stderr=subprocess.STDOUT,
         )
-    node = Node(name, f"http://127.0.0.1:{port}", process)
+    node = Node(name, f"http://127.0.0.1:{port}", process, helpers)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -173,16 +219,16 @@ def start_node(name: str, port: int, workdir: Path, peers: list[str], cache_ms: 
 
 
 def stop_nodes(nodes: list[Node]) -> None:
-    for node in nodes:
-        if node.process is not None and node.process.poll() is None:
-            node.process.send_signal(signal.SIGTERM)
-    for node in nodes:
-        if node.process is not None:
-            try:
-                node.process.wait(10)
-            except subprocess.TimeoutExpired:
-                node.process.kill()
-                node.process.wait(10)
+    processes = [p for node in nodes for p in [node.process, *node.helpers] if p is not None]
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
@@ -735,6 +781,13 @@ def main() -> int:
     parser.add_argument(
         "--port", type=int, default=28771, help="first of four ports with --start (A, B, C, S)"
     )
+    parser.add_argument(
+        "--mode",
+        choices=("embedded", "production"),
+        default="embedded",
+        help="with --start: embedded (default) or production (a redis-server here, one database,"
+        " Celery worker and beat per node)",
+    )
     parser.add_argument("--url-a", help="node A of a running cluster (gets the load)")
     parser.add_argument("--url-b", help="node B of that cluster (watched)")
     parser.add_argument(
@@ -774,12 +827,21 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="replication-lag-"))
     try:
         if args.start:
-            ports = [args.port + k for k in range(4)]
+            ports = [args.port + k for k in range(5)]
             mesh = [f"http://127.0.0.1:{port}/eureka/" for port in ports[:3]]
-            for name, port in zip("ABC", ports[:3], strict=True):
-                nodes.append(start_node(name, port, workdir / name, mesh, args.cache_ms))
+            redis = None
+            if args.mode == "production":
+                redis = start_redis(workdir / "redis", ports[4])
+                nodes.append(Node("redis", "", redis))
+
+            def redis_url(db: int) -> str | None:
+                return f"redis://127.0.0.1:{ports[4]}/{db}" if redis is not None else None
+
+            for db, (name, port) in enumerate(zip("ABC", ports[:3], strict=True)):
+                nodes.append(start_node(name, port, workdir / name, mesh, args.cache_ms, redis_url(db)))
             if args.throughput_rounds:
-                nodes.append(start_node("S", ports[3], workdir / "S", [], args.cache_ms))
+                nodes.append(start_node("S", ports[3], workdir / "S", [], args.cache_ms, redis_url(3)))
+            nodes = [n for n in nodes if n.name != "redis"] + [n for n in nodes if n.name == "redis"]
             log(
                 f"started A, B, C{' and S' if args.throughput_rounds else ''} on ports "
                 f"{ports[0]}-{ports[3 if args.throughput_rounds else 2]} (files in {workdir})"
