@@ -50,14 +50,12 @@ class ClusterMember:
         self.options = options
         self.clock = clock
         self.self_url = options.get("self_url") or ""
-        peers = [
-            peer
-            for peer in parse_peer_urls(options.get("peer_urls", ()))
-            if not is_own_url(peer, self.self_url, [])
-        ]
+        peers = []
         for peer in parse_peer_urls(options.get("peer_urls", ())):
-            if peer not in peers:
+            if is_own_url(peer, self.self_url, []):
                 peer_set.remove(peer.url)
+            else:
+                peers.append(peer)
         self.transport = transport or PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
         capacity = int(options.get("replication_queue_size", 10_000))
         self.production = redis_client is not None and kick is not None
@@ -183,14 +181,16 @@ class ClusterMember:
                     "last_error": state.last_error if state else None,
                 }
             )
+        falling_back = self.production and bool(redis_down)
         if not self.production:
             sender = "in-process"
-        elif redis_down:
+        elif falling_back:
             sender = "in-process (Redis unreachable, falling back)"
         else:
             sender = "celery"
         return {
             "sender": sender,
+            "falling_back": falling_back,
             "buffered": len(self.replicator.buffer),
             "coalesced": self.replicator.buffer.coalesced,
             "dropped_before_queue": self.replicator.buffer.dropped,

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 from registry import constants as c
@@ -72,7 +73,8 @@ class MemoryOutbox:
 
     def peek(self, count: int) -> list[dict[str, Any]]:
         with self._lock:
-            return [item for _, item in list(self._items)[:count]]
+            # islice, not a copy of the whole queue: it may hold 10,000 items while a peer is down.
+            return [item for _, item in islice(self._items, count)]
 
     def ack(self, count: int) -> None:
         with self._lock:

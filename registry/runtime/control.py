@@ -99,7 +99,7 @@ class ReadyView(EurekaView):
         }
         redis = node.cache.read_only.status()
         replication = node.cluster.status(now) if node.cluster is not None else None
-        falling_back = replication is not None and replication["sender"].startswith("in-process (")
+        falling_back = replication is not None and replication["falling_back"]
         degraded = overdue or (redis is not None and not redis["healthy"]) or falling_back
         status = "unavailable" if not open_for_reads else "degraded" if degraded else "ok"
         body = {
