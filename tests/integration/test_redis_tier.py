@@ -39,14 +39,17 @@ def test_full_registry_is_published_to_redis_with_its_gzip_copy_and_build_time(t
     assert topology.ready()["read_only_cache"] == "redis"
 
 
-def test_registration_is_visible_within_two_seconds(topology):
+def test_registration_is_visible_after_a_few_cache_syncs_not_after_thirty_seconds(topology):
+    # The sync runs every second here (beat -> broker -> solo worker -> control endpoint); on a quiet
+    # machine a write shows in 0.2-0.7 s, with the odd 1.7 s when a tick queues behind the other jobs.
+    # The bound leaves room for a loaded CI machine yet stays far from Eureka's 30 s read-only cache.
     register(topology.url, "10.8.0.2")
     wait_until(
         lambda: (
             "10.8.0.2:tier:8080" in httpx.get(f"{topology.url}/eureka/apps", headers=JSON, timeout=5).text
         ),
-        2.0,
-        "not visible in GET /eureka/apps within 2 s",
+        5.0,
+        "not visible in GET /eureka/apps within 5 s (five cache-sync intervals)",
     )
 
 
