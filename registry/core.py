@@ -212,7 +212,12 @@ class Registry:
         self._size = 0
         self._status_counts: Counter[str] = Counter()
         self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
-        self._delta: deque[tuple[int, Lease]] = deque()
+        # Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first. The delta
+        # lists each instance once, as of its latest entry; ``_delta_latest`` keeps that latest entry
+        # per instance, in the order of those entries, so a delta snapshot needs no pass over the queue.
+        self._delta: deque[tuple[int, Lease, int]] = deque()
+        self._delta_latest: dict[tuple[str, str], tuple[int, Lease]] = {}
+        self._delta_seq = itertools.count()
         self._delta_versions = itertools.count(1)
         self._renews = MeasuredRate(MINUTE_MS, now)
         self._last_eviction_run: int | None = None
@@ -351,7 +356,7 @@ class Registry:
         else:
             self._status_counts[existing.instance.status] -= 1
         self._status_counts[status] += 1
-        self._delta.append((now, lease))
+        self._append_delta(now, lease)
         if cause is None:
             cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
         self.recent_registered.append(
@@ -435,13 +440,20 @@ class Registry:
         self._status_counts[lease.instance.status] -= 1
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
-        self._delta.append((now, lease))
+        self._append_delta(now, lease)
         self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause, seq=next(self._event_seq)))
         if self.expected_clients > 0:
             self.expected_clients -= 1
             self._update_threshold()
         self._on_change(app, _vips_of(lease.instance))
         return True
+
+    def _append_delta(self, now: int, lease: Lease) -> None:
+        seq = next(self._delta_seq)
+        self._delta.append((now, lease, seq))
+        key = (lease.instance.app, lease.instance.instance_id)
+        self._delta_latest.pop(key, None)  # re-inserted last: the delta lists it where it last changed
+        self._delta_latest[key] = (seq, lease)
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
         """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
@@ -459,7 +471,7 @@ class Registry:
         new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
         self._status_counts[old.status] -= 1
         self._status_counts[new.status] += 1
-        self._delta.append((now, lease))
+        self._append_delta(now, lease)
         self._on_change(new.app, _vips_of(new))
 
     def set_status_override(
@@ -589,7 +601,11 @@ class Registry:
             horizon = now - self.config.delta_retention_ms
             dropped = 0
             while self._delta and self._delta[0][0] < horizon:
-                self._delta.popleft()
+                _, lease, seq = self._delta.popleft()
+                key = (lease.instance.app, lease.instance.instance_id)
+                latest = self._delta_latest.get(key)
+                if latest is not None and latest[0] == seq:
+                    del self._delta_latest[key]
                 dropped += 1
             idle = self.config.override_idle_expiry_ms
             for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
@@ -629,12 +645,7 @@ class Registry:
         """Changed instances of the retention window with their *current* data, and the full-registry hash."""
         timing = self.config.eureka_timing
         with self._lock:
-            latest: dict[tuple[str, str], Lease] = {}
-            for _, lease in self._delta:
-                key = (lease.instance.app, lease.instance.instance_id)
-                latest.pop(key, None)
-                latest[key] = lease
-            views = [lease.view(timing) for lease in latest.values()]
+            views = [lease.view(timing) for _, lease in self._delta_latest.values()]
             return Snapshot(
                 group_by_app(views), reconcile_hashcode(self._status_counts), next(self._delta_versions)
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .instances import InstanceInfo
 
@@ -63,16 +63,18 @@ class Lease:
     def view(self, eureka_timing: bool) -> LeaseView:
         """The lease fields a payload needs, copied so they can be rendered outside the lock."""
         return LeaseView(
-            instance=self.instance,
-            registration_ts=self.registration_ts,
-            last_renewal_ts=self.last_update_ts(eureka_timing),
-            eviction_ts=self.eviction_ts,
-            service_up_ts=self.service_up_ts,
+            self.instance,
+            self.registration_ts,
+            self.last_update_ts(eureka_timing),
+            self.eviction_ts,
+            self.service_up_ts,
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseView:
+class LeaseView(NamedTuple):
+    """A tuple, not a frozen dataclass: payload builds make one per instance (18,000 for a busy delta)
+    while holding the registry lock, and a tuple is several times cheaper to create."""
+
     instance: InstanceInfo
     registration_ts: int
     last_renewal_ts: int

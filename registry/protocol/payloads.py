@@ -1,12 +1,20 @@
 """Builds the serialized payload for a response-cache key from the registry.
 
-The full registry (``GET apps``) is assembled from one serialized fragment per application (JSON and
-XML, full and compact), so a change in one application re-serializes that application only: with
-10,000 instances in 100 applications a rebuild after one change costs about a hundredth of a full
-serialization, instead of holding the event loop for hundreds of milliseconds. A fragment is dropped
-when its application changes (the registry's change hook) and after ``expire_ms`` like any cached
-payload; its bytes are exactly what serializing the whole registry would give for that application
-(``tests/protocol/test_payload_fragments.py`` compares them with a full rebuild).
+Payloads are assembled from serialized pieces instead of serializing the registry whole:
+
+* each instance's bytes (JSON and XML, full and compact) are kept until its record changes (every
+  write gives an instance a new immutable record) or ``expire_ms`` passes, like any cached payload;
+* each application's fragment is its instances' bytes in one wrapper, dropped when the application
+  changes (the registry's change hook) or expires;
+* ``GET apps`` joins the fragments of every application, and ``GET apps/delta`` the bytes of the
+  instances in the delta queue, grouped by application as Eureka does.
+
+So a rebuild costs in proportion to what changed: with 10,000 instances in 100 applications one change
+re-serializes one instance, and a delta of 18,000 changes is joined from bytes instead of serialized in
+hundreds of milliseconds while heartbeats wait. A heartbeat changes no piece (it changes no cached
+payload in Eureka either): a lease's ``lastRenewalTimestamp`` in a payload is as of when its bytes were
+built, at most ``expire_ms`` ago. Every piece is exactly what serializing the whole registry would give
+(``tests/protocol/test_payload_fragments.py`` compares them with a full rebuild on random registries).
 
 Each fragment keeps the status counts of its instances, and the reconcile hashcode of an assembled
 payload is computed from them, so a payload's hashcode always describes the instances in it.
@@ -14,6 +22,7 @@ payload is computed from them, so a payload's hashcode always describes the inst
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +32,11 @@ import orjson
 
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey
 from registry.core import Registry, reconcile_hashcode
-from registry.protocol.codecs import JSON, application_dict, applications_dict, render
+from registry.leases import LeaseView
+from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
+
+# Spreads the expiry of instance bytes; not security sensitive.
+_jitter = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +48,31 @@ class Fragment:
     built_at: int
 
 
+class _InstanceBytes:
+    """One instance serialized, valid while the lease still holds this record and these timestamps."""
+
+    __slots__ = ("instance", "registration_ts", "eviction_ts", "service_up_ts", "expires_at", "body")
+
+    def __init__(self, view: LeaseView, expires_at: int, body: bytes):
+        self.instance = view.instance
+        self.registration_ts = view.registration_ts
+        self.eviction_ts = view.eviction_ts
+        self.service_up_ts = view.service_up_ts
+        self.expires_at = expires_at
+        self.body = body
+
+    def serves(self, view: LeaseView, now: int) -> bool:
+        # Records are immutable, so "the same object" means "unchanged"; the lease's own timestamps
+        # are compared too, but not its renewal time: a heartbeat changes no cached payload.
+        return (
+            self.instance is view.instance
+            and self.registration_ts == view.registration_ts
+            and self.eviction_ts == view.eviction_ts
+            and self.service_up_ts == view.service_up_ts
+            and now < self.expires_at
+        )
+
+
 class PayloadBuilder:
     def __init__(self, registry: Registry, clock: Callable[[], int], expire_ms: int):
         self.registry = registry
@@ -44,7 +82,12 @@ class PayloadBuilder:
         self._fragments: dict[tuple[str, str, bool], Fragment] = {}
         # Bumped by every change of an app: a fragment built across a change is not kept.
         self._generations: dict[str, int] = {}
+        # (fmt, compact) -> (app, instance id) -> bytes. Plain dict operations, atomic under the GIL;
+        # entries past expire_ms are swept now and then, so cancelled instances do not pile up.
+        self._instances: dict[tuple[str, bool], dict[tuple[str, str], _InstanceBytes]] = {}
+        self._swept_at = clock()
         self.fragments_built = 0
+        self.instances_serialized = 0
 
     def invalidate(self, app: str) -> None:
         """The registry changed ``app`` (called under its lock: dictionary operations only)."""
@@ -59,6 +102,36 @@ class PayloadBuilder:
             for app in list(self._generations):
                 self._generations[app] += 1
             self._fragments.clear()
+            self._instances = {}
+
+    def _instance_bodies(self, views: list[LeaseView], fmt: str, compact: bool, now: int) -> list[bytes]:
+        cache = self._instances.get((fmt, compact))
+        if cache is None:
+            cache = self._instances.setdefault((fmt, compact), {})
+        expire_ms = self.expire_ms
+        bodies = []
+        for view in views:
+            key = (view.instance.app, view.instance.instance_id)
+            cached = cache.get(key)
+            if cached is None or not cached.serves(view, now):
+                data = instance_dict(view, compact)
+                body = orjson.dumps(data) if fmt == JSON else render("instance", data, fmt)
+                # Each entry lives between half and all of expire_ms: a fleet registered in one go
+                # then expires over minutes, not in one rebuild that re-serializes every instance.
+                lifetime = expire_ms - _jitter.randrange(expire_ms // 2 + 1)
+                cached = cache[key] = _InstanceBytes(view, now + lifetime, body)
+                self.instances_serialized += 1
+            bodies.append(cached.body)
+        return bodies
+
+    def _application(self, app: str, views: list[LeaseView], fmt: str, compact: bool, now: int) -> bytes:
+        """``app`` with these instances, byte for byte what ``application_dict`` would serialize to."""
+        bodies = self._instance_bodies(views, fmt, compact, now)
+        if fmt == JSON:
+            return b"".join((b'{"name":', orjson.dumps(app), b',"instance":[', b",".join(bodies), b"]}"))
+        empty = render("application", {"name": app, "instance": []}, fmt)
+        closing = b"</application>"
+        return empty[: -len(closing)] + b"".join(bodies) + closing
 
     def fragment(self, app: str, fmt: str, compact: bool) -> Fragment | None:
         """The app's serialized fragment (None when it has no instances)."""
@@ -72,41 +145,50 @@ class PayloadBuilder:
         views = self.registry.snapshot_app(app)
         if not views:
             return None
-        body = application_dict(app, views, compact)
-        encoded = orjson.dumps(body) if fmt == JSON else render("application", body, fmt)
-        built = Fragment(encoded, Counter(view.instance.status for view in views), now)
+        built = Fragment(
+            self._application(app, views, fmt, compact, now),
+            Counter(view.instance.status for view in views),
+            now,
+        )
         self.fragments_built += 1
         with self._lock:
             if self._generations.get(app, 0) == generation:
                 self._fragments[key] = built
         return built
 
+    def _sweep(self, now: int) -> None:
+        """Drop instance bytes past their expiry (left by cancelled instances), at most every quarter
+        of ``expire_ms``: memory stays bounded by live instances plus the last ``expire_ms`` of churn."""
+        if now - self._swept_at < self.expire_ms // 4:
+            return
+        self._swept_at = now
+        for variant, cache in list(self._instances.items()):
+            self._instances[variant] = {
+                key: entry for key, entry in list(cache.items()) if now < entry.expires_at
+            }
+
     def applications(self, fmt: str, compact: bool) -> bytes:
         """``GET apps``: the fragments of every application, in the registry's order."""
+        self._sweep(self.clock())
         fragments = [f for f in (self.fragment(app, fmt, compact) for app in self.registry.app_names()) if f]
         statuses: Counter = Counter()
         for fragment in fragments:
             statuses.update(fragment.statuses)
-        hashcode = reconcile_hashcode(statuses)
-        if fmt == JSON:
-            return b"".join(
-                (
-                    b'{"applications":{"versions__delta":"1","apps__hashcode":',
-                    orjson.dumps(hashcode),
-                    b',"application":[',
-                    b",".join(f.body for f in fragments),
-                    b"]}}",
-                )
-            )
-        head = render("applications", {"versions__delta": "1", "apps__hashcode": hashcode}, fmt)
-        # ``<applications>...</applications>`` with the application elements before the closing tag.
-        closing = b"</applications>"
-        return head[: -len(closing)] + b"".join(f.body for f in fragments) + closing
+        return _applications(fmt, "1", reconcile_hashcode(statuses), [f.body for f in fragments])
+
+    def delta(self, fmt: str, compact: bool) -> bytes:
+        """``GET apps/delta``: the delta queue's instances as they are now, joined from their bytes."""
+        now = self.clock()
+        snapshot = self.registry.snapshot_delta()
+        bodies = [self._application(app, views, fmt, compact, now) for app, views in snapshot.apps]
+        return _applications(fmt, str(snapshot.version), snapshot.hashcode, bodies)
 
     def build(self, key: CacheKey) -> bytes | None:
         """Serialized bytes for ``key``, or None when the key names an app with no instances (404)."""
         if key.entity == APPS:
             return self.applications(key.fmt, key.compact)
+        if key.entity == DELTA:
+            return self.delta(key.fmt, key.compact)
         if key.entity == APP:
             fragment = self.fragment(key.name, key.fmt, key.compact)
             if fragment is None:
@@ -115,6 +197,26 @@ class PayloadBuilder:
                 return b'{"application":' + fragment.body + b"}"
             return fragment.body
         return build_payload(self.registry, key)
+
+
+def _applications(fmt: str, version: str, hashcode: str, app_bodies: list[bytes]) -> bytes:
+    """The ``applications`` document around already serialized ``application`` elements."""
+    if fmt == JSON:
+        return b"".join(
+            (
+                b'{"applications":{"versions__delta":',
+                orjson.dumps(version),
+                b',"apps__hashcode":',
+                orjson.dumps(hashcode),
+                b',"application":[',
+                b",".join(app_bodies),
+                b"]}}",
+            )
+        )
+    head = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
+    # ``<applications>...</applications>`` with the application elements before the closing tag.
+    closing = b"</applications>"
+    return head[: -len(closing)] + b"".join(app_bodies) + closing
 
 
 def build_payload(registry: Registry, key: CacheKey) -> bytes | None:

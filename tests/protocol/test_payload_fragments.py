@@ -1,15 +1,16 @@
-"""The full registry assembled from per-application fragments is byte for byte a full serialization
-(registry/protocol/payloads.py), and a change re-serializes only its own application."""
+"""The full registry and the delta assembled from serialized pieces are byte for byte a full
+serialization (registry/protocol/payloads.py), and a change re-serializes only what it changed."""
 
 from __future__ import annotations
 
 import copy
 import random
+import re
 
 import pytest
 
 from registry import constants as c
-from registry.cache.response_cache import APP, APPS, CacheKey
+from registry.cache.response_cache import APP, APPS, DELTA, CacheKey
 from registry.core import Registry, RegistryConfig
 from registry.protocol.codecs import build_instance
 from registry.protocol.payloads import PayloadBuilder, build_payload
@@ -17,6 +18,13 @@ from tests.conftest import FakeClock
 from tests.factories import instance_body
 
 KEYS = [CacheKey(APPS, "", fmt, compact) for fmt in ("json", "xml") for compact in (False, True)]
+DELTA_KEYS = [CacheKey(DELTA, "", fmt, compact) for fmt in ("json", "xml") for compact in (False, True)]
+VERSION = re.compile(rb'("versions__delta":"|<versions__delta>)[0-9]+')
+
+
+def without_version(payload: bytes) -> bytes:
+    """Every delta snapshot takes the next version number: compare the rest."""
+    return VERSION.sub(rb"\1N", payload)
 
 
 def wired(clock) -> tuple[Registry, PayloadBuilder]:
@@ -73,6 +81,9 @@ def test_assembled_payloads_equal_a_full_serialization_after_random_changes(seed
     for round_ in range(12):
         for key in KEYS:
             assert builder.build(key) == build_payload(registry, key), (seed, round_, key)
+        for key in DELTA_KEYS:
+            assembled, full = builder.build(key), build_payload(registry, key)
+            assert without_version(assembled) == without_version(full), (seed, round_, key)
         for app in registry.app_names():
             for fmt in ("json", "xml"):
                 key = CacheKey(APP, app, fmt, rng.random() < 0.5)
@@ -152,3 +163,57 @@ def test_a_fragment_built_across_a_change_is_not_kept():
     before = builder.fragments_built
     builder.fragment(app, "json", False)
     assert builder.fragments_built == before + 1, "the fragment of the stale snapshot was dropped"
+
+
+def test_a_change_re_serializes_its_own_instance_only_in_the_registry_and_the_delta():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(5)
+    for n in range(60):
+        register(registry, clock, rng, n)
+    apps_key, delta_key = CacheKey(APPS, "", "json"), CacheKey(DELTA, "", "json")
+    builder.build(apps_key)
+    builder.build(delta_key)
+    assert builder.instances_serialized == 60, "the delta reuses the bytes the registry's build made"
+    app, instances = registry.instances()[0]
+    registry.update_metadata(app, instances[0].instance_id, {"build": "2"}, clock.advance(1))
+    registry.cancel(app, instances[1].instance_id, clock.advance(1))
+    assert builder.build(apps_key) == build_payload(registry, apps_key)
+    assert without_version(builder.build(delta_key)) == without_version(build_payload(registry, delta_key))
+    # The changed record and the cancelled one (DELETED, with its eviction time): two, not 60.
+    assert builder.instances_serialized == 62
+
+
+def test_instance_bytes_of_cancelled_instances_are_swept_after_they_expire():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(6)
+    for n in range(20):
+        register(registry, clock, rng, n)
+    key = CacheKey(APPS, "", "json")
+    builder.build(key)
+    for app, instances in registry.instances():
+        for instance in instances[:1]:
+            registry.cancel(app, instance.instance_id, clock.advance(1))
+    assert registry.size() < 20
+    builder.build(CacheKey(DELTA, "", "json"))  # serializes the DELETED records in their slots
+    assert len(builder._instances[("json", False)]) == 20
+    clock.advance(180_000)
+    builder.build(key)
+    assert len(builder._instances[("json", False)]) == registry.size(), "only live instances are kept"
+
+
+def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(7)
+    for n in range(5):
+        register(registry, clock, rng, n)
+    key = CacheKey(DELTA, "", "json")
+    first = without_version(builder.build(key))
+    app, instances = registry.instances()[0]
+    registry.renew(app, instances[0].instance_id, clock.advance(5_000))
+    assert without_version(builder.build(key)) == first
+    clock.advance(180_000)
+    renewed = without_version(builder.build(key))
+    assert renewed == without_version(build_payload(registry, key)) != first

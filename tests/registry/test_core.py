@@ -516,6 +516,28 @@ def test_delta_entries_leave_after_retention():
     assert ids == ["host2:orders:8080"]
 
 
+def test_an_instance_stays_in_the_delta_while_its_latest_change_is_retained_and_moves_to_it():
+    registry, _ = make_registry(delta_retention_ms=180 * SEC)
+    registry.register(inst(n=1), T0)
+    registry.register(inst(n=2), T0 + 10 * SEC)
+    registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + 20 * SEC)
+
+    def listed():
+        return [
+            (v.instance.instance_id, v.instance.action_type)
+            for _, views in registry.snapshot_delta().apps
+            for v in views
+        ]
+
+    # Listed once, where it last changed (after instance 2), with its data as it is now.
+    assert listed() == [("host2:orders:8080", c.ADDED), ("host1:orders:8080", c.MODIFIED)]
+    # Its first entry leaves; its latest one keeps it listed.
+    assert registry.prune(T0 + 181 * SEC) == 1
+    assert listed() == [("host2:orders:8080", c.ADDED), ("host1:orders:8080", c.MODIFIED)]
+    assert registry.prune(T0 + 201 * SEC) == 2
+    assert listed() == []
+
+
 def test_vip_snapshot_matches_split_vips_exactly_and_hashes_only_the_subset():
     registry, _ = make_registry()
     registry.register(inst(n=1, vip="a,b"), T0)
