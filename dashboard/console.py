@@ -35,6 +35,7 @@ BANNER_SELF_PRESERVATION_OFF = (
     "THIS MAY NOT PROTECT INSTANCE EXPIRY IN CASE OF NETWORK/OTHER PROBLEMS."
 )
 
+
 def banner(sp: SelfPreservation) -> str | None:
     """Eureka's one red line: chosen by "below threshold" and whether self-preservation is on."""
     if sp.below_threshold:

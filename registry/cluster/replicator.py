@@ -191,8 +191,9 @@ class Replicator:
         dropped = outbox.push(items, now)
         if dropped:
             self.counters[key].dropped += dropped
-            logger.warning("replication queue of %s full: %d oldest items dropped",
-                           self.peers[key].display_url, dropped)
+            logger.warning(
+                "replication queue of %s full: %d oldest items dropped", self.peers[key].display_url, dropped
+            )
         self.peer_set.set_queued(self.peers[key].url, len(outbox), self.lag_ms(key, now))
 
     # ------------------------------------------------------------------------------- sending

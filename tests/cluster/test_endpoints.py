@@ -123,8 +123,11 @@ def test_a_workers_report_is_carried_out_by_the_node(client, cluster_node):
     cluster_node.cluster.replicator.flush(cluster_node.now())
     outbox = cluster_node.cluster.replicator.outboxes[key]
     outbox.ack(len(outbox))
-    body = {"follow_ups": {"sent": 3, "refused": 1, "reregister": [["ORDERS", ID]], "sync_back": []},
-            "error": None, "queued": 0}
+    body = {
+        "follow_ups": {"sent": 3, "refused": 1, "reregister": [["ORDERS", ID]], "sync_back": []},
+        "error": None,
+        "queued": 0,
+    }
     assert report(client, key, body, secret="wrong").status_code == 403
     assert report(client, "nobody", body).status_code == 404
     assert report(client, key, {"follow_ups": {"reregister": 5}}).status_code == 400

@@ -150,9 +150,12 @@ def test_a_chunked_registration_is_answered_204_and_listed(node_server, registry
 
 
 def test_chunked_bodies_on_the_other_writes(node_server, registry, connect):
-    assert registry.post(
-        "/eureka/apps/ORDERS", content=registration(), headers={"Content-Type": "application/json"}
-    ).status_code == 204
+    assert (
+        registry.post(
+            "/eureka/apps/ORDERS", content=registration(), headers={"Content-Type": "application/json"}
+        ).status_code
+        == 204
+    )
     connection = connect()
     path = f"/eureka/apps/ORDERS/{INSTANCE_ID}"
     for request, status in [
@@ -230,8 +233,14 @@ def test_an_over_long_request_line_is_answered_to_a_client_still_sending(node_se
     # A Java client's order: the request head, then the body, and only then does it read.
     body = registration()
     connection = connect()
-    connection.send(head("POST", "/eureka/apps/" + "X" * 8192, "Content-Type: application/json",
-                         f"Content-Length: {len(body) * 30}"))
+    connection.send(
+        head(
+            "POST",
+            "/eureka/apps/" + "X" * 8192,
+            "Content-Type: application/json",
+            f"Content-Length: {len(body) * 30}",
+        )
+    )
     time.sleep(0.2)
     connection.send(body * 30)
 
@@ -244,8 +253,9 @@ def test_an_over_long_request_line_is_answered_to_a_client_still_sending(node_se
 def test_over_long_headers_are_answered_to_a_client_still_sending(node_server, connect):
     body = registration()
     connection = connect()
-    connection.send(head("POST", "/eureka/apps/ORDERS", "X-Padding: " + "p" * 9000,
-                         f"Content-Length: {len(body) * 30}"))
+    connection.send(
+        head("POST", "/eureka/apps/ORDERS", "X-Padding: " + "p" * 9000, f"Content-Length: {len(body) * 30}")
+    )
     time.sleep(0.2)
     connection.send(body * 30)
 
@@ -254,8 +264,9 @@ def test_over_long_headers_are_answered_to_a_client_still_sending(node_server, c
 
 def test_a_refused_long_body_is_not_read_to_its_end(node_server, registry, connect):
     connection = connect()
-    connection.send(head("POST", "/eureka/apps/ORDERS", "Content-Type: application/json",
-                         "Content-Length: 50000000"))
+    connection.send(
+        head("POST", "/eureka/apps/ORDERS", "Content-Type: application/json", "Content-Length: 50000000")
+    )
     connection.send(b" " * 100_000)
 
     response = connection.read_response()
@@ -274,8 +285,13 @@ def test_expect_100_continue_is_answered_before_the_body_is_sent(node_server, re
     framing_header = "Transfer-Encoding: chunked" if framing == "chunked" else f"Content-Length: {len(body)}"
     connection = connect()
     connection.send(
-        head("POST", "/eureka/apps/ORDERS", "Content-Type: application/json", framing_header,
-             "Expect: 100-continue")
+        head(
+            "POST",
+            "/eureka/apps/ORDERS",
+            "Content-Type: application/json",
+            framing_header,
+            "Expect: 100-continue",
+        )
     )
 
     interim = connection.read_response()
