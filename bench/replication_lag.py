@@ -1,23 +1,36 @@
 """Replication lag in a three-node cluster under a fleet's load, and what replication costs a node.
 
 Node A gets the traffic of a fleet: 10,000 instances in 100 apps renewing at 1,000/s, plus 50
-registrations and 50 cancels per second (new instances register, old ones leave). Every register and
+registrations and 50 cancels per second (new instances register, base ones leave). Every register and
 cancel is then looked for at peer B, three ways, and timed from the moment A answered the client:
 
-* replication  B's live ``GET /eureka/apps/{APP}/{id}`` (not cached): when the change reached B's map;
+* replication  B's live ``GET /eureka/apps/{APP}/{id}`` (not cached): when the change reached B's map
+               (every 5th change, polled every 50 ms: ``--live-sample-every``, ``--live-poll-ms``);
 * apps         B's served ``GET /eureka/apps`` (gzip JSON, B's read-only response cache);
 * delta        B's served ``GET /eureka/apps/delta`` (same cache): what polling clients see.
 
 The served views change once per cache refresh (``EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS``, 1 s by
-default), so their lag is the replication lag plus up to one refresh interval. A's replication queues
-(``/readyz``: queued items and the oldest one's age, per peer) are sampled every second.
+default), so their lag is the replication lag plus up to one refresh interval. Watching them has a
+cost at B: like any full-fetching reader, it makes B rebuild its 10,000-instance payloads every
+refresh; ``--views replication`` watches B's map only. The watching runs in a process of its own
+(parsing those payloads would otherwise hold up the load threads). A's replication queues
+(``/readyz``: queued items and the oldest one's age, per peer) are sampled every second, and the
+CPU the three nodes used is reported.
 
 Before that, A's renew throughput is measured with and without peers: the Go load generator
 (bench/loadgen) renews as fast as it can for a few seconds against a standalone node S with the same
-10,000 instances, then against A (whose heartbeats go to B and C), interleaved S, A, S, A.
+10,000 instances, then against A (whose heartbeats go to B and C), interleaved S, A, S, A. With
+``--start`` A and S run on a CPU of their own meanwhile (B, C and the load generator on the other),
+so the difference is what replication costs A itself (``--no-pin`` to share the CPUs).
+
+``--start`` runs the nodes in embedded mode (the default: in-process outboxes, sent by the node's own
+threads). ``--start --mode production`` starts a redis-server here (on the fifth port) and runs every
+node in production mode: its own Redis database, outboxes in Redis, a Celery worker and Celery beat of
+its own that send them. A node's CPU figures and pinning then include its Celery worker and beat.
 
   .venv/bin/python bench/replication_lag.py --start                 # A, B, C and S on ports 28771-28774
   .venv/bin/python bench/replication_lag.py --start --duration 20 --throughput-rounds 1
+  .venv/bin/python bench/replication_lag.py --start --throughput-rounds 0 --views replication
   .venv/bin/python bench/replication_lag.py --start --mode production   # Redis outboxes, Celery workers
   .venv/bin/python bench/replication_lag.py --url-a http://127.0.0.1:8761 --url-b http://127.0.0.1:8762
 
@@ -31,11 +44,13 @@ import argparse
 import gzip
 import hashlib
 import http.client
+import multiprocessing
 import os
 import queue
 import random
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +58,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -130,6 +146,37 @@ class Node:
             return [child.pid for child in psutil.Process(self.process.pid).children()]
         except psutil.Error:
             return []
+
+    def helper_pids(self) -> list[int]:
+        """Production mode: the Celery worker (with its pool processes) and beat; they send the outboxes."""
+        pids = []
+        for helper in self.helpers:
+            try:
+                pids += [helper.pid, *(child.pid for child in psutil.Process(helper.pid).children())]
+            except psutil.Error:
+                pass
+        return pids
+
+    def pin(self, cpus: set[int]) -> None:
+        """Every thread of gunicorn's master and worker (and of the node's Celery processes) on ``cpus``
+        (affinity is per thread on Linux)."""
+        if self.process is None:
+            return
+        for pid in [self.process.pid, *self.worker_pids(), *self.helper_pids()]:
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    os.sched_setaffinity(int(task.name), cpus)
+                except OSError:
+                    pass
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU so far of the worker and, in production mode, of the node's Celery worker
+        and beat (None when it is not ours to read)."""
+        try:
+            times = [psutil.Process(pid).cpu_times() for pid in [*self.worker_pids(), *self.helper_pids()]]
+        except psutil.Error:
+            return None
+        return sum(t.user + t.system for t in times) if times else None
 
     def ready(self) -> dict:
         conn = Conn(self.base, timeout=5)
@@ -259,10 +306,15 @@ def build_loadgen() -> Path:
     return LOADGEN
 
 
-def loadgen(args: list[str], timeout: float) -> dict[str, str]:
-    """Run the load generator; returns its ``metric value`` lines."""
+def loadgen(args: list[str], timeout: float, cpus: set[int] | None = None) -> dict[str, str]:
+    """Run the load generator (on ``cpus`` only, if given); returns its ``metric value`` lines."""
     result = subprocess.run(
-        [str(LOADGEN), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [str(LOADGEN), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     if result.returncode not in (0, 1):
         raise SystemExit(f"loadgen {' '.join(args)} failed:\n{result.stderr}")
@@ -282,8 +334,9 @@ class Event:
     kind: str  # register | cancel
     app: str
     instance_id: str
-    done: float  # perf_counter when A answered
+    done: float  # time.monotonic() when A answered (the same clock in every process on Linux)
     seen: dict[str, float] = field(default_factory=dict)
+    followed: set[str] = field(default_factory=set)  # the views that looked for it (live GETs: a sample)
 
 
 class Fleet:
@@ -299,47 +352,58 @@ class Fleet:
         self.registered = 0
 
 
-class Renewer(threading.Thread):
-    """Heartbeats at ``rate``/s over the fleet (one of several threads sharing the rate)."""
+class Paced(threading.Thread):
+    """A loop run ``rate`` times a second; one that falls a second behind does not burst to catch up."""
 
-    def __init__(self, base: str, fleet: Fleet, rate: float, offset: int, stride: int, stop: threading.Event):
-        super().__init__(daemon=True, name=f"renewer-{offset}")
-        self.conn = Conn(base)
-        self.fleet, self.interval, self.offset, self.stride, self.stop_event = (
-            fleet,
-            1.0 / rate,
-            offset,
-            stride,
-            stop,
-        )
-        self.sent = 0
-        self.not_ok: dict[int, int] = {}
-        self.latencies_ms: list[float] = []
+    def __init__(self, name: str, rate: float, stop: threading.Event):
+        super().__init__(daemon=True, name=name)
+        self.interval, self.stop_event = 1.0 / rate, stop
 
     def run(self) -> None:
-        index = self.offset
         next_at = time.perf_counter()
         while not self.stop_event.is_set():
-            rotation = self.fleet.rotation
-            path = rotation[index % len(rotation)]
-            index += self.stride
-            if path in self.fleet.cancelled:
+            if not self.step():
                 continue
-            started = time.perf_counter()
-            try:
-                status, _, _ = self.conn.request("PUT", path)
-            except (OSError, http.client.HTTPException):
-                status = 0
-            self.latencies_ms.append((time.perf_counter() - started) * 1000)
-            self.sent += 1
-            if status != 200:
-                self.not_ok[status] = self.not_ok.get(status, 0) + 1
             next_at += self.interval
             delay = next_at - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
             elif delay < -1.0:
-                next_at = time.perf_counter()  # fell behind by a second: do not burst to catch up
+                next_at = time.perf_counter()
+
+    def step(self) -> bool:
+        """One request; False when there was nothing to send (does not count against the pace)."""
+        raise NotImplementedError
+
+
+class Renewer(Paced):
+    """Heartbeats over the fleet, round robin (one of several threads sharing the rate)."""
+
+    def __init__(self, base: str, fleet: Fleet, rate: float, offset: int, stride: int, stop: threading.Event):
+        super().__init__(f"renewer-{offset}", rate, stop)
+        self.conn, self.fleet, self.index, self.stride = Conn(base), fleet, offset, stride
+        self.sent = 0
+        self.times: list[float] = []
+        self.not_ok: dict[int, int] = {}
+        self.latencies_ms: list[float] = []
+
+    def step(self) -> bool:
+        rotation = self.fleet.rotation
+        path = rotation[self.index % len(rotation)]
+        self.index += self.stride
+        if path in self.fleet.cancelled:
+            return False
+        started = time.perf_counter()
+        try:
+            status, _, _ = self.conn.request("PUT", path)
+        except (OSError, http.client.HTTPException):
+            status = 0
+        self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        self.times.append(time.monotonic())
+        self.sent += 1
+        if status != 200:
+            self.not_ok[status] = self.not_ok.get(status, 0) + 1
+        return True
 
 
 def registration_body(app: str, instance_id: str, n: int) -> bytes:
@@ -367,35 +431,25 @@ def registration_body(app: str, instance_id: str, n: int) -> bytes:
     )
 
 
-class Writer(threading.Thread):
-    """``rate`` registrations and ``rate`` cancels per second at A, alternating; each becomes an Event."""
+class Writer(Paced):
+    """Registrations and cancels at A, alternating (``rate`` of each a second); each is an Event, handed
+    to the observer process."""
 
-    def __init__(
-        self, base: str, fleet: Fleet, rate: float, stop: threading.Event, sinks: list[queue.SimpleQueue]
-    ):
-        super().__init__(daemon=True, name="writer")
-        self.conn = Conn(base)
-        self.fleet, self.interval, self.stop_event, self.sinks = fleet, 1.0 / (2 * rate), stop, sinks
+    def __init__(self, base: str, fleet: Fleet, rate: float, stop: threading.Event, sink):
+        super().__init__("writer", 2 * rate, stop)
+        self.conn, self.fleet, self.sink = Conn(base), fleet, sink
+        self.turn = 0
         self.events: list[Event] = []
         self.failed: dict[str, int] = {}
         self.latencies_ms: list[float] = []
 
-    def run(self) -> None:
-        next_at = time.perf_counter()
-        turn = 0
-        while not self.stop_event.is_set():
-            event = self._register() if turn % 2 == 0 else self._cancel()
-            turn += 1
-            if event is not None:
-                self.events.append(event)
-                for sink in self.sinks:
-                    sink.put(event)
-            next_at += self.interval
-            delay = next_at - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            elif delay < -1.0:
-                next_at = time.perf_counter()
+    def step(self) -> bool:
+        self.turn += 1
+        event = self._register() if self.turn % 2 else self._cancel()
+        if event is not None:
+            self.events.append(event)
+            self.sink.put((event.kind, event.app, event.instance_id, event.done))
+        return True
 
     def _timed(self, kind: str, method: str, path: str, body: bytes | None, ok: int) -> float | None:
         started = time.perf_counter()
@@ -404,8 +458,8 @@ class Writer(threading.Thread):
             status, _, _ = self.conn.request(method, path, body=body, headers=headers)
         except (OSError, http.client.HTTPException):
             status = 0
-        done = time.perf_counter()
-        self.latencies_ms.append((done - started) * 1000)
+        done = time.monotonic()
+        self.latencies_ms.append((time.perf_counter() - started) * 1000)
         if status != ok:
             self.failed[f"{kind} {status}"] = self.failed.get(f"{kind} {status}", 0) + 1
             return None
@@ -416,9 +470,8 @@ class Writer(threading.Thread):
         self.fleet.registered += 1
         app = self.fleet.apps[n % len(self.fleet.apps)]
         instance_id = f"lag-{n}:{app.lower()}:9000"
-        done = self._timed(
-            "register", "POST", f"/eureka/apps/{app}", registration_body(app, instance_id, n), 204
-        )
+        body = registration_body(app, instance_id, n)
+        done = self._timed("register", "POST", f"/eureka/apps/{app}", body, 204)
         if done is None:
             return None
         self.fleet.rotation.append(f"/eureka/apps/{app}/{quote(instance_id, safe='')}")
@@ -434,54 +487,62 @@ class Writer(threading.Thread):
         return None if done is None else Event("cancel", app, instance_id, done)
 
 
-class Poller(threading.Thread):
-    """Looks for pending events in one view of node B every ``interval_s``."""
+class Watcher(threading.Thread):
+    """Looks for pending events in one view of node B every ``interval_s`` (in the observer process)."""
 
     def __init__(self, view: str, base: str, interval_s: float, stop: threading.Event, sample_every: int = 1):
-        super().__init__(daemon=True, name=f"poll-{view}")
-        self.view, self.conn, self.interval_s, self.stop_event = view, Conn(base), interval_s, stop
+        super().__init__(daemon=True, name=f"watch-{view}")
+        self.view, self.base, self.interval_s, self.stop_event = view, base, interval_s, stop
+        self.conn = Conn(base)
         self.sample_every = sample_every
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.pending: list[Event] = []
+        self.inbox: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.received = 0
-        self.polls = 0
+        self.pending: list[Event] = []
         self.changes: list[float] = []  # when a served payload changed
         self.cycle_s: list[float] = []
+        self.errors = 0
+        self.last_size: tuple[int, int] | None = None  # (as sent, uncompressed) of a served payload
         self._digest = b""
+        self._local = threading.local()
+
+    def add(self, event: Event) -> None:
+        self.received += 1
+        if self.received % self.sample_every == 0:
+            event.followed.add(self.view)
+            self.inbox.put(event)
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and self.inbox.empty()
 
     def run(self) -> None:
-        while not self.stop_event.is_set():
-            started = time.perf_counter()
-            while True:
+        with ThreadPoolExecutor(4) as pool:
+            while not self.stop_event.is_set():
+                started = time.perf_counter()
+                while not self.inbox.empty():
+                    self.pending.append(self.inbox.get())
                 try:
-                    event = self.inbox.get_nowait()
-                except queue.Empty:
-                    break
-                self.received += 1
-                if self.received % self.sample_every == 0:
-                    self.pending.append(event)
-            try:
-                self.poll()
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                log(f"{self.view} poll failed: {exc}")
-            self.polls += 1
-            took = time.perf_counter() - started
-            self.cycle_s.append(took)
-            self.stop_event.wait(max(0.0, self.interval_s - took))
+                    if self.view == "replication":
+                        self._poll_live(pool)
+                    else:
+                        self._poll_served("/eureka/apps/" if self.view == "apps" else "/eureka/apps/delta")
+                except (OSError, http.client.HTTPException, ValueError):
+                    self.errors += 1
+                took = time.perf_counter() - started
+                self.cycle_s.append(took)
+                self.stop_event.wait(max(0.0, self.interval_s - took))
 
-    def poll(self) -> None:
-        if self.view == "replication":
-            self._poll_live()
-        else:
-            self._poll_served("/eureka/apps/" if self.view == "apps" else "/eureka/apps/delta")
+    def _live_get(self, event: Event) -> tuple[Event, int, float]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = Conn(self.base)
+        path = f"/eureka/apps/{event.app}/{quote(event.instance_id, safe='')}"
+        status, _, _ = conn.request("GET", path, headers=JSON_GZIP)
+        return event, status, time.monotonic()
 
-    def _poll_live(self) -> None:
+    def _poll_live(self, pool: ThreadPoolExecutor) -> None:
         still = []
-        for event in self.pending:
-            status, _, _ = self.conn.request(
-                "GET", f"/eureka/apps/{event.app}/{quote(event.instance_id, safe='')}", headers=JSON_GZIP
-            )
-            now = time.perf_counter()
+        for event, status, now in pool.map(self._live_get, self.pending):
             if (event.kind == "register" and status == 200) or (event.kind == "cancel" and status == 404):
                 event.seen[self.view] = now
             else:
@@ -490,7 +551,7 @@ class Poller(threading.Thread):
 
     def _poll_served(self, path: str) -> None:
         status, headers, raw = self.conn.request("GET", path, headers=JSON_GZIP)
-        now = time.perf_counter()
+        now = time.monotonic()
         if status != 200:
             raise ValueError(f"GET {path}: HTTP {status}")
         digest = hashlib.blake2b(raw, digest_size=16).digest()
@@ -499,6 +560,7 @@ class Poller(threading.Thread):
         self._digest = digest
         self.changes.append(now)
         body = gzip.decompress(raw) if headers.get("content-encoding") == "gzip" else raw
+        self.last_size = (len(raw), len(body))
         applications = orjson.loads(body)["applications"]["application"]
         present, added, deleted = set(), set(), set()
         for application in applications:
@@ -523,8 +585,61 @@ class Poller(threading.Thread):
         self.pending = still
 
 
+def observe(
+    b_base: str, views: list[str], poll_ms: int, live_poll_ms: int, sample_every: int, inbox, results
+) -> None:
+    """The observer process: watches B's three views for the events the writer sends through ``inbox``
+    (None ends the run: what is still pending gets ``SETTLE_S`` more), then puts what it saw on
+    ``results``. A process of its own, so that parsing B's 10,000-instance payloads never holds up the
+    load generator's threads (one GIL)."""
+    stop = threading.Event()
+    watchers = [
+        Watcher(
+            view,
+            b_base,
+            (live_poll_ms if view == "replication" else poll_ms) / 1000,
+            stop,
+            sample_every if view == "replication" else 1,
+        )
+        for view in views
+    ]
+    for watcher in watchers:
+        watcher.start()
+    events: list[Event] = []
+    ended_at = None
+    while True:
+        try:
+            item = inbox.get(timeout=0.2)
+        except queue.Empty:
+            item = ()
+        if item is None:
+            ended_at = time.monotonic()
+        elif item:
+            event = Event(*item)
+            events.append(event)
+            for watcher in watchers:
+                watcher.add(event)
+        if ended_at is not None and (
+            all(watcher.idle for watcher in watchers) or time.monotonic() - ended_at > SETTLE_S
+        ):
+            break
+    stop.set()
+    for watcher in watchers:
+        watcher.join(10)
+    results.put(
+        {
+            "seen": [(e.kind, e.instance_id, e.seen, e.followed) for e in events],
+            "cycles": {w.view: w.cycle_s for w in watchers},
+            "changes": {w.view: w.changes for w in watchers},
+            "errors": {w.view: w.errors for w in watchers},
+            "sizes": {w.view: w.last_size for w in watchers},
+            "cpu_s": time.process_time(),
+        }
+    )
+
+
 class QueueSampler(threading.Thread):
-    """A's replication numbers from /readyz every ``interval_s``."""
+    """A node's replication numbers from /readyz every ``interval_s``."""
 
     def __init__(self, node: Node, interval_s: float, stop: threading.Event):
         super().__init__(daemon=True, name="queues")
@@ -534,130 +649,167 @@ class QueueSampler(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                self.samples.append((time.perf_counter(), self.node.ready().get("replication") or {}))
+                self.samples.append((time.monotonic(), self.node.ready().get("replication") or {}))
             except (OSError, http.client.HTTPException, ValueError):
                 pass
             self.stop_event.wait(self.interval_s)
 
 
-def fleet_ids(node: Node) -> tuple[list[tuple[str, str]], list[str]]:
+def fleet_ids(node: Node, n: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """The instances A serves, once its served registry (read-only cache, ~1 s behind) has all ``n``."""
     conn = Conn(node.base, timeout=30)
+    deadline = time.monotonic() + 30
     try:
-        applications = conn.json("/eureka/apps/")["applications"]["application"]
+        while True:
+            applications = conn.json("/eureka/apps/")["applications"]["application"]
+            if sum(len(app["instance"]) for app in applications) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     finally:
         conn.close()
     ids = [(app["name"], instance["instanceId"]) for app in applications for instance in app["instance"]]
     return ids, sorted(app["name"] for app in applications)
 
 
-def lag_run(a: Node, b: Node, args: argparse.Namespace) -> None:
-    ids, apps = fleet_ids(a)
+def lag_run(a: Node, b: Node, c: Node | None, args: argparse.Namespace) -> None:
+    ids, apps = fleet_ids(a, args.n)
     fleet = Fleet(ids, apps)
     log(
         f"lag run: {len(ids)} instances in {len(apps)} apps renewing at {args.renew_rate:.0f}/s, "
         f"{args.write_rate:.0f} registrations + {args.write_rate:.0f} cancels/s at A, {args.duration:.0f} s"
     )
-    load_stop, poll_stop = threading.Event(), threading.Event()
-    pollers = [
-        Poller("replication", b.base, args.live_poll_ms / 1000, poll_stop, args.live_sample_every),
-        Poller("apps", b.base, args.poll_ms / 1000, poll_stop),
-        Poller("delta", b.base, args.poll_ms / 1000, poll_stop),
-    ]
+    spawn = multiprocessing.get_context("spawn")
+    inbox, results = spawn.Queue(), spawn.Queue()
+    observer = spawn.Process(
+        target=observe,
+        args=(b.base, args.views, args.poll_ms, args.live_poll_ms, args.live_sample_every, inbox, results),
+        daemon=True,
+    )
+    observer.start()
+    load_stop, sample_stop = threading.Event(), threading.Event()
     renewers = [
         Renewer(a.base, fleet, args.renew_rate / args.renew_threads, k, args.renew_threads, load_stop)
         for k in range(args.renew_threads)
     ]
-    writer = Writer(a.base, fleet, args.write_rate, load_stop, [poller.inbox for poller in pollers])
-    sampler = QueueSampler(a, 1.0, poll_stop)
+    writer = Writer(a.base, fleet, args.write_rate, load_stop, inbox)
+    sampler = QueueSampler(a, 1.0, sample_stop)
+    time.sleep(1.0)  # the observer process imports and starts its watchers
+    watched = [node for node in (a, b, c) if node is not None]
+    nodes_cpu_before = {node.name: node.cpu_seconds() for node in watched}
     cpu_before = time.process_time()
-    for thread in [*pollers, sampler, *renewers, writer]:
-        thread.start()
     began = time.perf_counter()
+    for thread in [sampler, *renewers, writer]:
+        thread.start()
     time.sleep(args.duration)
     load_stop.set()
     loaded_s = time.perf_counter() - began
     for thread in [*renewers, writer]:
         thread.join(10)
-    # Changes still in flight: give them a few cache refreshes to show, then stop looking.
-    settle_deadline = time.monotonic() + SETTLE_S
-    while time.monotonic() < settle_deadline and any(p.pending or not p.inbox.empty() for p in pollers):
-        time.sleep(0.2)
-    poll_stop.set()
-    for thread in [*pollers, sampler]:
-        thread.join(10)
-    client_cpu = (time.process_time() - cpu_before) / (time.perf_counter() - began)
-    report_lag(args, fleet, renewers, writer, pollers, sampler, loaded_s, client_cpu)
+    client_cpu = (time.process_time() - cpu_before) / loaded_s
+    nodes_cpu = {}
+    for node in watched:
+        before, after = nodes_cpu_before[node.name], node.cpu_seconds()
+        if before is not None and after is not None:
+            nodes_cpu[node.name] = (after - before) / loaded_s
+    inbox.put(None)
+    try:
+        seen = results.get(timeout=SETTLE_S + 30)
+    except queue.Empty:
+        raise SystemExit("the observer process did not report") from None
+    finally:
+        sample_stop.set()
+        sampler.join(5)
+        observer.join(10)
+    by_id = {(kind, instance_id): (views, followed) for kind, instance_id, views, followed in seen["seen"]}
+    for event in writer.events:
+        event.seen, event.followed = by_id.get((event.kind, event.instance_id), ({}, set()))
+    observer_cpu = seen["cpu_s"] / (loaded_s + SETTLE_S)
+    report_lag(args, renewers, writer, seen, sampler, loaded_s, client_cpu, observer_cpu, nodes_cpu)
 
 
-def ms_row(label: str, values: list[float], asked: int, missing: int) -> str:
+def ms_row(label: str, values: list[float], asked: int) -> str:
+    missing = asked - len(values)
     if not values:
-        return f"{label:28} {asked:>6} {0:>6} {missing:>7} {'-':>8} {'-':>8} {'-':>8}"
+        return f"{label:36} {asked:>6} {0:>6} {missing:>7} {'-':>7} {'-':>7} {'-':>7}"
     return (
-        f"{label:28} {asked:>6} {len(values):>6} {missing:>7} {statistics.median(values):8.0f} "
-        f"{percentile(values, 99):8.0f} {max(values):8.0f}"
+        f"{label:36} {asked:>6} {len(values):>6} {missing:>7} {statistics.median(values):7.0f} "
+        f"{percentile(values, 99):7.0f} {max(values):7.0f}"
     )
 
 
-def report_lag(args, fleet, renewers, writer, pollers, sampler, loaded_s: float, client_cpu: float) -> None:
+LABELS = {
+    "replication": "replication (live GET {id})",
+    "apps": "served GET apps",
+    "delta": "served GET apps/delta",
+}
+
+
+def report_lag(args, renewers, writer, seen, sampler, loaded_s, client_cpu, observer_cpu, nodes_cpu) -> None:
     renews = sum(r.sent for r in renewers)
-    renew_ms = [ms for r in renewers for ms in r.latencies_ms]
+    renew_ms = [ms for r in renewers for ms in r.latencies_ms] or [0.0]
     not_ok: dict[int, int] = {}
     for r in renewers:
         for status, count in r.not_ok.items():
             not_ok[status] = not_ok.get(status, 0) + count
-    registers = sum(1 for e in writer.events if e.kind == "register")
-    cancels = len(writer.events) - registers
+    registers = [e for e in writer.events if e.kind == "register"]
+    cancels = [e for e in writer.events if e.kind == "cancel"]
+    write_ms = writer.latencies_ms or [0.0]
     print()
-    print(f"load at A over {loaded_s:.0f} s (this script used {client_cpu:.2f} cores):")
+    print(
+        f"load at A over {loaded_s:.0f} s (load threads {client_cpu:.2f} cores, observer process "
+        f"{observer_cpu:.2f} cores; nodes "
+        + (", ".join(f"{name} {cores:.2f}" for name, cores in nodes_cpu.items()) or "not measured")
+        + f" cores of {len(os.sched_getaffinity(0))}):"
+    )
     print(
         f"  renews        {renews / loaded_s:7.0f}/s (asked {args.renew_rate:.0f}/s)  p50 "
         f"{statistics.median(renew_ms):.1f} ms  p99 {percentile(renew_ms, 99):.1f} ms  not 200: {not_ok or 0}"
     )
     print(
-        f"  registrations {registers / loaded_s:7.1f}/s, cancels {cancels / loaded_s:.1f}/s (asked "
-        f"{args.write_rate:.0f}/s each)  p50 {statistics.median(writer.latencies_ms):.1f} ms  p99 "
-        f"{percentile(writer.latencies_ms, 99):.1f} ms  failed: {writer.failed or 0}"
+        f"  registrations {len(registers) / loaded_s:7.1f}/s, cancels {len(cancels) / loaded_s:.1f}/s (asked "
+        f"{args.write_rate:.0f}/s each)  p50 {statistics.median(write_ms):.1f} ms  p99 "
+        f"{percentile(write_ms, 99):.1f} ms  failed: {writer.failed or 0}"
     )
     print()
     print("lag at B, ms from A's answer to the change showing at B:")
-    print(f"{'view / change':28} {'asked':>6} {'seen':>6} {'missing':>7} {'p50':>8} {'p99':>8} {'max':>8}")
-    for poller in pollers:
-        for kind in ("register", "cancel"):
-            events = [e for e in writer.events if e.kind == kind]
-            if poller.view == "replication":
-                events = events[args.live_sample_every - 1 :: args.live_sample_every]
-            lags = [(e.seen[poller.view] - e.done) * 1000 for e in events if poller.view in e.seen]
-            label = {
-                "replication": f"replication (live GET) {kind}",
-                "apps": f"served GET apps {kind}",
-                "delta": f"served GET apps/delta {kind}",
-            }[poller.view]
-            print(ms_row(label, lags, len(events), len(events) - len(lags)))
-    live = pollers[0]
-    cycles = [c * 1000 for c in live.cycle_s] or [0.0]
+    print(f"{'view, change':36} {'asked':>6} {'seen':>6} {'missing':>7} {'p50':>7} {'p99':>7} {'max':>7}")
+    for view in args.views:
+        for kind, events in (("register", registers), ("cancel", cancels)):
+            events = [e for e in events if view in e.followed]
+            lags = [(e.seen[view] - e.done) * 1000 for e in events if view in e.seen]
+            print(ms_row(f"{LABELS[view]} {kind}", lags, len(events)))
+    cycles = [c * 1000 for c in seen["cycles"].get("replication", [])] or [0.0]
     print(
-        f"(live GETs every {args.live_poll_ms} ms, a cycle took p50 {statistics.median(cycles):.0f} ms, p99 "
-        f"{percentile(cycles, 99):.0f} ms; served views polled every {args.poll_ms} ms, B's cache refresh "
-        f"{args.cache_ms} ms)"
+        f"(live GETs of what is pending every {args.live_poll_ms} ms, 4 at a time: a round took p50 "
+        f"{statistics.median(cycles):.0f} ms, p99 {percentile(cycles, 99):.0f} ms; served views polled every "
+        f"{args.poll_ms} ms; B's cache refresh every {args.cache_ms} ms; poll errors {seen['errors']})"
     )
-    for poller in pollers[1:]:
-        gaps = [(b - a) * 1000 for a, b in zip(poller.changes, poller.changes[1:], strict=False)]
+    for view in ("apps", "delta"):
+        changes = seen["changes"].get(view, [])
+        if seen["sizes"].get(view):
+            sent, raw = seen["sizes"][view]
+            print(f"  B's last {view} payload: {raw / 1e6:.1f} MB of JSON, {sent / 1e6:.2f} MB gzipped")
+        gaps = [(later - earlier) * 1000 for earlier, later in zip(changes, changes[1:], strict=False)]
         if gaps:
             print(
-                f"  B's {poller.view} payload changed {len(poller.changes)} times, every "
-                f"{statistics.median(gaps):.0f} ms (median)"
+                f"  B's {view} payload changed {len(changes)} times, "
+                f"every {statistics.median(gaps):.0f} ms (median)"
             )
-    report_queues(sampler.samples)
+    report_queues(sampler.samples, sorted(t for r in renewers for t in r.times))
 
 
-def report_queues(samples: list[tuple[float, dict]]) -> None:
+def report_queues(samples: list[tuple[float, dict]], renewed_at: list[float]) -> None:
     if not samples:
         print("\nno /readyz samples of A's replication queues")
         return
     start = samples[0][0]
     urls = [peer["url"] for peer in samples[0][1].get("peers", [])]
-    print("\nA's replication queues (/readyz, sampled every second; max over each 5 s):")
-    header = f"{'t (s)':>6} {'buffered':>8}"
+    renews: dict[int, int] = {}
+    for t in renewed_at:
+        bucket = int((t - start) // 5) * 5
+        renews[bucket] = renews.get(bucket, 0) + 1
+    print("\nA's replication queues (/readyz, sampled every second; max over each 5 s) and renews sent:")
+    header = f"{'t (s)':>6} {'renews/s':>8} {'buffered':>8}"
     for n, _ in enumerate(urls):
         header += f" {'queued':>7}{n + 1} {'lag ms':>7}{n + 1} {'sent':>8}{n + 1} {'dropped':>7}{n + 1}"
     print(header)
@@ -667,7 +819,7 @@ def report_queues(samples: list[tuple[float, dict]]) -> None:
     for t, sample in samples:
         buckets.setdefault(int((t - start) // 5) * 5, []).append(sample)
     for t, group in sorted(buckets.items()):
-        line = f"{t:>6} {max(s.get('buffered', 0) for s in group):>8}"
+        line = f"{t:>6} {renews.get(t, 0) / 5:>8.0f} {max(s.get('buffered', 0) for s in group):>8}"
         for url in urls:
             peers = [p for s in group for p in s.get("peers", []) if p["url"] == url]
             line += (
@@ -680,16 +832,47 @@ def report_queues(samples: list[tuple[float, dict]]) -> None:
 # ------------------------------------------------------------------------------------ throughput
 
 
-def throughput(a: Node, standalone: Node, args: argparse.Namespace) -> None:
-    """Closed-loop renews at the load generator's full speed: S (no peers) and A, interleaved."""
+def throughput(a: Node, standalone: Node, others: list[Node], args: argparse.Namespace) -> None:
+    """Closed-loop renews at the load generator's full speed: S (no peers) and A, interleaved.
+
+    Pinned (the default with ``--start`` on a machine with two CPUs or more; ``--no-pin`` to share), A and
+    S run on the last CPU and ``others`` (B, C, and the redis-server in production mode), the load
+    generator and this script on the rest, so that A and S get the same core whatever B and C do with
+    theirs: the difference is what replication costs A itself. A node's Celery worker and beat
+    (production mode) are pinned with it."""
     rows: dict[str, list[dict[str, str]]] = {"standalone (S)": [], "with 2 peers (A)": []}
+    everything = os.sched_getaffinity(0)
+    loadgen_cpus = None
+    if args.pin:
+        node_cpu = {max(everything)}
+        loadgen_cpus = everything - node_cpu
+        for node in (a, standalone):
+            node.pin(node_cpu)
+        for node in others:
+            node.pin(loadgen_cpus)
+        os.sched_setaffinity(0, loadgen_cpus)
+        log(
+            f"pinned: A and S on CPU {sorted(node_cpu)}; {', '.join(node.name for node in others)}, "
+            f"the load generator and this script on {sorted(loadgen_cpus)}"
+        )
+    try:
+        _throughput_rounds(a, standalone, args, rows, loadgen_cpus)
+    finally:
+        if args.pin:
+            for node in (a, standalone, *others):
+                node.pin(everything)
+            os.sched_setaffinity(0, everything)
+    report_throughput(args, rows)
+
+
+def _throughput_rounds(a, standalone, args, rows, loadgen_cpus) -> None:
     log(
         f"throughput: {args.throughput_rounds} rounds of S then A, {args.throughput_seconds:.0f} s each, "
         f"c={args.loadgen_c}"
     )
     for round_no in range(args.throughput_rounds):
         for label, node in (("standalone (S)", standalone), ("with 2 peers (A)", a)):
-            pids = ",".join(str(pid) for pid in node.worker_pids())
+            pids = ",".join(str(pid) for pid in [*node.worker_pids(), *node.helper_pids()])
             sampler_stop = threading.Event()
             sampler = QueueSampler(node, 0.5, sampler_stop)
             sampler.start()
@@ -714,6 +897,7 @@ def throughput(a: Node, standalone: Node, args: argparse.Namespace) -> None:
                     "renew",
                 ],
                 timeout=args.throughput_seconds + 60,
+                cpus=loadgen_cpus,
             )
             sampler_stop.set()
             sampler.join(5)
@@ -730,6 +914,9 @@ def throughput(a: Node, standalone: Node, args: argparse.Namespace) -> None:
                 f"  round {round_no + 1} {label}: {metrics.get('req/s')} renews/s,"
                 f" p99 {metrics.get('p99_ms')} ms"
             )
+
+
+def report_throughput(args: argparse.Namespace, rows: dict[str, list[dict[str, str]]]) -> None:
     print()
     print(
         f"A's renew throughput, closed loop ({args.loadgen_c} connections,"
@@ -779,7 +966,10 @@ def main() -> int:
         "--start", action="store_true", help="start nodes A, B, C (and S) here, stop them after"
     )
     parser.add_argument(
-        "--port", type=int, default=28771, help="first of four ports with --start (A, B, C, S)"
+        "--port",
+        type=int,
+        default=28771,
+        help="first of five ports with --start (A, B, C, S, and redis-server in production mode)",
     )
     parser.add_argument(
         "--mode",
@@ -799,20 +989,42 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=10_000, help="instances (default 10000)")
     parser.add_argument("--apps", type=int, default=100, help="applications (default 100)")
     parser.add_argument("--renew-rate", type=float, default=1000, help="renews/s at A (default 1000)")
-    parser.add_argument("--renew-threads", type=int, default=4)
+    parser.add_argument("--renew-threads", type=int, default=8)
     parser.add_argument(
         "--write-rate", type=float, default=50, help="registrations/s and cancels/s (default 50)"
+    )
+    parser.add_argument(
+        "--views",
+        default=",".join(VIEWS),
+        help="what to watch at B, of replication,apps,delta (default all; the served views make B rebuild "
+        "its 10,000-instance payloads every cache refresh, as any full-fetching reader does)",
     )
     parser.add_argument(
         "--poll-ms", type=int, default=100, help="poll B's served apps and delta (default 100)"
     )
     parser.add_argument("--live-poll-ms", type=int, default=50, help="poll B's live records (default 50)")
-    parser.add_argument("--live-sample-every", type=int, default=1, help="follow every k-th change live")
+    parser.add_argument(
+        "--live-sample-every",
+        type=int,
+        default=5,
+        help="follow every k-th change in B's map (default 5: each is polled every --live-poll-ms, and "
+        "many polls would load B themselves)",
+    )
     parser.add_argument("--cache-ms", type=int, default=1000, help="EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS")
     parser.add_argument("--throughput-seconds", type=float, default=10)
     parser.add_argument("--throughput-rounds", type=int, default=2, help="S, A rounds (0: skip)")
     parser.add_argument("--loadgen-c", type=int, default=16, help="load generator connections (default 16)")
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="with --start, do not pin A and S to a CPU of their own for the throughput runs",
+    )
     args = parser.parse_args()
+    args.pin = args.pin and args.start and len(os.sched_getaffinity(0)) >= 2
+    args.views = [view.strip() for view in args.views.split(",") if view.strip()]
+    if not args.views or set(args.views) - set(VIEWS):
+        parser.error(f"--views: a comma-separated subset of {','.join(VIEWS)}")
     if args.start == bool(args.url_a or args.url_b):
         parser.error("give either --start or --url-a and --url-b")
     if not args.start and not (args.url_a and args.url_b):
@@ -827,7 +1039,13 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="replication-lag-"))
     try:
         if args.start:
-            ports = [args.port + k for k in range(5)]
+            ports = [args.port + k for k in range(5)]  # A, B, C, S, redis-server
+            used = ports[:3] + ports[3:4] * bool(args.throughput_rounds)
+            used += ports[4:] * (args.mode == "production")
+            for port in used:
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        raise SystemExit(f"port {port} is taken (another run?): choose others with --port")
             mesh = [f"http://127.0.0.1:{port}/eureka/" for port in ports[:3]]
             redis = None
             if args.mode == "production":
@@ -876,10 +1094,12 @@ def main() -> int:
         log(f"B holds the fleet and A's queues are empty {took:.1f} s later")
 
         if standalone is not None and args.throughput_rounds:
-            throughput(a, standalone, args)
+            throughput(a, standalone, [node for node in nodes if node.name in ("B", "C", "redis")], args)
+            if standalone.process is not None:
+                stop_nodes([standalone])  # idle from here on: leave its CPU to the cluster
         else:
             print("\nthroughput comparison skipped (no standalone node: --url-standalone, or --start)")
-        lag_run(a, b, args)
+        lag_run(a, b, next((node for node in nodes if node.name == "C"), None), args)
     finally:
         stop_nodes(nodes)
     return 0
