@@ -180,6 +180,10 @@ class PeerSet:
         with self._lock:
             return list(self._peers.values())
 
+    def state(self, url: str) -> PeerState | None:
+        with self._lock:
+            return self._peers.get(scrub_credentials(url))
+
     def _update(self, url: str, **changes) -> None:
         clean = scrub_credentials(url)
         with self._lock:

@@ -31,7 +31,14 @@ from redis.exceptions import RedisError
 
 from registry.cluster.peers import Peer
 from registry.cluster.replication import BATCH_SIZE
-from registry.cluster.replicator import DEFAULT_OUTBOX_CAPACITY, FollowUps, MemoryOutbox, read_answers
+from registry.cluster.replicator import (
+    DEFAULT_OUTBOX_CAPACITY,
+    PROBE_INTERVAL_MS,
+    PROBE_RETRY_MS,
+    FollowUps,
+    MemoryOutbox,
+    read_answers,
+)
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable
 
 logger = logging.getLogger(__name__)
@@ -135,6 +142,19 @@ def _backlog(queue: RedisQueue) -> tuple[int, int]:
     return len(queue), lag
 
 
+def _probe(queue: RedisQueue, peer: Peer, transport: PeerTransport, report) -> bool:
+    try:
+        transport.post_batch(peer, [])
+    except PeerUnreachable as exc:
+        report(None, str(exc), *_backlog(queue))
+    except PeerRefused as exc:
+        report(None, f"batch refused: {exc}", *_backlog(queue))
+    else:
+        report(FollowUps(sent=0), None, *_backlog(queue))
+        return True
+    return False
+
+
 def drain(
     client: Redis,
     queue: RedisQueue,
@@ -153,12 +173,14 @@ def drain(
     if not client.set(lock_key, token, nx=True, px=LOCK_MS):
         return 0
     sent = 0
+    idle = True  # the queue was empty: nothing was tried
     deadline = time.monotonic() + budget_s
     try:
         while time.monotonic() < deadline:
             items = queue.peek(BATCH_SIZE)
             if not items:
                 break
+            idle = False
             try:
                 answers = transport.post_batch(peer, items)
             except PeerUnreachable as exc:
@@ -172,6 +194,14 @@ def drain(
             sent += len(items)
             client.pexpire(lock_key, LOCK_MS)
             report(read_answers(items, answers), None, *_backlog(queue))
+        # Idle: an empty batch every PROBE_INTERVAL_MS (sooner after a failure) measures the peer.
+        probe_key = f"{queue.key}:probe"
+        if (
+            idle
+            and client.set(probe_key, 1, nx=True, px=PROBE_INTERVAL_MS)
+            and not _probe(queue, peer, transport, report)
+        ):
+            client.pexpire(probe_key, PROBE_RETRY_MS)
     finally:
         client.eval(_RELEASE, 1, lock_key, token)
     return sent

@@ -43,6 +43,11 @@ DEFAULT_OUTBOX_CAPACITY = 10_000
 RETRY_FIRST_MS = 100
 RETRY_MAX_MS = 30_000
 CONGESTION_RETRY_MS = 1_000
+# A peer nothing was sent to for this long gets an empty batch: its health on the console is then
+# measured even in an idle cluster (it counts as available for AVAILABILITY_WINDOW_MS after).
+PROBE_INTERVAL_MS = 30_000
+# ... and a peer whose last probe failed is tried again this soon (a peer that starts late shows up).
+PROBE_RETRY_MS = 5_000
 
 
 class Outbox(Protocol):
@@ -224,6 +229,28 @@ class Replicator:
         self.apply_follow_ups(key, read_answers(items, answers), now)
         return len(items)
 
+    def probe_if_idle(self, key: str, now: int) -> bool:
+        """Send an empty batch when the peer's outbox is empty and nothing was tried for
+        ``PROBE_INTERVAL_MS``; records the outcome. Returns whether it probed."""
+        peer = self.peers[key]
+        if len(self.outboxes[key]):
+            return False
+        state = self.peer_set.state(peer.url)
+        last_try = max(state.last_success or 0, state.last_failure or 0) if state is not None else 0
+        interval = PROBE_RETRY_MS if state is not None and state.failing else PROBE_INTERVAL_MS
+        if now - last_try < interval:
+            return False
+        assert self.transport is not None
+        try:
+            self.transport.post_batch(peer, [])
+        except PeerUnreachable as exc:
+            self.peer_set.record_failure(peer.url, now, str(exc))
+        except PeerRefused as exc:
+            self.peer_set.record_failure(peer.url, now, f"batch refused: {exc}")
+        else:
+            self.peer_set.record_success(peer.url, now)
+        return True
+
     def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int) -> None:
         """What a peer's answers asked for, whoever sent the batch (a sender thread or a Celery worker)."""
         peer = self.peers[key]
@@ -300,9 +327,12 @@ class EmbeddedReplication:
         wake = self._wake[key]
         failures = 0
         retry_at: float | None = None  # monotonic seconds: no try before, whatever wakes the loop
+        self._probe(key)  # the console shows the peer's real health from the start, not after traffic
         while not self._stop.is_set():
             if retry_at is None:
-                wake.wait()
+                if not wake.wait(PROBE_RETRY_MS / 1000):
+                    self._probe(key)
+                    continue
             else:
                 self._stop.wait(max(0.0, retry_at - time.monotonic()))
             wake.clear()
@@ -322,3 +352,9 @@ class EmbeddedReplication:
             except Exception:
                 logger.exception("replication to %s failed", self.replicator.peers[key].display_url)
                 retry_at = time.monotonic() + RETRY_MAX_MS / 1000
+
+    def _probe(self, key: str) -> None:
+        try:
+            self.replicator.probe_if_idle(key, self.clock())
+        except Exception:
+            logger.exception("probing %s failed", self.replicator.peers[key].display_url)

@@ -411,6 +411,22 @@ def test_the_cluster_leaves_each_node_out_of_its_own_peers(cluster):
         assert cluster.node(name).url not in stats["registered-replicas"]
 
 
+def test_an_idle_cluster_shows_every_peer_available(cluster):
+    """Before any client writes (this module's first traffic), nothing replicates: the empty batches
+    each node sends an idle peer are what measure its health."""
+    checks = {}
+    for name, client in cluster.clients.items():
+        others = [cluster.node(other).url for other in cluster.nodes if other != name]
+
+        def all_available(client=client, others=others) -> bool:
+            available = client.application_stats()["available-replicas"]
+            return all(url in available for url in others)
+
+        checks[name] = all_available
+    # Nodes start one after another, so a first probe may find a peer not up yet: retried in 5 s.
+    poll(checks, 20, f"{cluster.mode}: every peer available in an idle cluster")
+
+
 def test_a_registration_at_any_node_is_listed_at_every_other_within_a_second(cluster):
     app = unique_app("WRITE-ANYWHERE")
     for writer in cluster.clients:

@@ -12,6 +12,7 @@ from redis import Redis
 
 from registry.cluster.peers import Peer
 from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_key
+from registry.cluster.replicator import PROBE_INTERVAL_MS, PROBE_RETRY_MS
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from tests.integration.conftest import Processes, free_port
 from tests.interop.conftest import require_toolchain
@@ -120,6 +121,23 @@ def test_a_peer_that_cannot_be_reached_leaves_the_batch_and_the_error_is_reporte
     transport.fail = PeerRefused("HTTP 401 for a batch of 3")
     drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
     assert len(queue) == 0 and reports[-1][0].refused == 3 and "401" in reports[-1][1]
+
+
+def test_an_idle_peer_gets_one_empty_batch_per_probe_interval_whichever_worker_drains(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    transport, reports = Transport(), []
+    assert drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q))) == 0
+    assert transport.batches == [[]], "the empty batch that measures the peer's health"
+    assert reports[0][0].sent == 0 and reports[0][1] is None
+    # Another drain (beat runs one a second, maybe on another worker) within the interval: no probe.
+    drain(client, RedisQueue(client, queue.key), PEER, transport, lambda *a: reports.append(a))
+    assert transport.batches == [[]] and len(reports) == 1
+    assert 0 < client.pttl(f"{queue.key}:probe") <= PROBE_INTERVAL_MS
+    client.delete(f"{queue.key}:probe")  # the interval has passed
+    transport.fail = PeerUnreachable("ConnectError: refused")
+    drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
+    assert reports[-1] == (None, "ConnectError: refused", 0)
+    assert 0 < client.pttl(f"{queue.key}:probe") <= PROBE_RETRY_MS, "a failed probe is retried sooner"
 
 
 def test_while_redis_is_down_the_node_keeps_items_itself(redis_processes, client):

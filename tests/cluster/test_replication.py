@@ -12,7 +12,14 @@ from registry import constants as c
 from registry.cluster.incoming import BadBatch, apply_batch
 from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls
 from registry.cluster.replication import ReplicationBuffer, encode
-from registry.cluster.replicator import FollowUps, MemoryOutbox, Replicator, read_answers
+from registry.cluster.replicator import (
+    PROBE_INTERVAL_MS,
+    PROBE_RETRY_MS,
+    FollowUps,
+    MemoryOutbox,
+    Replicator,
+    read_answers,
+)
 from registry.cluster.startup import SelfRegistration, instances_in, sync_from_peers
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.core import Registry, RegistryConfig, ReplicationEvent
@@ -322,6 +329,32 @@ def test_a_peer_that_cannot_be_reached_keeps_the_batch_and_shows_the_error(clock
     clock.advance(1000)
     assert rep.send_next_batch(key, clock()) == 1
     assert peer_set.states()[0].available(clock())
+
+
+def test_an_idle_peer_is_probed_with_an_empty_batch_so_its_health_is_known(clock):
+    transport = FakeTransport()
+    rep, registry, key, peer_set = replicator(clock, transport)
+    assert not peer_set.states()[0].available(clock()), "nothing known yet"
+    assert rep.probe_if_idle(key, clock())
+    assert transport.batches == [[]] and peer_set.states()[0].available(clock())
+    clock.advance(PROBE_INTERVAL_MS - 1)
+    assert not rep.probe_if_idle(key, clock()), "probed at most once per interval"
+    clock.advance(1)
+    transport.fail = PeerUnreachable("ConnectError: connection refused")
+    assert rep.probe_if_idle(key, clock())
+    state = peer_set.states()[0]
+    assert not state.available(clock()) and "connection refused" in state.unavailable_reason(clock())
+    transport.fail = None
+    clock.advance(PROBE_RETRY_MS - 1)
+    assert not rep.probe_if_idle(key, clock())
+    clock.advance(1)
+    assert rep.probe_if_idle(key, clock()), "a failed probe is retried sooner"
+    assert peer_set.states()[0].available(clock())
+    # With items waiting the sender tries those instead: no probe.
+    registry.register(instance(clock), clock())
+    rep.flush(clock())
+    clock.advance(PROBE_INTERVAL_MS)
+    assert not rep.probe_if_idle(key, clock())
 
 
 def test_a_refused_batch_is_dropped_and_counted(clock):
