@@ -33,6 +33,9 @@ class RedisReadOnlyTier(ReadOnlyTier):
         self.healthy = True
         self.last_error: str | None = None
         self.failures = 0
+        # What Redis is known to hold, per key. Forgotten on any failure, so that the first sync
+        # after an outage publishes everything again.
+        self._published: dict[CacheKey, Payload] = {}
 
     def _name(self, key: CacheKey) -> str:
         return f"{self._namespace}:ro:{key.entity}:{key.fmt}:{int(key.compact)}:{key.name}"
@@ -41,6 +44,7 @@ class RedisReadOnlyTier(ReadOnlyTier):
         return self.healthy or self._clock() >= self._retry_at
 
     def _failed(self, exc: RedisError) -> None:
+        self._published.clear()
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         self._retry_at = self._clock() + RETRY_AFTER_MS
@@ -82,10 +86,15 @@ class RedisReadOnlyTier(ReadOnlyTier):
         except RedisError as exc:
             self._failed(exc)
             return
+        self._published[key] = payload
         self._recovered()
+
+    def holds(self, key: CacheKey, payload: Payload) -> bool:
+        return self._published.get(key) is payload
 
     def clear(self) -> None:
         super().clear()
+        self._published.clear()
         try:
             names = list(self._redis.scan_iter(f"{self._namespace}:ro:*"))
             if names:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import threading
 
-from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, ResponseCache
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from registry.cache.redis_tier import RedisReadOnlyTier
+from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, ReadOnlyTier, ResponseCache
 
 T0 = 1_796_000_000_000
 
@@ -150,3 +153,63 @@ def test_payloads_are_gzipped_by_the_configured_compressor_once():
     finally:
         set_compressor(compress)
     assert response_cache._compressor[0] is compress
+
+
+class CountingTier(ReadOnlyTier):
+    def __init__(self):
+        super().__init__()
+        self.stored: list[CacheKey] = []
+
+    def put(self, key, payload):
+        self.stored.append(key)
+        super().put(key, payload)
+
+
+def test_a_sync_stores_only_the_payloads_that_changed():
+    builder = CountingBuilder()
+    tier = CountingTier()
+    cache = ResponseCache(builder, expire_ms=180_000, read_only=tier)
+    orders, billing = CacheKey(APP, "ORDERS", "json"), CacheKey(APP, "BILLING", "json")
+    cache.get(orders, T0)
+    cache.get(billing, T0)
+    assert tier.stored == [orders, billing]
+    cache.sync(T0 + 1)
+    assert tier.stored == [orders, billing], "nothing changed: nothing stored again"
+    builder.version = 1
+    cache.invalidate("ORDERS", [])
+    cache.sync(T0 + 2)
+    assert tier.stored == [orders, billing, orders]
+    assert cache.get(orders, T0 + 3).body.endswith(b"v1")
+
+
+class FlakyRedis:
+    """Enough of a redis client for the tier: stores hashes, or fails while ``down``."""
+
+    def __init__(self):
+        self.hashes: dict[str, dict] = {}
+        self.down = False
+
+    def hset(self, name, mapping):
+        if self.down:
+            raise RedisConnectionError("connection refused")
+        self.hashes[name] = dict(mapping)
+
+
+def test_the_redis_tier_publishes_everything_again_after_an_outage():
+    client = FlakyRedis()
+    clock = [T0]
+    tier = RedisReadOnlyTier(client, "eureka", lambda: clock[0])
+    builder = CountingBuilder()
+    cache = ResponseCache(builder, expire_ms=180_000, read_only=tier)
+    key = CacheKey(APPS, "", "json")
+    tier.put(key, cache._load(key, T0))
+    assert tier.holds(key, cache._load(key, T0))
+    client.down = True
+    tier.put(CacheKey(APP, "ORDERS", "json"), cache._load(CacheKey(APP, "ORDERS", "json"), T0))
+    assert not tier.healthy
+    # Redis may have lost what it held (a restart without persistence): the next sync sends it all.
+    client.hashes.clear()
+    client.down = False
+    clock[0] += 5_000
+    cache.sync(clock[0])
+    assert "eureka:ro:apps:json:0:" in client.hashes and tier.healthy
