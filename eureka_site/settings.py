@@ -199,6 +199,10 @@ EUREKA = {
     "response_cache_auto_expiration_ms": 1000
     * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
     "use_read_only_response_cache": env_bool("EUREKA_USE_READ_ONLY_RESPONSE_CACHE", True),
+    # Python's garbage collector (registry/runtime/gc_policy.py): every interval, young generations
+    # collected and survivors frozen, so full collections stop walking every lease; 0 switches it off.
+    "gc_freeze_interval_ms": env_int("EUREKA_GC_FREEZE_INTERVAL_MS", 60_000, minimum=0),
+    "gc_full_collection_interval_ms": env_int("EUREKA_GC_FULL_COLLECTION_INTERVAL_MS", 3_600_000, minimum=1),
     # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
     # With REDIS_URL set, Celery beat drives the jobs and this thread only runs overdue ones.
     "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),
@@ -297,7 +301,9 @@ CELERY_BEAT_SCHEDULE = {
         "sync_response_cache": EUREKA["response_cache_update_interval_ms"],
         "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
         "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
+        "freeze_gc": EUREKA["gc_freeze_interval_ms"],
     }.items()
+    if interval
 }
 if EUREKA["peer_urls"]:
     # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick

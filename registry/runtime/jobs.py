@@ -9,6 +9,7 @@ from typing import Protocol
 
 from registry.cache.response_cache import ResponseCache
 from registry.core import Registry
+from registry.runtime.gc_policy import GcPolicy
 
 
 class JobTarget(Protocol):
@@ -17,6 +18,7 @@ class JobTarget(Protocol):
 
     registry: Registry
     cache: ResponseCache
+    gc_policy: GcPolicy
 
 
 def evict(node: JobTarget, now: int) -> object:
@@ -35,6 +37,10 @@ def recount_expected_clients(node: JobTarget, now: int) -> object:
     return node.registry.recount_expected_clients(now)
 
 
+def freeze_gc(node: JobTarget, now: int) -> object:
+    return node.gc_policy.run(now)
+
+
 # job name -> function; the interval of each comes from Node.job_intervals().
 Job = Callable[[JobTarget, int], object]
 
@@ -43,4 +49,5 @@ JOBS: dict[str, Job] = {
     "sync_response_cache": sync_response_cache,
     "prune_delta_queue": prune_delta_queue,
     "recount_expected_clients": recount_expected_clients,
+    "freeze_gc": freeze_gc,
 }

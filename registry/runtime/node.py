@@ -19,6 +19,7 @@ from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.protocol.payloads import PayloadBuilder
+from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.jobs import JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 
@@ -58,8 +59,15 @@ class Node:
     job_records: dict[str, JobRecord] = field(default_factory=dict)
     # Peers and replication; None for a standalone node (no EUREKA_PEER_URLS).
     cluster: ClusterMember | None = None
+    gc_policy: GcPolicy | None = None
 
     def __post_init__(self) -> None:
+        if self.gc_policy is None:
+            full_every_ms = int(self.options.get("gc_full_collection_interval_ms", 3_600_000))
+            self.gc_policy = GcPolicy(full_every_ms, self.started_at)
+        if not self.options.get("gc_freeze_interval_ms", 60_000):
+            # Switched off: Python's own collection schedule, as any process.
+            self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}
         for name in self.jobs:
             self.job_records.setdefault(name, JobRecord())
 
@@ -106,6 +114,7 @@ class Node:
             "sync_response_cache": int(self.options["response_cache_update_interval_ms"]),
             "prune_delta_queue": config.delta_retention_timer_interval_ms,
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
+            "freeze_gc": int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000,
         }
 
     def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
