@@ -48,6 +48,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import shutil
 import signal
 import socket
@@ -70,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv running this script
 LOADGEN = ROOT / "bench" / "bin" / "loadgen"
 JSON_GZIP = {"Accept": "application/json", "Accept-Encoding": "gzip"}
+_INSTANCE_TOKENS = re.compile(rb'"instanceId":"([^"]*)"|"actionType":"([A-Z]+)"')
 VIEWS = ("replication", "apps", "delta")
 # After the load stops, how long changes still in flight may take to show (several cache refreshes).
 SETTLE_S = 10.0
@@ -561,17 +563,19 @@ class Watcher(threading.Thread):
         self.changes.append(now)
         body = gzip.decompress(raw) if headers.get("content-encoding") == "gzip" else raw
         self.last_size = (len(raw), len(body))
-        applications = orjson.loads(body)["applications"]["application"]
+        # Tokens instead of a parse: a regex pass over 10 MB costs a fifth of orjson plus walking
+        # 10,000 dicts, and the observer's CPU is taken from the same two cores the nodes run on.
+        # Each actionType follows its own instance's instanceId (the serializer's key order).
         present, added, deleted = set(), set(), set()
-        for application in applications:
-            for instance in application["instance"]:
-                instance_id = instance["instanceId"]
+        instance_id = None
+        for found_id, action in _INSTANCE_TOKENS.findall(body):
+            if found_id:
+                instance_id = found_id.decode()
                 present.add(instance_id)
-                action = instance.get("actionType")
-                if action == "DELETED":
-                    deleted.add(instance_id)
-                elif action in ("ADDED", "MODIFIED"):
-                    added.add(instance_id)
+            elif action == b"DELETED":
+                deleted.add(instance_id)
+            elif action in (b"ADDED", b"MODIFIED"):
+                added.add(instance_id)
         still = []
         for event in self.pending:
             if self.view == "apps":
