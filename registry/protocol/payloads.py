@@ -7,7 +7,9 @@ Payloads are assembled from serialized pieces instead of serializing the registr
 * each application's fragment is its instances' bytes in one wrapper, dropped when the application
   changes (the registry's change hook) or expires;
 * ``GET apps`` joins the fragments of every application, and ``GET apps/delta`` the bytes of the
-  instances in the delta queue, grouped by application as Eureka does.
+  instances in the delta queue, grouped by application as Eureka does;
+* the gzip copy of ``GET apps`` is joined from deflate chunks of runs of fragments (one standard
+  gzip stream), so after a change only the run holding it is compressed again.
 
 So a rebuild costs in proportion to what changed: with 10,000 instances in 100 applications one change
 re-serializes one instance, and a delta of 18,000 changes is joined from bytes instead of serialized in
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import random
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 
-from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey
+from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Joined, deflate_chunk
 from registry.core import Registry, reconcile_hashcode
 from registry.leases import LeaseView
 from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
@@ -43,9 +46,63 @@ _jitter = random.Random()
 class Fragment:
     """One application serialized (``{"name":...,"instance":[...]}`` or ``<application>...``)."""
 
+    app: str
     body: bytes
     statuses: Counter
     built_at: int
+
+
+# Gzip of ``GET apps`` is joined from deflate chunks of runs of fragments, each run about this long.
+# A chunk is compressed without the text before it, which costs some size each: chunks of one small
+# application made a 1,000-application registry's gzip 2.7 times larger; runs of 512 KB cost ~3 %
+# (10,000 instances), and after a change one run is compressed again (~8 ms instead of 70-90 ms).
+CHUNK_TARGET_BYTES = 512 * 1024
+# A run may grow to this many times the target when no boundary comes (boundaries depend on names).
+CHUNK_MAX_FACTOR = 4
+
+
+def _runs(fragments: list[Fragment]) -> list[list[Fragment]]:
+    """Consecutive fragments in runs of about CHUNK_TARGET_BYTES. A run ends after an application
+    whose name hashes to 0 modulo k, so boundaries stay where they are when other applications come,
+    go or change size; only the runs holding a change get new chunks."""
+    if not fragments:
+        return []
+    average = sum(len(f.body) for f in fragments) / len(fragments)
+    k = max(1, round(CHUNK_TARGET_BYTES / max(average, 1)))
+    runs: list[list[Fragment]] = [[]]
+    size = 0
+    for fragment in fragments:
+        runs[-1].append(fragment)
+        size += len(fragment.body)
+        if zlib.crc32(fragment.app.encode()) % k == 0 or size >= CHUNK_MAX_FACTOR * CHUNK_TARGET_BYTES:
+            runs.append([])
+            size = 0
+    return [run for run in runs if run]
+
+
+class _ChunkCache:
+    """Deflate chunks of runs of fragments, kept while the runs are in the latest payload. An entry
+    holds its fragments, so their ids in its key cannot be reused while it exists."""
+
+    def __init__(self):
+        self._chunks: dict[tuple, tuple[tuple[Fragment, ...], bytes]] = {}
+        self.deflated_runs = 0
+
+    def chunks(self, head: bytes, fragments: list[Fragment], separator: bytes, tail: bytes) -> list[bytes]:
+        parts = [deflate_chunk(head)]
+        kept: dict[tuple, tuple[tuple[Fragment, ...], bytes]] = {}
+        for n, run in enumerate(_runs(fragments)):
+            key = (n == 0, *map(id, run))
+            entry = self._chunks.get(key)
+            if entry is None or any(a is not b for a, b in zip(entry[0], run, strict=True)):
+                data = (separator if n else b"") + separator.join(f.body for f in run)
+                entry = (tuple(run), deflate_chunk(data))
+                self.deflated_runs += 1
+            kept[key] = entry
+            parts.append(entry[1])
+        parts.append(deflate_chunk(tail))
+        self._chunks = kept
+        return parts
 
 
 class _InstanceBytes:
@@ -86,6 +143,7 @@ class PayloadBuilder:
         # entries past expire_ms are swept now and then, so cancelled instances do not pile up.
         self._instances: dict[tuple[str, bool], dict[tuple[str, str], _InstanceBytes]] = {}
         self._swept_at = clock()
+        self._chunk_caches: dict[tuple[str, bool], _ChunkCache] = {}
         self.fragments_built = 0
         self.instances_serialized = 0
 
@@ -146,6 +204,7 @@ class PayloadBuilder:
         if not views:
             return None
         built = Fragment(
+            app,
             self._application(app, views, fmt, compact, now),
             Counter(view.instance.status for view in views),
             now,
@@ -174,7 +233,8 @@ class PayloadBuilder:
         statuses: Counter = Counter()
         for fragment in fragments:
             statuses.update(fragment.statuses)
-        return _applications(fmt, "1", reconcile_hashcode(statuses), [f.body for f in fragments])
+        body = _applications(fmt, "1", reconcile_hashcode(statuses), [f.body for f in fragments])
+        return _joined(body, fmt, fragments, self._chunk_caches.setdefault((fmt, compact), _ChunkCache()))
 
     def delta(self, fmt: str, compact: bool) -> bytes:
         """``GET apps/delta``: the delta queue's instances as they are now, joined from their bytes."""
@@ -197,6 +257,17 @@ class PayloadBuilder:
                 return b'{"application":' + fragment.body + b"}"
             return fragment.body
         return build_payload(self.registry, key)
+
+
+def _joined(body: bytes, fmt: str, fragments: list[Fragment], cache: _ChunkCache) -> Joined:
+    """``body`` (``_applications`` of these fragments) with the deflate chunks it is made of."""
+    joined = Joined(body)
+    separator = b"," if fmt == JSON else b""
+    size = sum(len(f.body) for f in fragments) + len(separator) * max(0, len(fragments) - 1)
+    head_end = body.index(fragments[0].body) if fragments else len(body)
+    head, tail = body[:head_end], body[head_end + size :]
+    joined.chunks = lambda: cache.chunks(head, fragments, separator, tail)
+    return joined
 
 
 def _applications(fmt: str, version: str, hashcode: str, app_bodies: list[bytes]) -> bytes:

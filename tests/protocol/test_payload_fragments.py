@@ -4,6 +4,7 @@ serialization (registry/protocol/payloads.py), and a change re-serializes only w
 from __future__ import annotations
 
 import copy
+import gzip
 import random
 import re
 
@@ -217,3 +218,55 @@ def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
     clock.advance(180_000)
     renewed = without_version(builder.build(key))
     assert renewed == without_version(build_payload(registry, key)) != first
+
+
+@pytest.mark.parametrize("fmt", ["json", "xml"])
+def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_unchanged_runs(fmt, monkeypatch):
+    from registry.cache import response_cache
+    from registry.protocol import payloads
+
+    # Runs of about two applications, so that this small registry has several.
+    monkeypatch.setattr(payloads, "CHUNK_TARGET_BYTES", 8_000)
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(8)
+    for n in range(120):
+        register(registry, clock, rng, n)
+    key = CacheKey(APPS, "", fmt)
+    body = builder.build(key)
+    zipped = response_cache.compress(body)
+    assert gzip.decompress(zipped) == body
+    assert zipped[:10] == gzip.compress(b"", 6, mtime=0)[:10], "the same header as a whole gzip"
+    runs = payloads._runs([builder.fragment(app, fmt, False) for app in registry.app_names()])
+    assert len(runs) > 1
+    chunks = builder._chunk_caches[(fmt, False)]
+    assert chunks.deflated_runs == len(runs)
+
+    app, instances = registry.instances()[0]
+    registry.update_metadata(app, instances[0].instance_id, {"build": "9"}, clock.advance(1))
+    changed = builder.build(key)
+    assert gzip.decompress(response_cache.compress(changed)) == changed == build_payload(registry, key)
+    assert chunks.deflated_runs == len(runs) + 1, "only the run holding the changed application"
+
+
+def test_runs_keep_their_boundaries_when_an_application_comes_or_goes():
+    from registry.protocol.payloads import Fragment, _runs
+
+    def fragments(names):
+        return [Fragment(name, b"x" * 1_000, None, 0) for name in names]
+
+    names = [f"APP-{n}" for n in range(2_000)]
+    before = [[f.app for f in run] for run in _runs(fragments(names))]
+    after = [[f.app for f in run] for run in _runs(fragments(names[:1000] + ["NEW"] + names[1000:]))]
+    assert 4 < len(before) < 40, "runs of about 256 KB from 2 MB"
+    assert sum(run not in before for run in after) <= 2, "only the run that took the new one changes"
+
+
+def test_an_empty_registry_gzips_from_its_pieces_too():
+    from registry.cache import response_cache
+
+    clock = FakeClock()
+    _, builder = wired(clock)
+    for fmt in ("json", "xml"):
+        body = builder.build(CacheKey(APPS, "", fmt))
+        assert gzip.decompress(response_cache.compress(body)) == body
