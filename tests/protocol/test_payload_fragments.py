@@ -36,6 +36,16 @@ def wired(clock) -> tuple[Registry, PayloadBuilder]:
     return registry, builder
 
 
+def populated(seed: int, instances: int) -> tuple[FakeClock, Registry, PayloadBuilder]:
+    """A wired registry with ``instances`` random registrations."""
+    clock = FakeClock()
+    registry, builder = wired(clock)
+    rng = random.Random(seed)
+    for n in range(instances):
+        register(registry, clock, rng, n)
+    return clock, registry, builder
+
+
 def register(registry, clock, rng: random.Random, n: int) -> None:
     app = f"APP-{rng.randrange(6)}"
     metadata = {"zone": rng.choice(["a", "b"]), "odd_key": "x&<y>"} if rng.random() < 0.5 else {}
@@ -102,11 +112,7 @@ def test_an_empty_registry_and_an_unknown_app():
 
 
 def test_a_change_re_serializes_its_own_application_only():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(1)
-    for n in range(60):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=1, instances=60)
     key = CacheKey(APPS, "", "json")
     builder.build(key)
     built = builder.fragments_built
@@ -118,22 +124,14 @@ def test_a_change_re_serializes_its_own_application_only():
 
 
 def test_the_hashcode_describes_the_instances_of_the_payload():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(2)
-    for n in range(30):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=2, instances=30)
     payload = builder.build(CacheKey(APPS, "", "json"))
     assert payload == build_payload(registry, CacheKey(APPS, "", "json"))
     assert b'"apps__hashcode":"' in payload
 
 
 def test_fragments_expire_like_any_cached_payload():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(3)
-    for n in range(10):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=3, instances=10)
     key = CacheKey(APPS, "", "json")
     first = builder.build(key)
     app, instances = registry.instances()[0]
@@ -167,11 +165,7 @@ def test_a_fragment_built_across_a_change_is_not_kept():
 
 
 def test_a_change_re_serializes_its_own_instance_only_in_the_registry_and_the_delta():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(5)
-    for n in range(60):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=5, instances=60)
     apps_key, delta_key = CacheKey(APPS, "", "json"), CacheKey(DELTA, "", "json")
     builder.build(apps_key)
     builder.build(delta_key)
@@ -186,11 +180,7 @@ def test_a_change_re_serializes_its_own_instance_only_in_the_registry_and_the_de
 
 
 def test_instance_bytes_of_cancelled_instances_are_swept_after_they_expire():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(6)
-    for n in range(20):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=6, instances=20)
     key = CacheKey(APPS, "", "json")
     builder.build(key)
     for app, instances in registry.instances():
@@ -205,11 +195,7 @@ def test_instance_bytes_of_cancelled_instances_are_swept_after_they_expire():
 
 
 def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(7)
-    for n in range(5):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=7, instances=5)
     key = CacheKey(DELTA, "", "json")
     first = without_version(builder.build(key))
     app, instances = registry.instances()[0]
@@ -227,11 +213,7 @@ def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_uncha
 
     # Runs of about two applications, so that this small registry has several.
     monkeypatch.setattr(payloads, "CHUNK_TARGET_BYTES", 8_000)
-    clock = FakeClock()
-    registry, builder = wired(clock)
-    rng = random.Random(8)
-    for n in range(120):
-        register(registry, clock, rng, n)
+    clock, registry, builder = populated(seed=8, instances=120)
     key = CacheKey(APPS, "", fmt)
     body = builder.build(key)
     zipped = response_cache.compress(body)
