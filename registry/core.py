@@ -76,6 +76,17 @@ class Snapshot:
     version: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class DeltaParts:
+    """The delta by parts: every app with the version of its part, in order; instances of the apps
+    asked for; the full-registry hashcode and the delta's version number."""
+
+    outline: list[tuple[str, int]]
+    changed: dict[str, list[LeaseView]]
+    hashcode: str
+    version: int
+
+
 # Why an entry entered one of the "last 1000" lists (the console's cause column).
 CAUSE_REGISTER = "register"
 CAUSE_REREGISTER = "re-register"
@@ -213,10 +224,13 @@ class Registry:
         self._status_counts: Counter[str] = Counter()
         self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
         # Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first. The delta
-        # lists each instance once, as of its latest entry; ``_delta_latest`` keeps that latest entry
-        # per instance, in the order of those entries, so a delta snapshot needs no pass over the queue.
+        # lists each instance once, as of its latest entry, grouped by app in the order the apps first
+        # appear. ``_delta_by_app`` keeps, per app, each instance's latest (sequence, lease) in
+        # sequence order, so a delta snapshot needs no pass over the queue; ``_delta_app_versions``
+        # changes whenever an app's part of the delta does, so a payload builder can keep the rest.
         self._delta: deque[tuple[int, Lease, int]] = deque()
-        self._delta_latest: dict[tuple[str, str], tuple[int, Lease]] = {}
+        self._delta_by_app: dict[str, dict[str, tuple[int, Lease]]] = {}
+        self._delta_app_versions: dict[str, int] = {}
         self._delta_seq = itertools.count()
         self._delta_versions = itertools.count(1)
         self._renews = MeasuredRate(MINUTE_MS, now)
@@ -451,9 +465,11 @@ class Registry:
     def _append_delta(self, now: int, lease: Lease) -> None:
         seq = next(self._delta_seq)
         self._delta.append((now, lease, seq))
-        key = (lease.instance.app, lease.instance.instance_id)
-        self._delta_latest.pop(key, None)  # re-inserted last: the delta lists it where it last changed
-        self._delta_latest[key] = (seq, lease)
+        app, instance_id = lease.instance.app, lease.instance.instance_id
+        entries = self._delta_by_app.setdefault(app, {})
+        entries.pop(instance_id, None)  # re-inserted last: the delta lists it where it last changed
+        entries[instance_id] = (seq, lease)
+        self._delta_app_versions[app] = seq
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
         """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
@@ -602,10 +618,15 @@ class Registry:
             dropped = 0
             while self._delta and self._delta[0][0] < horizon:
                 _, lease, seq = self._delta.popleft()
-                key = (lease.instance.app, lease.instance.instance_id)
-                latest = self._delta_latest.get(key)
+                app, instance_id = lease.instance.app, lease.instance.instance_id
+                entries = self._delta_by_app.get(app, {})
+                latest = entries.get(instance_id)
                 if latest is not None and latest[0] == seq:
-                    del self._delta_latest[key]
+                    del entries[instance_id]
+                    if entries:
+                        self._delta_app_versions[app] = next(self._delta_seq)
+                    else:
+                        del self._delta_by_app[app], self._delta_app_versions[app]
                 dropped += 1
             idle = self.config.override_idle_expiry_ms
             for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
@@ -645,10 +666,31 @@ class Registry:
         """Changed instances of the retention window with their *current* data, and the full-registry hash."""
         timing = self.config.eureka_timing
         with self._lock:
-            views = [lease.view(timing) for _, lease in self._delta_latest.values()]
-            return Snapshot(
-                group_by_app(views), reconcile_hashcode(self._status_counts), next(self._delta_versions)
+            apps = [
+                (app, [lease.view(timing) for _, lease in self._delta_by_app[app].values()])
+                for app in self._delta_app_order()
+            ]
+            return Snapshot(apps, reconcile_hashcode(self._status_counts), next(self._delta_versions))
+
+    def delta_parts(self, known: Mapping[str, int]) -> DeltaParts:
+        """The delta as ``snapshot_delta`` gives it, but with instances only for the apps whose part
+        changed since the versions in ``known`` (app -> version): one lock, one consistent delta."""
+        timing = self.config.eureka_timing
+        with self._lock:
+            versions = self._delta_app_versions
+            outline = [(app, versions[app]) for app in self._delta_app_order()]
+            changed = {
+                app: [lease.view(timing) for _, lease in self._delta_by_app[app].values()]
+                for app, version in outline
+                if known.get(app) != version
+            }
+            return DeltaParts(
+                outline, changed, reconcile_hashcode(self._status_counts), next(self._delta_versions)
             )
+
+    def _delta_app_order(self) -> list[str]:
+        """Apps in the order they first appear in the delta: by their oldest latest entry."""
+        return sorted(self._delta_by_app, key=lambda app: next(iter(self._delta_by_app[app].values()))[0])
 
     def snapshot_vip(self, vip: str, secure: bool) -> Snapshot:
         """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""

@@ -143,7 +143,10 @@ class PayloadBuilder:
         # entries past expire_ms are swept now and then, so cancelled instances do not pile up.
         self._instances: dict[tuple[str, bool], dict[tuple[str, str], _InstanceBytes]] = {}
         self._swept_at = clock()
-        self._chunk_caches: dict[tuple[str, bool], _ChunkCache] = {}
+        self._chunk_caches: dict[tuple, _ChunkCache] = {}
+        # The delta's part of each app, as the registry's delta version of that app made it.
+        self._delta_fragments: dict[tuple[str, bool], dict[str, tuple[int, Fragment]]] = {}
+        self.delta_fragments_built = 0
         self.fragments_built = 0
         self.instances_serialized = 0
 
@@ -161,6 +164,7 @@ class PayloadBuilder:
                 self._generations[app] += 1
             self._fragments.clear()
             self._instances = {}
+            self._delta_fragments = {}
 
     def _instance_bodies(self, views: list[LeaseView], fmt: str, compact: bool, now: int) -> list[bytes]:
         cache = self._instances.get((fmt, compact))
@@ -237,11 +241,28 @@ class PayloadBuilder:
         return _joined(body, fmt, fragments, self._chunk_caches.setdefault((fmt, compact), _ChunkCache()))
 
     def delta(self, fmt: str, compact: bool) -> bytes:
-        """``GET apps/delta``: the delta queue's instances as they are now, joined from their bytes."""
+        """``GET apps/delta``: the delta queue's instances, each app's part kept until it changes (a
+        write to the app, or its oldest entries leaving the queue), joined with its gzip runs."""
         now = self.clock()
-        snapshot = self.registry.snapshot_delta()
-        bodies = [self._application(app, views, fmt, compact, now) for app, views in snapshot.apps]
-        return _applications(fmt, str(snapshot.version), snapshot.hashcode, bodies)
+        variant = (fmt, compact)
+        kept = self._delta_fragments.get(variant, {})
+        # Parts past expire_ms are built again, like any cached payload (renewal times move on).
+        known = {app: version for app, (version, f) in kept.items() if now - f.built_at < self.expire_ms}
+        parts = self.registry.delta_parts(known)
+        fresh: dict[str, tuple[int, Fragment]] = {}
+        for app, version in parts.outline:
+            views = parts.changed.get(app)
+            if views is None:
+                fresh[app] = kept[app]
+            else:
+                body = self._application(app, views, fmt, compact, now)
+                fresh[app] = (version, Fragment(app, body, Counter(), now))
+                self.delta_fragments_built += 1
+        self._delta_fragments[variant] = fresh
+        fragments = [fragment for _, fragment in fresh.values()]
+        body = _applications(fmt, str(parts.version), parts.hashcode, [f.body for f in fragments])
+        chunk_cache = self._chunk_caches.setdefault(("delta", *variant), _ChunkCache())
+        return _joined(body, fmt, fragments, chunk_cache)
 
     def build(self, key: CacheKey) -> bytes | None:
         """Serialized bytes for ``key``, or None when the key names an app with no instances (404)."""

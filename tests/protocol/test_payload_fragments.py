@@ -252,3 +252,23 @@ def test_an_empty_registry_gzips_from_its_pieces_too():
     for fmt in ("json", "xml"):
         body = builder.build(CacheKey(APPS, "", fmt))
         assert gzip.decompress(response_cache.compress(body)) == body
+
+
+def test_the_delta_rebuilds_the_part_of_the_app_that_changed_or_lost_entries_only():
+    clock, registry, builder = populated(seed=9, instances=60)
+    key = CacheKey(DELTA, "", "json")
+    builder.build(key)
+    apps_in_delta = len(registry.app_names())
+    assert builder.delta_fragments_built == apps_in_delta
+
+    app, instances = registry.instances()[0]
+    registry.update_metadata(app, instances[0].instance_id, {"build": "3"}, clock.advance(100_000))
+    assert without_version(builder.build(key)) == without_version(build_payload(registry, key))
+    assert builder.delta_fragments_built == apps_in_delta + 1, "only the app that changed"
+
+    # The registrations leave the queue: the other apps leave the delta, the changed app's part
+    # loses its older entries and is built again.
+    registry.prune(clock.advance(90_000))
+    assert [app] == [name for name, _ in registry.snapshot_delta().apps]
+    assert without_version(builder.build(key)) == without_version(build_payload(registry, key))
+    assert builder.delta_fragments_built == apps_in_delta + 2

@@ -698,3 +698,21 @@ def test_no_verdict_on_self_preservation_during_the_startup_wait():
     assert registry.self_preservation(T0 + MIN).in_startup_wait
     assert not registry.self_preservation(T0 + MIN).below_threshold
     assert registry.self_preservation(T0 + 5 * MIN + 1).below_threshold
+
+
+def test_delta_parts_give_instances_only_for_apps_whose_part_changed():
+    registry, _ = make_registry(delta_retention_ms=180 * SEC)
+    registry.register(inst(n=1), T0)
+    registry.register(inst(app="BILLING", n=2), T0 + SEC)
+    first = registry.delta_parts({})
+    assert [app for app, _ in first.outline] == ["ORDERS", "BILLING"]
+    assert set(first.changed) == {"ORDERS", "BILLING"}
+    known = dict(first.outline)
+    assert registry.delta_parts(known).changed == {}
+    registry.set_status_override("BILLING", "host2:billing:8080", c.OUT_OF_SERVICE, T0 + 2 * SEC)
+    later = registry.delta_parts(known)
+    assert set(later.changed) == {"BILLING"} and later.hashcode == registry.snapshot().hashcode
+    assert later.version > first.version
+    # ORDERS' only entry leaves the queue: ORDERS leaves the outline.
+    registry.prune(T0 + 181 * SEC)
+    assert [app for app, _ in registry.delta_parts(known).outline] == ["BILLING"]
