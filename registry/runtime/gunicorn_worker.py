@@ -11,6 +11,12 @@ the 414 or 413 it was sent. gunicorn's sync and gthread workers already close th
 this worker does the same for gevent: half-close, read and discard what the client is still sending
 (at most ``DRAIN_BYTES`` within ``DRAIN_SECONDS``), then close.
 
+A graceful stop (SIGTERM) does not wait for idle kept-alive connections: gunicorn waits for every
+open connection up to ``graceful_timeout``, and a client that keeps its connection open between
+heartbeats (every Java client does) holds the whole stop for those 20 s. Here a connection waiting for
+its next request is closed when the stop begins (a request in progress is still answered), so a
+node stops in about a second and a restart or rolling deploy is not held up.
+
 It also bounds what is read after a response: gunicorn discards an unread request body before the
 next request on a keep-alive connection, however long that body is. Here a body left unread by more
 than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
@@ -66,8 +72,46 @@ def discard_unread_body(body) -> bool:
     return False
 
 
+class _NextRequestWait:
+    """The wait for a connection's next request (gunicorn's keep-alive timeout), registered with the
+    worker so that a stop can end it early: it then ends as the timeout would, closing the connection."""
+
+    def __init__(self, worker: RegistryWorker):
+        self._worker = worker
+        self._timeout = gevent.Timeout(worker.cfg.keepalive, False)
+
+    def __enter__(self):
+        if not self._worker.alive:
+            raise StopIteration("the worker is stopping")
+        self._greenlet = gevent.getcurrent()
+        self._worker.waiting[self._greenlet] = self._timeout
+        return self._timeout.__enter__()
+
+    def __exit__(self, kind, value, traceback):
+        self._worker.waiting.pop(self._greenlet, None)
+        return self._timeout.__exit__(kind, value, traceback)
+
+
 class RegistryWorker(GeventWorker):
-    """gunicorn's gevent worker with a graceful close (see the module docstring)."""
+    """gunicorn's gevent worker with a graceful close and a prompt stop (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Greenlets waiting for a connection's next request -> the timeout that ends that wait.
+        self.waiting: dict = {}
+
+    def timeout_ctx(self):
+        return _NextRequestWait(self)
+
+    def handle_exit(self, sig, frame):
+        super().handle_exit(sig, frame)
+        # Out of the signal handler, as gunicorn does for SIGQUIT.
+        gevent.spawn(self._end_waits)
+
+    def _end_waits(self) -> None:
+        for greenlet, timeout in list(self.waiting.items()):
+            # Raising its own timeout ends the wait the way the keep-alive timeout would.
+            greenlet.kill(timeout, block=False)
 
     def handle_error(self, req, client, addr, exc):
         super().handle_error(req, client, addr, exc)
