@@ -4,7 +4,9 @@ One worker process, always: the lease map lives in that process, and a second wo
 second, divergent map. Concurrency comes from gevent: measured on this app (bench/README.md), the
 gevent worker serves about twice the heartbeats of gthread at a lower p99, because requests do not
 hand the GIL between pool threads. The worker is gunicorn's gevent worker with a graceful close
-(``registry/runtime/gunicorn_worker.py``: error answers reach clients still sending). Override on the command
+(``registry/runtime/gunicorn_worker.py``: error answers reach clients still sending) and a prompt stop
+(idle kept-alive connections are closed when a SIGTERM comes, requests under way finish within
+``graceful_timeout``). Override on the command
 line or with GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 
