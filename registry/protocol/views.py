@@ -240,7 +240,9 @@ class PeerReplicationBatchView(EurekaView):
             raise BadInput(f"Malformed JSON body: {exc}") from None
         node = get_node()
         try:
-            answers = apply_batch(node.registry, document, node.now())
+            now = node.now()
+            answers = apply_batch(node.registry, document, now)
         except BadBatch as exc:
             raise BadInput(str(exc)) from None
+        node.received.record(len(answers["responseList"]), now)
         return HttpResponse(orjson.dumps(answers), content_type=CONTENT_TYPES[JSON])

@@ -111,5 +111,11 @@ class ReadyView(EurekaView):
             "jobs": jobs,
             "instances": node.registry.size(),
             "replication": replication,
+            # Batches peers sent here (an idle peer's probe is a batch of 0 items).
+            "received_replication": {
+                "batches": node.received.batches,
+                "items": node.received.items,
+                "last_ms_ago": None if node.received.last_at is None else now - node.received.last_at,
+            },
         }
         return _json(body, 200 if open_for_reads else 503)

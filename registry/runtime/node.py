@@ -46,6 +46,21 @@ class JobRecord:
 
 
 @dataclass
+class ReceivedReplication:
+    """What peers sent this node (``POST peerreplication/batch/``), whether or not it has peers of its
+    own: a Spring Cloud Eureka Server may list a standalone node as its peer."""
+
+    batches: int = 0
+    items: int = 0
+    last_at: int | None = None
+
+    def record(self, items: int, now: int) -> None:
+        self.batches += 1
+        self.items += items
+        self.last_at = now
+
+
+@dataclass
 class Node:
     registry: Registry
     cache: ResponseCache
@@ -60,6 +75,7 @@ class Node:
     # Peers and replication; None for a standalone node (no EUREKA_PEER_URLS).
     cluster: ClusterMember | None = None
     gc_policy: GcPolicy | None = None
+    received: ReceivedReplication = field(default_factory=ReceivedReplication)
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:

@@ -148,6 +148,22 @@ def test_a_standalone_node_reports_no_replication(client, node):
     assert client.get("/readyz").json()["replication"] is None
 
 
+def test_readyz_counts_the_batches_and_items_peers_sent_even_to_a_standalone_node(api, client, node):
+    assert client.get("/readyz").json()["received_replication"] == {
+        "batches": 0,
+        "items": 0,
+        "last_ms_ago": None,
+    }
+    post_batch(api, [])  # an idle peer's probe
+    heartbeat = {"appName": "ORDERS", "id": ID, "action": "Heartbeat", "lastDirtyTimestamp": 1000}
+    post_batch(api, [registration_item(), heartbeat])
+    post_batch(api, [{"appName": "ORDERS"}])  # a bad item is still an item answered
+    api.post("/eureka/peerreplication/batch/", data=b"{", content_type="application/json")  # refused
+    received = client.get("/readyz").json()["received_replication"]
+    assert (received["batches"], received["items"]) == (3, 3)
+    assert received["last_ms_ago"] >= 0
+
+
 def test_readyz_is_degraded_while_replication_falls_back_from_redis(client, eureka_options, clock):
     from redis import Redis
 
