@@ -299,7 +299,9 @@ class Cluster:
             self.wait_ready(name)
 
     def wait_ready(self, name: str, timeout: float = 60.0) -> None:
-        """Open for traffic; in production mode also beat and a worker at work (a job run by Celery)."""
+        """Open for traffic with its start-up sync done (else a write made meanwhile at another node
+        could reach it through the sync, not replication); in production mode also beat and a worker at
+        work (a job run by Celery)."""
         client = self.clients[name]
 
         def ready() -> bool:
@@ -308,6 +310,8 @@ class Cluster:
             except httpx.HTTPError:
                 return False
             if not body.get("open_for_traffic"):
+                return False
+            if body["replication"] is not None and body["replication"]["synced_at_start"] is None:
                 return False
             if self.mode == "production":
                 return body["jobs"]["sync_response_cache"]["last_source"] == "celery"
