@@ -664,13 +664,9 @@ class Registry:
 
     def snapshot_delta(self) -> Snapshot:
         """Changed instances of the retention window with their *current* data, and the full-registry hash."""
-        timing = self.config.eureka_timing
-        with self._lock:
-            apps = [
-                (app, [lease.view(timing) for _, lease in self._delta_by_app[app].values()])
-                for app in self._delta_app_order()
-            ]
-            return Snapshot(apps, reconcile_hashcode(self._status_counts), next(self._delta_versions))
+        parts = self.delta_parts({})
+        apps = [(app, parts.changed[app]) for app, _ in parts.outline]
+        return Snapshot(apps, parts.hashcode, parts.version)
 
     def delta_parts(self, known: Mapping[str, int]) -> DeltaParts:
         """The delta as ``snapshot_delta`` gives it, but with instances only for the apps whose part

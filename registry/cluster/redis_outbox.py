@@ -39,7 +39,7 @@ from registry.cluster.replicator import (
     MemoryOutbox,
     read_answers,
 )
-from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, probe
 
 logger = logging.getLogger(__name__)
 
@@ -142,19 +142,6 @@ def _backlog(queue: RedisQueue) -> tuple[int, int]:
     return len(queue), lag
 
 
-def _probe(queue: RedisQueue, peer: Peer, transport: PeerTransport, report) -> bool:
-    try:
-        transport.post_batch(peer, [])
-    except PeerUnreachable as exc:
-        report(None, str(exc), *_backlog(queue))
-    except PeerRefused as exc:
-        report(None, f"batch refused: {exc}", *_backlog(queue))
-    else:
-        report(FollowUps(sent=0), None, *_backlog(queue))
-        return True
-    return False
-
-
 def drain(
     client: Redis,
     queue: RedisQueue,
@@ -196,12 +183,11 @@ def drain(
             report(read_answers(items, answers), None, *_backlog(queue))
         # Idle: an empty batch every PROBE_INTERVAL_MS (sooner after a failure) measures the peer.
         probe_key = f"{queue.key}:probe"
-        if (
-            idle
-            and client.set(probe_key, 1, nx=True, px=PROBE_INTERVAL_MS)
-            and not _probe(queue, peer, transport, report)
-        ):
-            client.pexpire(probe_key, PROBE_RETRY_MS)
+        if idle and client.set(probe_key, 1, nx=True, px=PROBE_INTERVAL_MS):
+            error = probe(transport, peer)
+            report(None if error else FollowUps(sent=0), error, *_backlog(queue))
+            if error:
+                client.pexpire(probe_key, PROBE_RETRY_MS)
     finally:
         client.eval(_RELEASE, 1, lock_key, token)
     return sent

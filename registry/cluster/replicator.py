@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from registry import constants as c
 from registry.cluster.peers import Peer, PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
-from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, probe
 from registry.core import Registry, ReplicationEvent
 from registry.protocol.codecs import BadInput, build_instance
 
@@ -241,14 +241,11 @@ class Replicator:
         if now - last_try < interval:
             return False
         assert self.transport is not None
-        try:
-            self.transport.post_batch(peer, [])
-        except PeerUnreachable as exc:
-            self.peer_set.record_failure(peer.url, now, str(exc))
-        except PeerRefused as exc:
-            self.peer_set.record_failure(peer.url, now, f"batch refused: {exc}")
-        else:
+        error = probe(self.transport, peer)
+        if error is None:
             self.peer_set.record_success(peer.url, now)
+        else:
+            self.peer_set.record_failure(peer.url, now, error)
         return True
 
     def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int) -> None:

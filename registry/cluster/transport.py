@@ -107,3 +107,15 @@ class PeerTransport:
 
     def heartbeat(self, peer: Peer, app: str, instance_id: str) -> int:
         return self._send(peer, "PUT", f"apps/{app}/{instance_id}").status_code
+
+
+def probe(transport: PeerTransport, peer: Peer) -> str | None:
+    """Send the peer an empty batch (an idle link's health check); the error as the console shows it,
+    or None when the peer answered."""
+    try:
+        transport.post_batch(peer, [])
+    except PeerUnreachable as exc:
+        return str(exc)
+    except PeerRefused as exc:
+        return f"batch refused: {exc}"
+    return None

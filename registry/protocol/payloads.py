@@ -237,8 +237,8 @@ class PayloadBuilder:
         statuses: Counter = Counter()
         for fragment in fragments:
             statuses.update(fragment.statuses)
-        body = _applications(fmt, "1", reconcile_hashcode(statuses), [f.body for f in fragments])
-        return _joined(body, fmt, fragments, self._chunk_caches.setdefault((fmt, compact), _ChunkCache()))
+        chunk_cache = self._chunk_caches.setdefault((fmt, compact), _ChunkCache())
+        return _applications(fmt, "1", reconcile_hashcode(statuses), fragments, chunk_cache)
 
     def delta(self, fmt: str, compact: bool) -> bytes:
         """``GET apps/delta``: the delta queue's instances, each app's part kept until it changes (a
@@ -260,9 +260,8 @@ class PayloadBuilder:
                 self.delta_fragments_built += 1
         self._delta_fragments[variant] = fresh
         fragments = [fragment for _, fragment in fresh.values()]
-        body = _applications(fmt, str(parts.version), parts.hashcode, [f.body for f in fragments])
         chunk_cache = self._chunk_caches.setdefault(("delta", *variant), _ChunkCache())
-        return _joined(body, fmt, fragments, chunk_cache)
+        return _applications(fmt, str(parts.version), parts.hashcode, fragments, chunk_cache)
 
     def build(self, key: CacheKey) -> bytes | None:
         """Serialized bytes for ``key``, or None when the key names an app with no instances (404)."""
@@ -280,35 +279,31 @@ class PayloadBuilder:
         return build_payload(self.registry, key)
 
 
-def _joined(body: bytes, fmt: str, fragments: list[Fragment], cache: _ChunkCache) -> Joined:
-    """``body`` (``_applications`` of these fragments) with the deflate chunks it is made of."""
-    joined = Joined(body)
+def _applications(
+    fmt: str, version: str, hashcode: str, fragments: list[Fragment], chunk_cache: _ChunkCache
+) -> Joined:
+    """The ``applications`` document around already serialized ``application`` elements, with the
+    deflate chunks it is made of (head, runs of fragments, tail) for its gzip copy."""
     separator = b"," if fmt == JSON else b""
-    size = sum(len(f.body) for f in fragments) + len(separator) * max(0, len(fragments) - 1)
-    head_end = body.index(fragments[0].body) if fragments else len(body)
-    head, tail = body[:head_end], body[head_end + size :]
-    joined.chunks = lambda: cache.chunks(head, fragments, separator, tail)
-    return joined
-
-
-def _applications(fmt: str, version: str, hashcode: str, app_bodies: list[bytes]) -> bytes:
-    """The ``applications`` document around already serialized ``application`` elements."""
     if fmt == JSON:
-        return b"".join(
+        head = b"".join(
             (
                 b'{"applications":{"versions__delta":',
                 orjson.dumps(version),
                 b',"apps__hashcode":',
                 orjson.dumps(hashcode),
                 b',"application":[',
-                b",".join(app_bodies),
-                b"]}}",
             )
         )
-    head = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
-    # ``<applications>...</applications>`` with the application elements before the closing tag.
-    closing = b"</applications>"
-    return head[: -len(closing)] + b"".join(app_bodies) + closing
+        tail = b"]}}"
+    else:
+        # ``<applications>...</applications>`` with the application elements before the closing tag.
+        tail = b"</applications>"
+        empty = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
+        head = empty[: -len(tail)]
+    joined = Joined(b"".join((head, separator.join(f.body for f in fragments), tail)))
+    joined.chunks = lambda: chunk_cache.chunks(head, fragments, separator, tail)
+    return joined
 
 
 def build_payload(registry: Registry, key: CacheKey) -> bytes | None:
