@@ -17,8 +17,13 @@ before any view runs, so nothing is half applied.
 
 from __future__ import annotations
 
+import codecs
 import io
 from http import HTTPStatus
+
+from django.core.exceptions import TooManyFieldsSent
+from django.http import QueryDict
+from django.utils.http import parse_header_parameters
 
 
 class BodyRefused(Exception):
@@ -74,3 +79,33 @@ def buffer_unsized_body(environ: dict, limit: int) -> None:
     body = b"".join(parts)
     environ["wsgi.input"] = io.BytesIO(body)
     environ["CONTENT_LENGTH"] = str(len(body))
+
+
+def refuse_unusable_charset(environ: dict) -> None:
+    """Refuse a ``Content-Type`` charset that Django cannot decode the request's query string with.
+
+    Django decodes the query string with the request's charset while it builds the request object,
+    before any view or error handling runs. A codec Python knows but that is no text encoding
+    (``charset=base64``, ``rot13``) or that fails otherwise (``undefined``, ``idna``) then raises out
+    of the WSGI application, and the server answers 500; so does a charset with more query parameters
+    than ``DATA_UPLOAD_MAX_NUMBER_FIELDS``. Raises ``BodyRefused``: 415 for such a charset, 400 for too
+    many parameters. Charsets Python does not know are ignored, as Django ignores them.
+    """
+    content_type = environ.get("CONTENT_TYPE", "")
+    query = environ.get("QUERY_STRING", "")
+    if not query or "charset" not in content_type.lower():
+        return
+    charset = parse_header_parameters(content_type)[1].get("charset")
+    if not charset:
+        return
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        return
+    try:
+        # What the request object will do: the WSGI query string is latin-1 text of the raw bytes.
+        QueryDict(query.encode("latin-1", "replace"), encoding=charset)
+    except TooManyFieldsSent:
+        raise BodyRefused(400, "Too many query parameters") from None
+    except Exception:
+        raise BodyRefused(415, f"Unsupported charset {charset[:40]!r} in Content-Type") from None

@@ -47,7 +47,8 @@ def apply_item(registry: Registry, item: Any, now: int) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise BadInput("A replication item must be an object")
     action = item.get("action")
-    if action not in c.REPLICATION_ACTIONS:
+    # A list or an object is unhashable: tested against the set it would raise, not refuse.
+    if not isinstance(action, str) or action not in c.REPLICATION_ACTIONS:
         raise BadInput(f"Unknown replication action {str(action)[:40]!r}")
     app = _text(item, "appName").upper()
     instance_id = _text(item, "id")

@@ -7,15 +7,17 @@ Input is lenient, because every real client sends a slightly different shape (re
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from xml.etree.ElementTree import Element
+from xml.etree.ElementTree import Element, TreeBuilder
+from xml.parsers import expat
 from xml.sax.saxutils import escape, quoteattr
 
 import orjson
 from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import ParseError, fromstring
+from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
 from registry import constants as c
 from registry.core import Snapshot
@@ -49,6 +51,11 @@ _EMPTY_METADATA = {"@class": c.EMPTY_MAP_CLASS}
 # ``$`` is allowed: XStream writes it as ``_-``.
 _NOT_XML_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _XML_NAME = re.compile(r"(?:[^\W\d]|\$)[\w.\-$]*\Z")
+
+# How deep a registration body may nest: JSON's parser (orjson) refuses documents deeper than 1024,
+# and XML bodies get the same limit (an instance is four levels deep: instance, dataCenterInfo,
+# metadata, key). Without it a body of a million nested elements would be parsed into a tree.
+MAX_DEPTH = 1024
 
 
 class BadInput(ValueError):
@@ -196,11 +203,42 @@ def _parse_json_instance(body: bytes) -> dict[str, Any]:
     return doc
 
 
+class _DepthLimitedTreeBuilder(TreeBuilder):
+    """An ElementTree builder that stops the parse as soon as elements nest deeper than ``MAX_DEPTH``."""
+
+    def __init__(self):
+        super().__init__()
+        self._depth = 0
+
+    def start(self, tag, attrs):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise BadInput(f"Malformed XML body: elements nested deeper than {MAX_DEPTH} levels")
+        return super().start(tag, attrs)
+
+    def end(self, tag):
+        self._depth -= 1
+        return super().end(tag)
+
+
+def _parse_xml(body: bytes) -> Element:
+    """defusedxml's ``fromstring`` with no DTD at all (so no entities, external or not) and a depth limit."""
+    parser = DefusedXMLParser(target=_DepthLimitedTreeBuilder(), forbid_dtd=True)
+    parser.feed(body)
+    return parser.close()
+
+
 def _parse_xml_instance(body: bytes) -> dict[str, Any]:
     try:
-        root = fromstring(body, forbid_dtd=True)
+        root = _parse_xml(body)
     except (ParseError, DefusedXmlException) as exc:
         raise BadInput(f"Malformed XML body: {exc}") from None
+    except BadInput:
+        raise
+    except (ValueError, LookupError) as exc:
+        # expat asks Python for the codec an XML declaration names: a multi-byte one (big5), one that is
+        # no text encoding (rot13) or one that always fails (undefined, idna) raises these, not ParseError.
+        raise BadInput(f"Malformed XML body: cannot decode it: {str(exc)[:120]}") from None
     if root.tag != "instance":
         raise BadInput(f"Malformed XML body: root element must be <instance>, not <{root.tag}>")
     return _xml_instance_to_raw(root)
@@ -360,9 +398,25 @@ def _metadata(value: Any, what: str) -> dict[str, str]:
 
 
 def metadata_key(key: str, what: str = "metadata") -> str:
-    if not _XML_NAME.match(key):
+    if not _XML_NAME.match(key) or not _readable_xml_name(key):
         raise BadInput(f"Invalid {what} key {key[:40]!r}: keys must be XML names (letters, digits, _ - . $)")
     return key
+
+
+@functools.lru_cache(maxsize=4096)
+def _readable_xml_name(key: str) -> bool:
+    """Whether XML readers take the key as an element name. ``_XML_NAME`` knows Unicode's letters of
+    today; expat and Go's encoding/xml (py-eureka-client, fargo) know only XML 1.0's older name
+    classes, and refuse e.g. U+00AA or any letter beyond U+FFFF: one such key in a payload made the
+    whole registry unreadable to them. So a non-ASCII key must also be a name expat accepts."""
+    if key.isascii():
+        return True
+    parser = expat.ParserCreate()
+    try:
+        parser.Parse(f"<{_xml_name(key)}/>".encode(), True)
+    except expat.ExpatError:
+        return False
+    return True
 
 
 def _data_center(value: Any) -> DataCenterInfo | None:
