@@ -7,7 +7,10 @@ status changes are made in the admin, which the pages link to for staff.
 
 from __future__ import annotations
 
+from functools import wraps
+
 from django.conf import settings
+from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -19,6 +22,21 @@ from dashboard.queries import page_of, select
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm
 from registry.runtime.node import get_node
+
+
+def console_page(view):
+    """EUREKA_DASHBOARD_LOGIN_REQUIRED puts the page behind Django's login (the admin's sign-in form).
+
+    Read per request, so the setting can be changed in tests and costs nothing when off."""
+    guarded = login_required(view)
+
+    @wraps(view)
+    def page(request, *args, **kwargs):
+        if settings.EUREKA_DASHBOARD_LOGIN_REQUIRED:
+            return guarded(request, *args, **kwargs)
+        return view(request, *args, **kwargs)
+
+    return page
 
 
 def _base_context(node, now) -> dict:
@@ -62,12 +80,14 @@ def _status_context(request) -> tuple[dict, int]:
     return context, 200
 
 
+@console_page
 @require_safe
 def status_page(request):
     context, status = _status_context(request)
     return render(request, "dashboard/status.html", context, status=status)
 
 
+@console_page
 @require_safe
 def status_fragment(request):
     """The live sections of the status page alone, for the page's auto-refresh."""
@@ -75,6 +95,7 @@ def status_fragment(request):
     return render(request, "dashboard/_live.html", context, status=status)
 
 
+@console_page
 @require_safe
 def lastn_page(request):
     node = get_node()
@@ -83,11 +104,13 @@ def lastn_page(request):
     return render(request, "dashboard/lastn.html", context)
 
 
+@console_page
 @require_safe
 def instance_index(request):
     return HttpResponseRedirect(reverse("dashboard:status"))
 
 
+@console_page
 @require_safe
 def instance_page(request, app, instance_id):
     node = get_node()

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 
-from eureka_site.request_bodies import BodyRefused, buffer_unsized_body
+from eureka_site.request_bodies import BodyRefused, buffer_unsized_body, refuse_unusable_charset
 
 PROTOCOL_PREFIX = "/eureka/"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
@@ -23,6 +23,9 @@ _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
 
 class ProtocolHandler(WSGIHandler):
+    # The reader process (eureka_site/reader_wsgi.py) uses this handler with its own URLconf.
+    urlconf = PROTOCOL_URLCONF
+
     def load_middleware(self, is_async=False):
         # No middleware: protocol views are CSRF-exempt, sessionless and set their own headers.
         self._view_middleware = []
@@ -32,7 +35,7 @@ class ProtocolHandler(WSGIHandler):
 
     def __call__(self, environ, start_response):
         request = self.request_class(environ)
-        request.urlconf = PROTOCOL_URLCONF
+        request.urlconf = self.urlconf
         response = self.get_response(request)
         content = response.content
         # CommonMiddleware would set it; without it gunicorn falls back to chunked encoding.
@@ -59,6 +62,8 @@ class RoutingApplication:
                 environ["SCRIPT_NAME"] = prefix
         # Chunked bodies (Jersey 1 clients, Spring's replication batches) for both handlers alike.
         try:
+            # Before Django builds the request: a charset it cannot use would raise out of the handler.
+            refuse_unusable_charset(environ)
             buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)

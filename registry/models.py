@@ -8,6 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from . import constants as c
+from .access import roles
 
 STATUS_CHOICES = [(status, status) for status in (c.UP, c.DOWN, c.STARTING, c.OUT_OF_SERVICE, c.UNKNOWN)]
 
@@ -52,3 +53,16 @@ class StatusOverrideRecord(models.Model):
 
     def __str__(self):
         return f"{self.username}: {self.app}/{self.instance_id} {self.old_status or '?'} → {self.new_status}"
+
+
+class RegistryApi(models.Model):
+    """No table: the anchor of the API permissions that the roles (groups) hold (``registry.access``)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = list(roles.PERMISSIONS.items())
+        verbose_name = "Eureka API"
+
+    def __str__(self):
+        return "Eureka API"

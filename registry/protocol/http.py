@@ -121,12 +121,16 @@ def read_body(request: HttpRequest) -> bytes:
         raise RequestRefused(413, f"Request body is larger than {limit} bytes")
     if "gzip" in request.META.get("HTTP_CONTENT_ENCODING", "").lower():
         decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        compressed = body
         try:
-            body = decompressor.decompress(body, limit + 1)
+            body = decompressor.decompress(compressed, limit + 1)
         except zlib.error as exc:
             raise RequestRefused(400, f"Malformed gzip request body: {exc}") from None
         if len(body) > limit or decompressor.unconsumed_tail:
             raise RequestRefused(413, f"Decompressed request body is larger than {limit} bytes")
+        if compressed and not decompressor.eof:
+            # Cut short: zlib checks the CRC and the length only at the end of the stream.
+            raise RequestRefused(400, "Malformed gzip request body: it ends before the gzip stream does")
     if not body.strip():
         raise RequestRefused(400, "Missing request body")
     return body
@@ -152,5 +156,10 @@ def plain_exception_handler(exc, context):
         return response
     if isinstance(exc, exceptions.APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        return text(exc.status_code, detail)
+        response = text(exc.status_code, detail)
+        # 401s carry the challenge, so clients and browsers know to send Basic credentials.
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            response["WWW-Authenticate"] = auth_header
+        return response
     return None

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import orjson
+from django.conf import settings
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
 from registry import constants as c
+from registry.access.drf import BasicAccountAuthentication, RolePermission
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, apply_batch
 from registry.core import Renew
@@ -35,6 +39,7 @@ from registry.protocol.http import (
     wants_gzip,
 )
 from registry.runtime import operations
+from registry.runtime.metrics import request_timer
 from registry.runtime.node import get_node
 from registry.runtime.status import application_stats, general_stats
 
@@ -46,11 +51,35 @@ class EurekaView(APIView):
     throttle_classes: list = []
     # No DRF OPTIONS metadata documents: OPTIONS answers 405 like any other method the protocol lacks.
     metadata_class = None
+    # Peer replication batches need the peer role when API accounts are on.
+    replication_endpoint = False
+
+    # Protocol views need API accounts when EUREKA_API_AUTH is on; the node's own endpoints built on
+    # this class (probes, the secret-guarded control endpoint) set this to False.
+    api_accounts = True
+
+    # Read per request, so the open default costs nothing.
+    def get_authenticators(self):
+        return [BasicAccountAuthentication()] if self.api_accounts and settings.EUREKA_API_AUTH else []
+
+    def get_permissions(self):
+        return [RolePermission()] if self.api_accounts and settings.EUREKA_API_AUTH else []
 
     @property
     def default_response_headers(self):
         # DRF would add "Allow" to every answer; only a 405 needs it (set by the exception handler).
         return {}
+
+    def dispatch(self, request, *args, **kwargs):
+        # Latency per protocol operation for GET /metrics, authentication and refusals included.
+        observe = request_timer(request)
+        if observe is None:
+            return super().dispatch(request, *args, **kwargs)
+        started = perf_counter()
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            observe(perf_counter() - started)
 
 
 def _status_param(value: str | None, required: bool) -> str | None:
@@ -229,6 +258,8 @@ class StatusOverridesView(EurekaView):
 class PeerReplicationBatchView(EurekaView):
     """``POST peerreplication/batch/`` — a peer's writes, each applied as a replicated one (never sent on),
     answered ``{"responseList": [...]}`` in request order (protocol reference 2.13, 5.11)."""
+
+    replication_endpoint = True
 
     def post(self, request):
         body = read_body(request)

@@ -29,7 +29,14 @@ def _summary(result: object) -> object:
     return None
 
 
-class ControlJobView(EurekaView):
+class NodeView(EurekaView):
+    """The node's own endpoints: open probes and the control endpoint, which has its own shared
+    secret. They answer on the normal stack, never under API accounts."""
+
+    api_accounts = False
+
+
+class ControlJobView(NodeView):
     """``POST /control/jobs/{job}``: run one periodic job on this process. Needs the shared secret."""
 
     def post(self, request, job):
@@ -48,7 +55,7 @@ def _authorized(request) -> bool:
     return bool(secret) and hmac.compare_digest(given.encode(), secret.encode())
 
 
-class ControlReplicationView(EurekaView):
+class ControlReplicationView(NodeView):
     """``POST /control/replication/{peer}``: a Celery worker reports what a peer answered to a batch
     (follow-ups to carry out here: Registers to send, newer copies to take) or why it failed."""
 
@@ -71,14 +78,14 @@ class ControlReplicationView(EurekaView):
         return _json({"ok": True})
 
 
-class HealthView(EurekaView):
+class HealthView(NodeView):
     """``GET /healthz``: the process answers."""
 
     def get(self, request):
         return _json({"status": "ok"})
 
 
-class ReadyView(EurekaView):
+class ReadyView(NodeView):
     """``GET /readyz``: 200 when open for traffic (``degraded`` if jobs are overdue), else 503."""
 
     def get(self, request):

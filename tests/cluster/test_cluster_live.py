@@ -40,7 +40,14 @@ import pytest
 
 from tests.factories import instance_body
 from tests.integration.conftest import CONTROL_SECRET, Processes, free_port
-from tests.interop.conftest import LiveServer, require_toolchain, running_server, server_env
+from tests.interop.conftest import (
+    API_ACCOUNTS,
+    LiveServer,
+    api_accounts_database,  # noqa: F401  (a fixture of tests/interop, used here by name)
+    require_toolchain,
+    running_server,
+    server_env,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -886,3 +893,60 @@ def test_a_killed_node_is_reported_and_catches_up_when_it_comes_back(cluster):
         )
         assert served_at_c["at-a-0"]["status"] == "OUT_OF_SERVICE"
     assert not [error for error in beats.errors if "unknown at its home node" in error], beats.errors
+
+
+# ------------------------------------------------------------------------------------ API accounts
+
+
+def test_with_api_accounts_peers_replicate_with_the_credentials_in_their_urls(tmp_path, request):
+    """A names B with the peer account: A's writes reach B. B names A with a wrong password: A refuses
+    B's batches (401), B shows A unavailable with that error, and the password is shown nowhere."""
+    accounts_database = request.getfixturevalue("api_accounts_database")
+    peer, client, reader = API_ACCOUNTS["peer"], API_ACCOUNTS["client"], API_ACCOUNTS["reader"]
+    ports = {"A": free_port(), "B": free_port()}
+    wrong = "Wrong-Peer-Password-7"
+    peer_urls = {
+        "A": f"http://{peer.username}:{peer.password}@127.0.0.1:{ports['B']}/eureka/",
+        "B": f"http://{peer.username}:{wrong}@127.0.0.1:{ports['A']}/eureka/",
+    }
+    servers = {}
+    with contextlib.ExitStack() as stack:
+        for name in ("A", "B"):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            shutil.copyfile(accounts_database, workdir / "db.sqlite3")
+            env = {**BASE_ENV, "EUREKA_API_AUTH": "true", "EUREKA_PEER_URLS": peer_urls[name]}
+            servers[name] = stack.enter_context(
+                running_server(workdir, env, port=ports[name], accounts=API_ACCOUNTS)
+            )
+        http = {
+            name: stack.enter_context(
+                httpx.Client(base_url=server.url, headers=JSON, timeout=5.0, auth=client.auth)
+            )
+            for name, server in servers.items()
+        }
+        readers = {
+            name: stack.enter_context(httpx.Client(base_url=server.url, headers=JSON, auth=reader.auth))
+            for name, server in servers.items()
+        }
+        app = unique_app("AUTH-PEERS")
+        for name in ("A", "B"):
+            body = instance_body(app=app, instance_id=f"from-{name}", last_dirty=now_ms())
+            assert http[name].post(f"apps/{app}", json=body).status_code == 204
+
+        def at(name: str, instance_id: str) -> Callable[[], bool]:
+            return lambda: readers[name].get(f"apps/{app}/{instance_id}").status_code == 200
+
+        poll({"B": at("B", "from-A")}, what="A's write at B, sent with the peer account")
+
+        def b_sees_a_refusing() -> bool:
+            state = httpx.get(f"{servers['B'].base_url}/readyz", timeout=5).json()["replication"]["peers"]
+            return bool(state) and not state[0]["available"] and "401" in (state[0]["last_error"] or "")
+
+        poll({"B": b_sees_a_refusing}, what="B showing A unavailable with A's 401")
+        assert readers["A"].get(f"apps/{app}/from-B").status_code == 404
+        ready_text = httpx.get(f"{servers['B'].base_url}/readyz", timeout=5).text
+        console = httpx.get(f"{servers['B'].base_url}/", timeout=5).text
+        for shown in (ready_text, console, servers["B"].server_log_tail()):
+            assert wrong not in shown and peer.password not in shown
+        assert f"127.0.0.1:{ports['A']}" in ready_text

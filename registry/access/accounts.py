@@ -1,0 +1,263 @@
+"""API accounts are Django users: credentials checked against the database, remembered in memory.
+
+``authenticate`` is the one entry point: it answers from the credential cache, rereads the account
+row when the cached verdict is older than the recheck interval, and hashes a password only for
+credentials it has not seen (or whose account changed). Any change to a user, a group or their
+permissions made in this process (the admin, a management command run by the node) empties the
+cache at once; changes made elsewhere are seen at the next recheck.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import check_password, make_password
+from django.contrib.auth.models import Group, Permission
+from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from registry.access import roles
+from registry.access.credentials import CredentialCache, Principal, digest
+
+logger = logging.getLogger("registry.access")
+
+
+class Refused(Exception):
+    """Credentials that do not open the API; ``reason`` is safe to show (it never holds a secret)."""
+
+    def __init__(self, reason: str, username: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.username = username
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+_cache: CredentialCache | None = None
+_cache_lock = threading.Lock()
+
+
+def credential_cache() -> CredentialCache:
+    global _cache
+    if _cache is None:
+        with _cache_lock:
+            if _cache is None:
+                _cache = CredentialCache(
+                    _monotonic_ms,
+                    recheck_ms=settings.EUREKA_API_AUTH_RECHECK_SECONDS * 1000,
+                    refused_ms=min(2_000, settings.EUREKA_API_AUTH_RECHECK_SECONDS * 1000),
+                )
+    return _cache
+
+
+def reset_credential_cache(cache: CredentialCache | None = None) -> None:
+    """Tests: start from an empty cache (or a given one, with a fake clock)."""
+    global _cache
+    _cache = cache
+
+
+def forget_verified_credentials(**kwargs) -> None:
+    if _cache is not None:
+        _cache.clear()
+
+
+def decode_basic(header: str) -> tuple[str, str]:
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "basic" or not value.strip():
+        raise Refused("the Authorization header is not HTTP Basic credentials")
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise Refused("malformed Basic credentials") from None
+    username, colon, password = decoded.partition(":")
+    if not colon or not username:
+        raise Refused("malformed Basic credentials")
+    return username, password
+
+
+def _permissions(user) -> frozenset[str]:
+    if not user.is_active:
+        return frozenset()
+    if user.is_superuser:
+        return frozenset(roles.PERMISSIONS)
+    granted = Permission.objects.filter(
+        Q(user=user) | Q(group__user=user),
+        content_type__app_label=roles.APP_LABEL,
+        codename__in=list(roles.PERMISSIONS),
+    ).values_list("codename", flat=True)
+    return frozenset(granted)
+
+
+_NO_ACCOUNT_HASH: str | None = None
+
+
+def _check(password: str, encoded: str) -> bool:
+    if "gevent" in sys.modules:
+        from gevent import get_hub, monkey
+
+        if monkey.is_module_patched("socket"):
+            # Off the event loop: PBKDF2 releases the GIL, so other requests go on meanwhile.
+            return get_hub().threadpool.apply(check_password, (password, encoded))
+    return check_password(password, encoded)
+
+
+def _password_matches(password: str, encoded: str | None) -> bool:
+    global _NO_ACCOUNT_HASH
+    if encoded is None:
+        # An unknown account name costs the same time as a wrong password: names are not probed.
+        if _NO_ACCOUNT_HASH is None:
+            _NO_ACCOUNT_HASH = make_password("unknown account")
+        _check(password, _NO_ACCOUNT_HASH)
+        return False
+    return _check(password, encoded)
+
+
+@dataclass(frozen=True)
+class _Account:
+    user_id: int
+    username: str
+    password: str
+    is_active: bool
+
+
+def _account(**lookup) -> tuple[_Account, object] | None:
+    user_model = get_user_model()
+    user = user_model._default_manager.filter(**lookup).first()
+    if user is None:
+        return None
+    return _Account(user.pk, user.get_username(), user.password, user.is_active), user
+
+
+class _OneCheckAtATime:
+    """Requests carrying the same unseen credentials wait for one check instead of each hashing: a
+    fleet that starts together would otherwise queue a hash per connection (half a second each)."""
+
+    def __init__(self):
+        self._guard = threading.Lock()
+        self._locks: dict[bytes, list] = {}
+
+    @contextmanager
+    def __call__(self, key: bytes):
+        with self._guard:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._locks[key]
+
+
+_one_check_at_a_time = _OneCheckAtATime()
+
+
+def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | None:
+    """The remembered answer (or ``Refused``), None when the credentials must be checked."""
+    verdict = cache.lookup(key)
+    if verdict is None:
+        return None
+    if cache.is_fresh(verdict, now):
+        if verdict.principal is None:
+            raise Refused("wrong user name or password")
+        return verdict.principal
+    if verdict.principal is not None:
+        # Still the same account, password and standing? Then no need to hash again.
+        found = _account(pk=verdict.principal.user_id)
+        if found is not None:
+            account, user = found
+            if account.is_active and account.password == verdict.password_hash:
+                principal = Principal(account.user_id, account.username, _permissions(user))
+                cache.remember(key, principal, account.password, now)
+                return principal
+    cache.forget(key)
+    return None
+
+
+def authenticate(header: str) -> Principal:
+    """The account behind an ``Authorization`` header, or ``Refused``."""
+    cache = credential_cache()
+    key = digest(header)
+    principal = _remembered(cache, key, cache.clock())
+    if principal is not None:
+        return principal
+    username, password = decode_basic(header)
+    with _one_check_at_a_time(key):
+        # Another request may have checked these credentials while this one waited.
+        principal = _remembered(cache, key, cache.clock())
+        if principal is not None:
+            return principal
+        found = _account(**{get_user_model().USERNAME_FIELD: username})
+        account, user = found if found is not None else (None, None)
+        matches = _password_matches(password, account.password if account else None)
+        now = cache.clock()
+        if account is None or not matches or not account.is_active:
+            cache.remember(key, None, "", now)
+            raise Refused("wrong user name or password", username)
+        principal = Principal(account.user_id, account.username, _permissions(user))
+        cache.remember(key, principal, account.password, now)
+        return principal
+
+
+class RefusalLog:
+    """Auth refusals as at most one log line a minute per reason, with how many there were."""
+
+    def __init__(self, interval_s: float = 60.0, clock=time.monotonic):
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, reason: str, detail: str) -> bool:
+        """Log (True) or count for the next line (False)."""
+        now = self.clock()
+        with self._lock:
+            last = self._last.get(reason)
+            if last is not None and now - last < self.interval_s:
+                self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+                return False
+            suppressed = self._suppressed.pop(reason, 0)
+            self._last[reason] = now
+        more = f" ({suppressed} more refused since the last line)" if suppressed else ""
+        logger.warning("API request refused (%s): %s%s", reason, detail, more)
+        return True
+
+
+refusal_log = RefusalLog()
+
+
+# Refused requests by reason since start, read by /metrics at scrape time (eureka_auth_refusals_total).
+REFUSALS = {"unauthenticated": 0, "forbidden": 0}
+
+
+def note_refusal(reason: str, detail: str) -> None:
+    """Count and log a refused API request; ``reason`` is "unauthenticated" or "forbidden"."""
+    REFUSALS[reason] += 1
+    refusal_log.note(reason, detail)
+
+
+def connect_signals() -> None:
+    user_model = get_user_model()
+    for model in (user_model, Group, Permission):
+        post_save.connect(forget_verified_credentials, sender=model, dispatch_uid=f"access-{model}-save")
+        post_delete.connect(forget_verified_credentials, sender=model, dispatch_uid=f"access-{model}-del")
+    for through in (
+        user_model.groups.through,
+        user_model.user_permissions.through,
+        Group.permissions.through,
+    ):
+        m2m_changed.connect(forget_verified_credentials, sender=through, dispatch_uid=f"access-{through}")

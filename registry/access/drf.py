@@ -1,0 +1,58 @@
+"""The API accounts as DRF authentication and permission classes for the protocol views."""
+
+from __future__ import annotations
+
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import BasePermission
+
+from registry.access import accounts, roles
+
+REPLICATION_HEADER = "HTTP_X_NETFLIX_DISCOVERY_REPLICATION"
+REALM = 'Basic realm="eureka", charset="UTF-8"'
+
+
+def _client(request) -> str:
+    return request.META.get("REMOTE_ADDR", "?")
+
+
+class BasicAccountAuthentication(BaseAuthentication):
+    """HTTP Basic credentials of a Django user, as every Eureka client sends from its service URL."""
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION")
+        if not header:
+            return None  # the permission check answers 401 with the challenge
+        try:
+            principal = accounts.authenticate(header)
+        except accounts.Refused as refused:
+            who = f" for {refused.username!r}" if refused.username else ""
+            accounts.note_refusal("unauthenticated", f"{refused.reason}{who} from {_client(request)}")
+            raise AuthenticationFailed(f"Authentication failed: {refused.reason}") from None
+        return principal, None
+
+    def authenticate_header(self, request):
+        return REALM
+
+
+class RolePermission(BasePermission):
+    """Reads need the reader role (or more), instance writes the client role, replication the peer role."""
+
+    def has_permission(self, request, view):
+        user = request.user
+        needed = roles.required_permission(
+            request.method,
+            request.META.get(REPLICATION_HEADER) == "true",
+            getattr(view, "replication_endpoint", False),
+        )
+        if user is None:
+            accounts.note_refusal("unauthenticated", f"no credentials from {_client(request)}")
+            self.message = "Authentication required: put user:password in the service URL"
+            return False
+        if needed in user.permissions:
+            return True
+        accounts.note_refusal(
+            "forbidden", f"{user.username!r} lacks {needed} for {request.method} from {_client(request)}"
+        )
+        self.message = f"Account {user.username!r} may not do this: it needs the {needed} permission"
+        return False
