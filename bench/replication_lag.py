@@ -205,7 +205,13 @@ def start_redis(workdir: Path, port: int) -> subprocess.Popen:
 
 
 def start_node(
-    name: str, port: int, workdir: Path, peers: list[str], cache_ms: int, redis_url: str | None = None
+    name: str,
+    port: int,
+    workdir: Path,
+    peers: list[str],
+    cache_ms: int,
+    redis_url: str | None = None,
+    read_only_cache: bool = True,
 ) -> Node:
     """A node on ``port``; with ``redis_url``, in production mode with its own Celery worker and beat."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +221,7 @@ def start_node(
         "LOG_LEVEL": "WARNING",
         "EUREKA_PEER_URLS": ",".join(peers),
         "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": str(cache_ms),
+        "EUREKA_USE_READ_ONLY_RESPONSE_CACHE": "true" if read_only_cache else "false",
         # The nodes start together: nothing to copy from each other, so no start-up sync retries.
         "EUREKA_REGISTRY_SYNC_RETRIES": "0",
         # Peers hold kept-alive connections to each other; do not wait 20 s for them at the end.
@@ -786,7 +793,13 @@ def report_lag(args, renewers, writer, seen, sampler, loaded_s, client_cpu, obse
     print(
         f"(live GETs of what is pending every {args.live_poll_ms} ms, 4 at a time: a round took p50 "
         f"{statistics.median(cycles):.0f} ms, p99 {percentile(cycles, 99):.0f} ms; served views polled every "
-        f"{args.poll_ms} ms; B's cache refresh every {args.cache_ms} ms; poll errors {seen['errors']})"
+        f"{args.poll_ms} ms; "
+        + (
+            f"B's cache refresh every {args.cache_ms} ms"
+            if args.read_only_cache
+            else "no read-only cache at B: its views are rebuilt after each change"
+        )
+        + f"; poll errors {seen['errors']})"
     )
     for view in ("apps", "delta"):
         changes = seen["changes"].get(view, [])
@@ -1015,6 +1028,13 @@ def main() -> int:
         "many polls would load B themselves)",
     )
     parser.add_argument("--cache-ms", type=int, default=1000, help="EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS")
+    parser.add_argument(
+        "--no-read-only-cache",
+        dest="read_only_cache",
+        action="store_false",
+        help="EUREKA_USE_READ_ONLY_RESPONSE_CACHE=false on the nodes: served views come from the "
+        "read-write cache, emptied by each change, instead of the copy refreshed every --cache-ms",
+    )
     parser.add_argument("--throughput-seconds", type=float, default=10)
     parser.add_argument("--throughput-rounds", type=int, default=2, help="S, A rounds (0: skip)")
     parser.add_argument("--loadgen-c", type=int, default=16, help="load generator connections (default 16)")
@@ -1060,9 +1080,17 @@ def main() -> int:
                 return f"redis://127.0.0.1:{ports[4]}/{db}" if redis is not None else None
 
             for db, (name, port) in enumerate(zip("ABC", ports[:3], strict=True)):
-                nodes.append(start_node(name, port, workdir / name, mesh, args.cache_ms, redis_url(db)))
+                nodes.append(
+                    start_node(
+                        name, port, workdir / name, mesh, args.cache_ms, redis_url(db), args.read_only_cache
+                    )
+                )
             if args.throughput_rounds:
-                nodes.append(start_node("S", ports[3], workdir / "S", [], args.cache_ms, redis_url(3)))
+                nodes.append(
+                    start_node(
+                        "S", ports[3], workdir / "S", [], args.cache_ms, redis_url(3), args.read_only_cache
+                    )
+                )
             nodes = [n for n in nodes if n.name != "redis"] + [n for n in nodes if n.name == "redis"]
             log(
                 f"started A, B, C{' and S' if args.throughput_rounds else ''} on ports "

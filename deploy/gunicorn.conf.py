@@ -10,6 +10,8 @@ hand the GIL between pool threads. The worker is gunicorn's gevent worker with a
 line or with GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 
+from gunicorn.glogging import Logger
+
 bind = "0.0.0.0:8761"
 wsgi_app = "eureka_site.wsgi:application"
 workers = 1
@@ -28,6 +30,20 @@ errorlog = "-"
 loglevel = "info"
 # Load the app in the worker, not the master, so the scheduler thread runs beside the map.
 preload_app = False
+
+
+class RegistryLogger(Logger):
+    """gunicorn's own lines (start, stop, worker errors) in the registry's format (LOG_FORMAT), secrets
+    masked; a bad setting stops the start at once, with its message, rather than in the worker."""
+
+    def setup(self, cfg):
+        super().setup(cfg)
+        from eureka_site.logs import use_for_gunicorn
+
+        use_for_gunicorn(self)
+
+
+logger_class = RegistryLogger
 
 
 def on_starting(server):

@@ -10,6 +10,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from eureka_site.logs import LOG_FORMATS, log_secrets
 from registry.cluster.peers import BadPeerUrl, parse_peer_urls
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -88,6 +89,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "eureka_site.urls"
@@ -136,6 +138,30 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "admin:login"
 
+# --- Security headers. The console and the admin are pages of their own: never framed, no MIME
+# sniffing, no referrer sent elsewhere. EUREKA_HTTPS says the site is reached over HTTPS through a TLS
+# proxy that sets X-Forwarded-Proto: cookies are then Secure, HSTS is sent and plain-HTTP console and
+# admin requests are redirected. Protocol requests (/eureka/, served without middleware) are never
+# redirected (clients do not follow redirects of POST/PUT), nor are the probes and /metrics.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+EUREKA_HTTPS = env_bool("EUREKA_HTTPS", False)
+EUREKA_HSTS_SECONDS = env_int("EUREKA_HSTS_SECONDS", 31_536_000, minimum=0)
+EUREKA_HSTS_INCLUDE_SUBDOMAINS = env_bool("EUREKA_HSTS_INCLUDE_SUBDOMAINS", False)
+EUREKA_HSTS_PRELOAD = env_bool("EUREKA_HSTS_PRELOAD", False)
+if EUREKA_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^(eureka/|healthz$|readyz$|metrics$|control/)"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = EUREKA_HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = EUREKA_HSTS_INCLUDE_SUBDOMAINS
+    SECURE_HSTS_PRELOAD = EUREKA_HSTS_PRELOAD
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
@@ -144,6 +170,13 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.protocol.http.EurekaContentNegotiation",
     "EXCEPTION_HANDLER": "registry.protocol.http.plain_exception_handler",
 }
+
+# API accounts: with EUREKA_API_AUTH on, every /eureka/ request needs HTTP Basic credentials of a
+# Django user holding a role (client, reader, peer: registry/access/). Off keeps Eureka's open API.
+EUREKA_API_AUTH = env_bool("EUREKA_API_AUTH", False)
+# Verified credentials are trusted this long before the account row is read again (a disabled
+# account or a new password is refused within this time; changes made in the admin at once).
+EUREKA_API_AUTH_RECHECK_SECONDS = env_int("EUREKA_API_AUTH_RECHECK_SECONDS", 5, minimum=1)
 
 # Request bodies larger than this are refused with 413 (also the limit after gunzip).
 EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
@@ -210,8 +243,11 @@ EUREKA = {
 
 # --- Status console ----------------------------------------------------------------------------
 EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
+# The console, /lastn and the instance pages only for signed-in (staff) users; off shows the fleet
+# to anyone who can reach the port, as Eureka's console does.
+EUREKA_DASHBOARD_LOGIN_REQUIRED = env_bool("EUREKA_DASHBOARD_LOGIN_REQUIRED", False)
 # Reserved paths the console may not take (the protocol, the admin, static files, probes).
-_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz")
+_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz", "metrics")
 
 
 def dashboard_prefix(path):
@@ -236,6 +272,12 @@ EUREKA["environment"] = env.str("EUREKA_ENVIRONMENT", default="test")
 EUREKA["datacenter"] = env.str("EUREKA_DATACENTER", default="default")
 # This node's address under Instance Info; empty = the address of the interface that routes outwards.
 EUREKA["instance_ip_address"] = env.str("EUREKA_INSTANCE_IP_ADDRESS", default="")
+
+# --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py) ---------------
+# Off: /metrics answers 404 and protocol requests are not timed.
+EUREKA_METRICS_ENABLED = env_bool("EUREKA_METRICS_ENABLED", True)
+# Set: scrapers send "Authorization: Bearer <token>" (else 401). Empty: /metrics is open.
+EUREKA_METRICS_TOKEN = env_secret("EUREKA_METRICS_TOKEN", default="")
 
 # --- Cluster: peers and replication (README "Clusters") -------------------------------------------
 # Service URLs of the other nodes, comma-separated, as clients write them (credentials = Basic auth,
@@ -274,6 +316,19 @@ EUREKA["jobs_driver"] = "celery" if REDIS_URL else "embedded"
 EUREKA["redis_url"] = REDIS_URL
 # Key prefix of this node's read-only tier in Redis (nodes sharing one Redis need different ones).
 EUREKA["redis_namespace"] = env.str("EUREKA_REDIS_NAMESPACE", default="eureka")
+
+# --- Readers (registry/reader/, deploy/gunicorn_reader.conf.py) ----------------------------------
+# A reader serves GET apps, apps/delta, apps/{app}, vips and svips from the Redis read-only tier. A
+# payload the node has not confirmed for this long (its cache sync or the node itself stopped) is not
+# served: the request goes to the node, as do writes and cache misses. Default: 3 cache-sync intervals.
+EUREKA_READER_MAX_STALENESS_MS = env_int(
+    "EUREKA_READER_MAX_STALENESS_MS", 3 * EUREKA["response_cache_update_interval_ms"], minimum=1
+)
+# The node a reader forwards to (its base URL, like EUREKA_CONTROL_URL, the default), and how long it
+# waits for its answer. No credentials in the URL (a reader refuses to start): each client's own
+# Authorization is passed on.
+EUREKA_READER_NODE_URL = env.str("EUREKA_READER_NODE_URL", default=EUREKA_CONTROL_URL).rstrip("/")
+EUREKA_READER_NODE_TIMEOUT_MS = env_int("EUREKA_READER_NODE_TIMEOUT_MS", 5_000, minimum=100)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
@@ -314,11 +369,25 @@ if EUREKA["peer_urls"]:
         "options": {"expires": 0.9},
     }
 
+# --- Logs (README "Logs"; eureka_site/logs.py) ------------------------------------------------------
+# plain: a text line per record. json: one JSON object per line (timestamp, level, logger, message,
+# and the record's extra fields such as event, instances, peer), for log shippers. The node, Celery's
+# worker and beat, and gunicorn's own lines all use it.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain").strip().lower()
+if LOG_FORMAT not in LOG_FORMATS:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {LOG_FORMAT!r}")
+# Masked wherever they would appear in a line (any password in a URL is removed too).
+_LOG_SECRETS = log_secrets(
+    [SECRET_KEY, EUREKA_CONTROL_SECRET, EUREKA_METRICS_TOKEN, DATABASES["default"].get("PASSWORD") or ""],
+    urls=[REDIS_URL, *EUREKA["peer_urls"]],
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "line": {"()": "eureka_site.logs.line_formatter", "format": LOG_FORMAT, "secrets": _LOG_SECRETS}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         # 4xx answers are part of the protocol (404 on heartbeat means "re-register"): not warnings.

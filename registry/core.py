@@ -13,7 +13,7 @@ import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import constants as c
 from .instances import InstanceInfo, freeze
@@ -163,6 +163,57 @@ class SelfPreservation:
     startup_wait_ms: int
 
 
+@dataclass(slots=True)
+class WriteCounts:
+    """Cumulative counts of one origin's writes (clients, or peers replicating) since the map was made.
+
+    Plain integers bumped under the map's lock where each write is decided, so that GET /metrics
+    can read them without the request path paying for a metrics library.
+    """
+
+    registers: int = 0
+    # Heartbeats that renewed a lease (what "renews in the last minute" counts).
+    renews: int = 0
+    # Heartbeats answered 404: unknown instance, status UNKNOWN, or a newer copy at the sender.
+    renews_not_found: int = 0
+    cancels: int = 0
+    overrides_set: int = 0
+    overrides_removed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventCounts:
+    """A copy of the map's cumulative counts (``Registry.event_counts``)."""
+
+    from_clients: WriteCounts
+    from_peers: WriteCounts
+    evictions: int
+    # Expired leases an eviction run kept (self-preservation, or the per-run cap), each counted once
+    # per stretch of being kept; ``expired_kept`` is how many the latest run kept.
+    evictions_prevented: int
+    expired_kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRun:
+    """What one eviction run found and did (``Registry.run_eviction``), read under the same lock: for
+    the operator's log, which says which leases went and when self-preservation starts or stops."""
+
+    evicted: list[tuple[str, str]]
+    # Expired leases found, evicted or not.
+    expired: int
+    # Self-preservation is on and renews are not above the threshold: no lease expires.
+    preserving: bool
+    renews_last_minute: int
+    renews_threshold: int
+    expected_clients: int
+
+    @property
+    def limited(self) -> bool:
+        """Fewer evicted than expired outside self-preservation: the per-run cap (size × (1 - pct))."""
+        return not self.preserving and len(self.evicted) < self.expired
+
+
 def resolve_status(
     instance: InstanceInfo, existing: Lease | None, override: str | None, is_replication: bool
 ) -> str:
@@ -242,6 +293,12 @@ class Registry:
         self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self.recent_overrides: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
         self._event_seq = itertools.count(1)
+        # Indexed by ``is_replication``: writes from clients, then writes replicated from peers.
+        self._writes = (WriteCounts(), WriteCounts())
+        self._evictions = 0
+        self._evictions_prevented = 0
+        # Expired leases the latest eviction run kept, so each is counted as prevented once.
+        self._expired_kept: set[tuple[str, str]] = set()
         self.expected_clients = config.expected_number_of_clients_sending_renews
         self.renews_threshold = 0
         self.start_ts = now
@@ -330,6 +387,7 @@ class Registry:
     def register(self, instance: InstanceInfo, now: int, is_replication: bool = False) -> None:
         with self._lock:
             self._register(instance, now, is_replication)
+            self._writes[is_replication].registers += 1
 
     def _register(
         self, instance: InstanceInfo, now: int, is_replication: bool, cause: str | None = None
@@ -400,14 +458,17 @@ class Registry:
         is_replication: bool = False,
     ) -> RenewResult:
         """Eureka ``renew`` plus the resource's dirty-timestamp check (protocol reference 5.3)."""
+        writes = self._writes[is_replication]
         with self._lock:
             lease = self._apps.get(app, {}).get(instance_id)
             if lease is None:
+                writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             instance = lease.instance
             status = resolve_status(instance, lease, self._override(instance_id, now), is_replication)
             if status == c.UNKNOWN:
                 # After an override removal without a value: make the client re-register.
+                writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             if status != instance.status:
                 # Eureka changes the status silently here: no delta entry, no cache invalidation.
@@ -415,6 +476,7 @@ class Registry:
                 self._status_counts[status] += 1
                 instance = lease.instance = instance.evolve(status=status)
             self._renews.increment(now)
+            writes.renews += 1
             lease.renew(now)
             if not is_replication:
                 # Sent whatever the dirty-timestamp check below answers, as Eureka does.
@@ -429,6 +491,7 @@ class Registry:
                     and instance_id not in self._overrides
                 ):
                     self._overrides[instance_id] = [overridden_status, now]
+                writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             if last_dirty_timestamp < instance.last_dirty_timestamp and is_replication:
                 return RenewResult(Renew.CONFLICT, lease.view(self.config.eureka_timing))
@@ -437,6 +500,8 @@ class Registry:
     def cancel(self, app: str, instance_id: str, now: int, is_replication: bool = False) -> bool:
         with self._lock:
             cancelled = self._cancel(app, instance_id, now, CAUSE_CANCEL)
+            if cancelled:
+                self._writes[is_replication].cancels += 1
             if cancelled and not is_replication and self._on_replicate is not None:
                 self._on_replicate(ReplicationEvent(c.REPLICATE_CANCEL, app, instance_id))
             return cancelled
@@ -511,6 +576,7 @@ class Registry:
             if not is_replication:
                 # Replicated even when nothing changes here, as Eureka does: the peer may differ.
                 self._replicate_status(c.REPLICATE_STATUS_UPDATE, lease, status)
+            self._writes[is_replication].overrides_set += 1
             if old.status == status:
                 return StatusChange(old.status, status, old_override, old_override)
             if status == c.UP:
@@ -543,6 +609,7 @@ class Registry:
             if not is_replication:
                 # The peer applies the status this removal asks for (Eureka sends it in the item).
                 self._replicate_status(c.REPLICATE_DELETE_STATUS_OVERRIDE, lease, new_status)
+            self._writes[is_replication].overrides_removed += 1
             if removed is None:
                 return StatusChange(old_status, old_status, None, None)
             self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
@@ -581,25 +648,41 @@ class Registry:
 
     def evict(self, now: int) -> list[tuple[str, str]]:
         """Eureka's eviction: expired leases, at most ``size - int(size * pct)`` per run, chosen at random."""
+        return self.run_eviction(now).evicted
+
+    def run_eviction(self, now: int) -> EvictionRun:
+        """``evict``, with what the run found: how many had expired, whether self-preservation kept them."""
         with self._lock:
             interval = self.config.eviction_interval_ms
             last = self._last_eviction_run
             compensation = max(0, now - last - interval) if last is not None else 0
             self._last_eviction_run = now
-            if not self._lease_expiration_enabled(now):
-                return []
             timing = self.config.eureka_timing
+            # Listed in self-preservation too (a pass Eureka skips there): what it keeps is counted.
             expired = [
                 (app, instance_id)
                 for app, leases in self._apps.items()
                 for instance_id, lease in leases.items()
                 if lease.is_expired(now, timing, compensation)
             ]
-            limit = self._size - int(self._size * self.config.renewal_percent_threshold)
-            chosen = self._rng.sample(expired, min(len(expired), limit)) if expired else []
+            chosen: list[tuple[str, str]] = []
+            if expired and self._lease_expiration_enabled(now):
+                limit = self._size - int(self._size * self.config.renewal_percent_threshold)
+                chosen = self._rng.sample(expired, min(len(expired), limit))
             for app, instance_id in chosen:
                 self._cancel(app, instance_id, now, CAUSE_EVICTION)
-            return chosen
+            kept = set(expired).difference(chosen)
+            self._evictions += len(chosen)
+            self._evictions_prevented += len(kept - self._expired_kept)
+            self._expired_kept = kept
+            return EvictionRun(
+                evicted=chosen,
+                expired=len(expired),
+                preserving=not self._lease_expiration_enabled(now),
+                renews_last_minute=self._renews.count(now),
+                renews_threshold=self.renews_threshold,
+                expected_clients=self.expected_clients,
+            )
 
     def recount_expected_clients(self, now: int) -> None:
         """The 15-minute recount: adopt the local registry size unless it fell below the threshold share."""
@@ -730,6 +813,17 @@ class Registry:
 
     def size(self) -> int:
         return self._size
+
+    def event_counts(self) -> EventCounts:
+        """Cumulative counts of writes, evictions and prevented evictions since the map was made."""
+        with self._lock:
+            return EventCounts(
+                from_clients=replace(self._writes[False]),
+                from_peers=replace(self._writes[True]),
+                evictions=self._evictions,
+                evictions_prevented=self._evictions_prevented,
+                expired_kept=len(self._expired_kept),
+            )
 
     def stats(self, now: int) -> dict:
         """Numbers the status console and /status show."""

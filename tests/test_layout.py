@@ -195,7 +195,7 @@ def test_readmes_layout_tree_matches_the_folders():
 @pytest.mark.parametrize(
     "package",
     ["registry", "registry/protocol", "registry/cache", "registry/cluster", "registry/runtime"]
-    + ["registry/admin", "dashboard"],
+    + ["registry/admin", "registry/reader", "registry/access", "dashboard"],
 )
 def test_each_room_says_what_it_is(package):
     docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))

@@ -1,26 +1,51 @@
 """The read-only tier of the response cache in Redis (production mode).
 
 Each cache key is one Redis hash: the payload bytes, their gzip copy (compressed once, by the node,
-when it publishes) and the build time, so a reader — this node or a separate reader process — can
-see how stale a payload is. Redis is a cache here, never the source of truth: when it fails the node
-serves from its in-process copy of the tier, keeps accepting writes, logs once per episode, reports
-``degraded`` on /readyz, and goes back to Redis by itself once it answers again.
+when it publishes), the build time, ``synced_at`` — when the node last confirmed that the hash holds
+what it serves: at the put, then at every cache sync that found the payload unchanged — and a
+``version`` that changes with every put. A reader process (``registry/reader/``) measures staleness
+by ``synced_at``, not by ``built_at``: an unchanged payload is not published again, and the read-write
+tier keeps it up to 180 s, so an old ``built_at`` is no sign of a stale payload; a ``synced_at`` that
+stops moving is (the node or its cache sync has stopped). ``{namespace}:ro:_synced`` holds the time of
+the last sync (the reader's /readyz). ``TierReader`` is that read side, for processes holding no node.
+
+Redis is a cache here, never the source of truth: when it fails the node serves from its in-process
+copy of the tier, keeps accepting writes, logs once per episode, reports ``degraded`` on /readyz, and
+goes back to Redis by itself once it answers again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from registry.cache.response_cache import CacheKey, Payload, ReadOnlyTier
+from registry.cluster.peers import scrub_text
 
 logger = logging.getLogger(__name__)
 
 # After a failure, Redis is left alone this long, so an outage does not add a timeout to every read.
 RETRY_AFTER_MS = 2000
+# Short timeouts: a slow Redis must not hold up reads the node (or a reader) can answer otherwise.
+SOCKET_TIMEOUT_S = 0.5
+
+
+def connect(url: str) -> Redis:
+    return Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S)
+
+
+def hash_name(namespace: str, key: CacheKey) -> str:
+    return f"{namespace}:ro:{key.entity}:{key.fmt}:{int(key.compact)}:{key.name}"
+
+
+def last_sync_name(namespace: str) -> str:
+    # Under the tier's prefix (a new node's clear() drops it too); no entity is called "_synced".
+    return f"{namespace}:ro:_synced"
 
 
 class RedisReadOnlyTier(ReadOnlyTier):
@@ -36,9 +61,12 @@ class RedisReadOnlyTier(ReadOnlyTier):
         # What Redis is known to hold, per key. Forgotten on any failure, so that the first sync
         # after an outage publishes everything again.
         self._published: dict[CacheKey, Payload] = {}
+        # Versions: this process's token and a count of puts (readers compare them, never order them).
+        self._token = secrets.token_hex(6)
+        self._puts = 0
 
     def _name(self, key: CacheKey) -> str:
-        return f"{self._namespace}:ro:{key.entity}:{key.fmt}:{int(key.compact)}:{key.name}"
+        return hash_name(self._namespace, key)
 
     def _usable(self) -> bool:
         return self.healthy or self._clock() >= self._retry_at
@@ -46,15 +74,22 @@ class RedisReadOnlyTier(ReadOnlyTier):
     def _failed(self, exc: RedisError) -> None:
         self._published.clear()
         self.failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
+        # Errors name the server (host:port), never the URL's password; scrubbed all the same.
+        self.last_error = scrub_text(f"{type(exc).__name__}: {exc}")
         self._retry_at = self._clock() + RETRY_AFTER_MS
         if self.healthy:
-            logger.error("Redis read-only cache unreachable (%s): serving from the in-process copy", exc)
+            logger.error(
+                "Redis read-only cache unreachable (%s): serving from the in-process copy",
+                self.last_error,
+                extra={"event": "redis_lost", "error": self.last_error},
+            )
         self.healthy = False
 
     def _recovered(self) -> None:
         if not self.healthy:
-            logger.warning("Redis read-only cache reachable again: serving from Redis")
+            logger.warning(
+                "Redis read-only cache reachable again: serving from Redis", extra={"event": "redis_back"}
+            )
         self.healthy = True
 
     def get(self, key: CacheKey, gzip: bool = False) -> Payload | None:
@@ -78,7 +113,13 @@ class RedisReadOnlyTier(ReadOnlyTier):
         super().put(key, payload)
         if not self._usable():
             return
-        fields = {"built_at": payload.built_at, "found": int(payload.found)}
+        self._puts += 1
+        fields = {
+            "built_at": payload.built_at,
+            "found": int(payload.found),
+            "synced_at": self._clock(),
+            "version": f"{self._token}.{self._puts}",
+        }
         if payload.found:
             fields.update(body=payload.body, gzip=payload.gzipped())
         try:
@@ -92,6 +133,23 @@ class RedisReadOnlyTier(ReadOnlyTier):
     def holds(self, key: CacheKey, payload: Payload) -> bool:
         return self._published.get(key) is payload
 
+    def confirm(self, keys: Iterable[CacheKey], now: int) -> None:
+        """After a cache sync: ``synced_at = now`` on each of ``keys`` Redis holds as the node serves
+        it, and the time of this sync; one pipelined round trip."""
+        if not self._usable():
+            return
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                if key in self._published:
+                    pipe.hset(self._name(key), "synced_at", now)
+            pipe.set(last_sync_name(self._namespace), now)
+            pipe.execute()
+        except RedisError as exc:
+            self._failed(exc)
+            return
+        self._recovered()
+
     def clear(self) -> None:
         super().clear()
         self._published.clear()
@@ -104,3 +162,70 @@ class RedisReadOnlyTier(ReadOnlyTier):
 
     def status(self) -> dict:
         return {"healthy": self.healthy, "failures": self.failures, "last_error": self.last_error}
+
+    def check(self) -> bool:
+        """Ask Redis now and record the answer as a read would (a scrape of /metrics asks: with
+        nothing to read or publish, ``healthy`` would otherwise keep its last value for ever)."""
+        if not self._usable():
+            return False
+        try:
+            self._redis.ping()
+        except RedisError as exc:
+            self._failed(exc)
+            return False
+        self._recovered()
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What a hash says about its payload, without the bytes."""
+
+    found: bool
+    built_at: int
+    # None: written by a node that did not stamp it (treated as stale).
+    synced_at: int | None
+    version: bytes | None
+
+
+_STAMP_FIELDS = ("found", "built_at", "synced_at", "version")
+
+
+def _stamp(found, built_at, synced_at, version) -> Stamp | None:
+    if built_at is None:
+        # No hash, or only a sync's stamp left on a hash Redis lost: a miss either way.
+        return None
+    return Stamp(found == b"1", int(built_at), None if synced_at is None else int(synced_at), version)
+
+
+class TierReader:
+    """The tier as a process that holds no node reads it (``registry/reader/``). Nothing is written and
+    nothing kept; Redis errors are raised to the caller, which has no copy of its own to fall back on."""
+
+    def __init__(self, client: Redis, namespace: str):
+        self._redis = client
+        self._namespace = namespace
+
+    def stamp(self, key: CacheKey) -> Stamp | None:
+        return _stamp(*self._redis.hmget(hash_name(self._namespace, key), *_STAMP_FIELDS))
+
+    def fetch(self, key: CacheKey, gzip: bool) -> tuple[Stamp, Payload] | None:
+        """The stamp and the payload with the one copy a client gets (gzip or not), read at once."""
+        found, built_at, synced_at, version, data = self._redis.hmget(
+            hash_name(self._namespace, key), *_STAMP_FIELDS, "gzip" if gzip else "body"
+        )
+        stamp = _stamp(found, built_at, synced_at, version)
+        if stamp is None:
+            return None
+        if not stamp.found:
+            return stamp, Payload(None, stamp.built_at)
+        if data is None:
+            return None
+        return stamp, (Payload(None, stamp.built_at, data) if gzip else Payload(data, stamp.built_at))
+
+    def last_sync(self) -> int | None:
+        value = self._redis.get(last_sync_name(self._namespace))
+        return None if value is None else int(value)
+
+    def ping(self) -> bool:
+        return bool(self._redis.ping())

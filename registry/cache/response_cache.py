@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -102,6 +103,20 @@ def set_compressor(compressor: Callable[[bytes], bytes]) -> None:
 Builder = Callable[[CacheKey], "bytes | None"]
 
 
+@dataclass(slots=True)
+class CacheCounters:
+    """Cumulative lookups and builds since start, read by GET /metrics. Plain integers without a
+    lock: a rare increment lost between two threads matters less to a metric than a lock per read.
+    A read-write lookup comes from a reader that missed the read-only tier, or from the cache sync;
+    a build is a read-write miss (a waiter that finds the fresh payload counts as a hit)."""
+
+    read_only_hits: int = 0
+    read_only_misses: int = 0
+    read_write_hits: int = 0
+    builds: int = 0
+    build_seconds: float = 0.0
+
+
 class ReadOnlyTier:
     """Where the read-only tier lives. This one is a dict in the process; see ``redis_tier``."""
 
@@ -119,6 +134,10 @@ class ReadOnlyTier:
         """Whether readers already get exactly ``payload`` for ``key`` (then a sync has nothing to do)."""
         return self._payloads.get(key) is payload
 
+    def confirm(self, keys: list[CacheKey], now: int) -> None:
+        """A sync found ``keys`` current at ``now``: a remote tier tells its readers (in the process,
+        nothing to tell)."""
+
     def keys(self) -> list[CacheKey]:
         return list(self._payloads)
 
@@ -130,6 +149,10 @@ class ReadOnlyTier:
 
     def status(self) -> dict | None:
         """Health of a remote tier (None: in the process, nothing can fail)."""
+        return None
+
+    def check(self) -> bool | None:
+        """Whether a remote tier answers now (None: in the process, nothing to ask)."""
         return None
 
 
@@ -154,28 +177,37 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._generation = 0
         self._build_locks: dict[CacheKey, threading.Lock] = {}
+        self.counters = CacheCounters()
 
     def get(self, key: CacheKey, now: int, gzip: bool = False) -> Payload:
         if self._use_read_only:
             payload = self.read_only.get(key, gzip)
             if payload is None:
+                self.counters.read_only_misses += 1
                 payload = self._load(key, now)
                 self.read_only.put(key, payload)
+            else:
+                self.counters.read_only_hits += 1
             return payload
         return self._load(key, now)
 
     def _load(self, key: CacheKey, now: int) -> Payload:
         payload = self._read_write.get(key)
         if payload is not None and now - payload.built_at < self._expire_ms:
+            self.counters.read_write_hits += 1
             return payload
         # One builder per key; concurrent readers of the same key wait for its result.
         build_lock = self._build_locks.setdefault(key, threading.Lock())
         with build_lock:
             payload = self._read_write.get(key)
             if payload is not None and now - payload.built_at < self._expire_ms:
+                self.counters.read_write_hits += 1
                 return payload
             generation = self._generation
+            started = time.perf_counter()
             payload = Payload(self._build(key), now)
+            self.counters.builds += 1
+            self.counters.build_seconds += time.perf_counter() - started
             with self._lock:
                 # A write that landed while we built may not be in this payload: serve it once, keep nothing.
                 if generation == self._generation:
@@ -210,6 +242,8 @@ class ResponseCache:
             # payload (10 MB for 10,000 instances) each interval, changed or not.
             if not self.read_only.holds(key, payload):
                 self.read_only.put(key, payload)
+        # Readers in other processes measure staleness by this confirmation (registry/reader/).
+        self.read_only.confirm(keys, now)
         return len(keys)
 
     def clear(self) -> None:

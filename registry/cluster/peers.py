@@ -3,13 +3,17 @@
 Health comes from real replication results, never from Eureka's hostname heuristic: a peer is
 available when its latest replication attempt succeeded, recently. The replication worker reports
 each attempt here (``record_success`` / ``record_failure`` / ``set_queued``); until peers are
-configured the node is standalone and the set is empty.
+configured the node is standalone and the set is empty. A peer's first result, and each change
+between success and failure after it, is logged once (unavailable with the error, available again):
+not every failed retry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
+import re
 import socket
 import threading
 from dataclasses import dataclass, replace
@@ -18,6 +22,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 # A peer with no successful replication for this long is unavailable even without a recorded error:
 # heartbeats replicate continuously (every instance renews every 30 s), so silence means trouble.
 AVAILABILITY_WINDOW_MS = 90_000
+
+logger = logging.getLogger(__name__)
+
+# The user-info part of any URL in a text (``scheme://user:secret@``).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@]*@")
 
 
 def scrub_credentials(url: str) -> str:
@@ -30,6 +39,11 @@ def scrub_credentials(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def scrub_text(text: str) -> str:
+    """Any text (an error, a log line) with the credentials of every URL in it removed."""
+    return _URL_USERINFO.sub(r"\1", text)
 
 
 def peer_hostname(url: str) -> str:
@@ -172,6 +186,8 @@ class PeerSet:
     def __init__(self, urls: list[str] | tuple[str, ...] = ()):
         self._lock = threading.Lock()
         self._peers: dict[str, PeerState] = {}
+        # What the log last said of each peer (True: available), so that each change is logged once.
+        self._announced: dict[str, bool] = {}
         for url in urls:
             clean = scrub_credentials(url)
             self._peers.setdefault(clean, PeerState(clean))
@@ -192,16 +208,38 @@ class PeerSet:
                 self._peers[clean] = replace(current, **changes)
 
     def record_success(self, url: str, now: int) -> None:
-        self._update(url, last_success=now, failing=False)
-
-    def record_failure(self, url: str, now: int, error: str) -> None:
         clean = scrub_credentials(url)
         with self._lock:
             current = self._peers.get(clean)
-            if current is not None:
-                self._peers[clean] = replace(
-                    current, last_failure=now, last_error=error, failures=current.failures + 1, failing=True
-                )
+            if current is None:
+                return
+            self._peers[clean] = replace(current, last_success=now, failing=False)
+            was = self._announced.get(clean)
+            self._announced[clean] = True
+        if was is False:
+            logger.warning("peer %s available again", clean, extra={"event": "peer_available", "peer": clean})
+        elif was is None:
+            logger.info("peer %s available", clean, extra={"event": "peer_available", "peer": clean})
+
+    def record_failure(self, url: str, now: int, error: str) -> None:
+        clean = scrub_credentials(url)
+        error = scrub_text(error)
+        with self._lock:
+            current = self._peers.get(clean)
+            if current is None:
+                return
+            self._peers[clean] = replace(
+                current, last_failure=now, last_error=error, failures=current.failures + 1, failing=True
+            )
+            was = self._announced.get(clean)
+            self._announced[clean] = False
+        if was is not False:
+            logger.warning(
+                "peer %s unavailable: %s",
+                clean,
+                error,
+                extra={"event": "peer_unavailable", "peer": clean, "error": error},
+            )
 
     def set_queued(self, url: str, queued: int, lag_ms: int = 0) -> None:
         self._update(url, queued_events=queued, lag_ms=lag_ms if queued else 0)
@@ -209,3 +247,4 @@ class PeerSet:
     def remove(self, url: str) -> None:
         with self._lock:
             self._peers.pop(scrub_credentials(url), None)
+            self._announced.pop(scrub_credentials(url), None)

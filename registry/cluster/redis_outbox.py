@@ -29,7 +29,7 @@ import orjson
 from redis import Redis
 from redis.exceptions import RedisError
 
-from registry.cluster.peers import Peer
+from registry.cluster.peers import Peer, scrub_text
 from registry.cluster.replication import BATCH_SIZE
 from registry.cluster.replicator import (
     DEFAULT_OUTBOX_CAPACITY,
@@ -108,11 +108,19 @@ class NodeOutbox:
             length, dropped = self.queue.push(items, now)
         except RedisError as exc:
             if self.redis_down_since is None:
-                logger.warning("Redis unreachable (%s): replicating from this process until it is back", exc)
+                error = scrub_text(f"{type(exc).__name__}: {exc}")
+                logger.warning(
+                    "Redis unreachable (%s): replicating from this process until it is back",
+                    error,
+                    extra={"event": "replication_redis_lost", "error": error},
+                )
                 self.redis_down_since = now
             return self.local.push(items, now)
         if self.redis_down_since is not None:
-            logger.warning("Redis is back: replication goes through Celery again")
+            logger.warning(
+                "Redis is back: replication goes through Celery again",
+                extra={"event": "replication_redis_back"},
+            )
             self.redis_down_since = None
         self.queued_in_redis = length
         if length and length <= len(items):

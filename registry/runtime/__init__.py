@@ -6,5 +6,7 @@ pruning, expected-clients recount); ``scheduler.py`` runs them in-process (embed
 production mode Celery beat schedules ``tasks.py``, whose worker asks the registry process to run
 them through the control endpoint (``control.py``, ``control_urls.py``, with ``/healthz`` and
 ``/readyz``). ``operations.py`` is the one path of status overrides for the protocol and the admin,
-``status.py`` what the node reports about itself, and ``gunicorn_worker.py`` the server's worker.
+``status.py`` what the node reports about itself, ``metrics.py`` the same numbers and more for
+Prometheus (``GET /metrics``), ``state_log.py`` the operator's log lines of evictions and
+self-preservation, and ``gunicorn_worker.py`` the server's worker.
 """

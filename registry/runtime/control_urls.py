@@ -1,6 +1,6 @@
 from django.urls import path
 
-from registry.runtime import control
+from registry.runtime import control, metrics
 
 app_name = "ops"
 
@@ -13,4 +13,5 @@ urlpatterns = [
     ),
     path("healthz", control.HealthView.as_view(), name="healthz"),
     path("readyz", control.ReadyView.as_view(), name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
 ]

@@ -10,6 +10,7 @@ from typing import Protocol
 from registry.cache.response_cache import ResponseCache
 from registry.core import Registry
 from registry.runtime.gc_policy import GcPolicy
+from registry.runtime.state_log import StateLog
 
 
 class JobTarget(Protocol):
@@ -19,10 +20,13 @@ class JobTarget(Protocol):
     registry: Registry
     cache: ResponseCache
     gc_policy: GcPolicy
+    state_log: StateLog
 
 
 def evict(node: JobTarget, now: int) -> object:
-    return node.registry.evict(now)
+    run = node.registry.run_eviction(now)
+    node.state_log.eviction(run, node.registry.size())
+    return run.evicted
 
 
 def sync_response_cache(node: JobTarget, now: int) -> object:

@@ -22,6 +22,7 @@ from registry.protocol.payloads import PayloadBuilder
 from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.jobs import JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
+from registry.runtime.state_log import StateLog
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class Node:
     cluster: ClusterMember | None = None
     gc_policy: GcPolicy | None = None
     received: ReceivedReplication = field(default_factory=ReceivedReplication)
+    # What the operator's log last said about self-preservation (registry/runtime/state_log.py).
+    state_log: StateLog = field(default_factory=StateLog)
+    # Jobs the node runs itself because Celery beat left them overdue (logged once each way).
+    watchdog_running: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:
@@ -103,6 +108,11 @@ class Node:
         record.last_run = now
         record.last_source = source
         record.runs += 1
+        if source == "celery" and name in self.watchdog_running:
+            self.watchdog_running.discard(name)
+            logger.warning(
+                "periodic job %s runs from Celery beat again", name, extra={"event": "job_back", "job": name}
+            )
         return result
 
     def overdue_jobs(self, now: int) -> list[str]:
@@ -120,7 +130,13 @@ class Node:
 
     def _watchdog_run(self, name: str, now: int) -> None:
         if name in self.overdue_jobs(now):
-            logger.warning("periodic job %s is overdue (is Celery beat running?): running it here", name)
+            if name not in self.watchdog_running:
+                self.watchdog_running.add(name)
+                logger.warning(
+                    "periodic job %s is overdue (is Celery beat running?): running it here until beat does",
+                    name,
+                    extra={"event": "job_overdue", "job": name},
+                )
             self.run_job(name, now, "watchdog")
 
     def job_intervals(self) -> dict[str, int]:
@@ -219,13 +235,10 @@ def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOn
     url = options.get("redis_url")
     if not url:
         return ReadOnlyTier()
-    from redis import Redis
-
-    from registry.cache.redis_tier import RedisReadOnlyTier
+    from registry.cache.redis_tier import RedisReadOnlyTier, connect
 
     # Short timeouts: a slow Redis must not hold up reads the node can answer from its own copy.
-    client = Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-    tier = RedisReadOnlyTier(client, options.get("redis_namespace", "eureka"), clock)
+    tier = RedisReadOnlyTier(connect(url), options.get("redis_namespace", "eureka"), clock)
     # A new process starts with an empty map: payloads an earlier process (a restart, a crash) left
     # in Redis describe a map that no longer exists, and the cache sync would never refresh them.
     tier.clear()
@@ -234,17 +247,33 @@ def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOn
 
 _node: Node | None = None
 _node_lock = threading.Lock()
+# Set in processes that must never hold a lease map (a reader: registry/reader/): why not.
+_forbidden: str | None = None
 
 
 def get_node() -> Node:
     global _node
     if _node is None:
         with _node_lock:
+            if _forbidden is not None:
+                raise RuntimeError(f"this process holds no registry node: {_forbidden}")
             if _node is None:
                 from django.conf import settings
 
                 _node = build_node(settings.EUREKA)
     return _node
+
+
+def forbid_node(reason: str | None) -> None:
+    """From now on ``get_node()`` raises instead of building a node (None lifts it, for tests)."""
+    global _forbidden
+    with _node_lock:
+        _forbidden = reason
+
+
+def holds_node() -> bool:
+    """Whether this process has built (or been given) a node."""
+    return _node is not None
 
 
 def reset_node(node: Node | None = None) -> Node | None:

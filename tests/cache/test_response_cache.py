@@ -189,10 +189,20 @@ class FlakyRedis:
         self.hashes: dict[str, dict] = {}
         self.down = False
 
-    def hset(self, name, mapping):
+    def hset(self, name, key=None, value=None, mapping=None):
         if self.down:
             raise RedisConnectionError("connection refused")
-        self.hashes[name] = dict(mapping)
+        self.hashes.setdefault(name, {}).update(mapping or {key: value})
+
+    def set(self, name, value):
+        self.hset(name, "value", value)
+
+    # The cache sync's confirmation is one pipeline: here, the same calls one by one.
+    def pipeline(self, transaction=True):
+        return self
+
+    def execute(self):
+        return []
 
 
 def test_the_redis_tier_publishes_everything_again_after_an_outage():
