@@ -47,12 +47,10 @@ class RolePermission(BasePermission):
         )
         if user is None:
             accounts.note_refusal("unauthenticated", f"no credentials from {_client(request)}")
-            self.message = "Authentication required: put user:password in the service URL"
             return False
         if needed in user.permissions:
             return True
         accounts.note_refusal(
             "forbidden", f"{user.username!r} lacks {needed} for {request.method} from {_client(request)}"
         )
-        self.message = f"Account {user.username!r} may not do this: it needs the {needed} permission"
         return False

@@ -142,6 +142,9 @@ def parse_timestamp(value: str | None, name: str) -> int | None:
     return parse_long(value, name)
 
 
+ACCOUNT_REFUSALS = (exceptions.NotAuthenticated, exceptions.AuthenticationFailed, exceptions.PermissionDenied)
+
+
 def plain_exception_handler(exc, context):
     """DRF errors (405, parse errors...) as short plain-text answers instead of JSON documents."""
     if isinstance(exc, RequestRefused):
@@ -154,12 +157,19 @@ def plain_exception_handler(exc, context):
         if allowed:
             response["Allow"] = ", ".join(allowed)
         return response
-    if isinstance(exc, exceptions.APIException):
-        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        response = text(exc.status_code, detail)
+    if isinstance(
+        exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed | exceptions.PermissionDenied
+    ):
+        # API account refusals carry no body: Jersey clients read any body of a heartbeat answer as an
+        # instance and Spring's converters choke on text/plain, so either would report a decoding
+        # error instead of the 401/403. The reason is in the node's log (registry.access).
+        response = empty(exc.status_code)
         # 401s carry the challenge, so clients and browsers know to send Basic credentials.
         auth_header = getattr(exc, "auth_header", None)
         if auth_header:
             response["WWW-Authenticate"] = auth_header
         return response
+    if isinstance(exc, exceptions.APIException):
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return text(exc.status_code, detail)
     return None
