@@ -3,12 +3,19 @@
 The suites drive real, unmodified Eureka clients over HTTP, so they need a real server process (not
 Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` on a free
 127.0.0.1 port with one-second jobs and an access log the tests read to count requests.
+
+``auth_live_server`` is the same node with API accounts on (``EUREKA_API_AUTH=true``): its database is
+migrated and holds one account per role (``API_ACCOUNTS``, made with ``manage.py eureka_account``), and
+``LiveServer.service_url(role)`` is the service URL with that account's credentials in it, as a client's
+users configure it. ``RegistryAdmin`` speaks to such a node with the peer account.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -45,6 +52,29 @@ SERVER_ENV = {
     "EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS": str(DELTA_RETENTION_MS),
     "EUREKA_EMBEDDED_SCHEDULER": "true",
     "LOG_LEVEL": "WARNING",
+}
+
+
+# API accounts (registry/access/): with EUREKA_API_AUTH on, every /eureka/ request needs HTTP Basic
+# credentials of one of them. A missing or wrong one gets 401 with this challenge, a write of a reader 403.
+AUTH_ENV = {"EUREKA_API_AUTH": "true"}
+BASIC_CHALLENGE = 'Basic realm="eureka", charset="UTF-8"'
+
+
+@dataclass(frozen=True)
+class Account:
+    role: str
+    username: str
+    password: str
+
+    @property
+    def auth(self) -> tuple[str, str]:
+        """For httpx's ``auth=`` (preemptive Basic)."""
+        return (self.username, self.password)
+
+
+API_ACCOUNTS = {
+    role: Account(role, f"interop-{role}", f"{role}-Secret-42") for role in ("client", "reader", "peer")
 }
 
 
@@ -128,6 +158,20 @@ class LiveServer:
     access_log_path: Path
     server_log_path: Path
     process: subprocess.Popen
+    # The API accounts of a node with EUREKA_API_AUTH on, by role (empty: the open API).
+    accounts: dict[str, Account] = field(default_factory=dict)
+
+    def service_url(
+        self, role: str | None = None, prefix: str = "/eureka/", password: str | None = None
+    ) -> str:
+        """The service URL with the ``role`` account's credentials in it, ``http://user:pw@host:port/eureka/``
+        as users configure a client; without ``role``, the plain URL. ``password`` replaces the account's."""
+        if role is None:
+            return f"{self.base_url}{prefix}"
+        account = self.accounts[role]
+        secret = account.password if password is None else password
+        host = self.base_url.removeprefix("http://")
+        return f"http://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
 
     def records(self) -> list[AccessRecord]:
         """Every request the server logged so far, in order."""
@@ -203,14 +247,19 @@ class RegistryAdmin:
 
     ``prefix`` is the protocol prefix the test uses (``eureka/`` or ``eureka/v2/``): pick the one the client
     under test does *not* use, so the access log tells the client's requests from the test's.
-    Instances it registers are cancelled by ``cleanup()``.
+    Instances it registers are cancelled by ``cleanup()``. On a node with API accounts it sends the
+    credentials of the ``role`` account (the peer's unless told: it may do everything).
     """
 
-    def __init__(self, server: LiveServer, prefix: str):
+    def __init__(self, server: LiveServer, prefix: str, role: str = "peer"):
         self.server = server
         self.prefix = prefix
+        account = server.accounts.get(role)
         self.http = httpx.Client(
-            base_url=f"{server.base_url}/{prefix}", headers={"Accept": "application/json"}, timeout=5.0
+            base_url=f"{server.base_url}/{prefix}",
+            headers={"Accept": "application/json"},
+            timeout=5.0,
+            auth=account.auth if account else None,
         )
         self._registered: list[tuple[str, str]] = []
 
@@ -340,7 +389,11 @@ def server_env(workdir: Path, extra_env: dict[str, str] | None = None) -> dict[s
 
 
 def _start(
-    workdir: Path, extra_env: dict[str, str] | None = None, host: str = "127.0.0.1", port: int | None = None
+    workdir: Path,
+    extra_env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    accounts: dict[str, Account] | None = None,
 ) -> LiveServer:
     port = port or free_port(host)
     access_log = workdir / "access.log"
@@ -369,7 +422,10 @@ def _start(
         access_log_path=access_log,
         server_log_path=server_log,
         process=process,
+        accounts=dict(accounts or {}),
     )
+    # With API accounts on, the readiness probe reads with the reader's credentials.
+    probe_auth = server.accounts["reader"].auth if server.accounts else None
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while True:
         if process.poll() is not None:
@@ -377,7 +433,7 @@ def _start(
                 f"gunicorn exited with {process.returncode} before answering:\n{server.server_log_tail()}"
             )
         try:
-            if httpx.get(f"{base_url}/eureka/apps", timeout=1.0).status_code == 200:
+            if httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth).status_code == 200:
                 return server
         except httpx.TransportError:
             pass
@@ -404,22 +460,27 @@ def _live_server_helper():
 
 @contextmanager
 def running_server(
-    workdir: Path, extra_env: dict[str, str] | None = None, host: str = "127.0.0.1", port: int | None = None
+    workdir: Path,
+    extra_env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    accounts: dict[str, Account] | None = None,
 ) -> Iterator[LiveServer]:
     """A gunicorn node with its files in ``workdir``, stopped (TERM, then KILL) on exit.
 
     It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
-    server tell each other apart by host) and on ``port``, a free one unless given.
+    server tell each other apart by host) and on ``port``, a free one unless given. ``accounts``: the API
+    accounts its database holds (see ``auth_live_server``), for the readiness probe and the tests.
     """
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
     try:
-        server = _start(workdir, extra_env, host, port)
+        server = _start(workdir, extra_env, host, port, accounts)
     except RuntimeError as first_error:
         # The free port may have been taken between probing and binding: one more try (on a new port
         # unless the caller chose it).
         try:
-            server = _start(workdir, extra_env, host, port)
+            server = _start(workdir, extra_env, host, port, accounts)
         except RuntimeError as second_error:
             pytest.fail(f"could not start gunicorn: {first_error}\n---\n{second_error}", pytrace=False)
     try:
@@ -433,3 +494,72 @@ def live_server(tmp_path_factory) -> Iterator[LiveServer]:
     """A gunicorn registry node for one test module."""
     with running_server(tmp_path_factory.mktemp("live_server")) as server:
         yield server
+
+
+# Run in one Python process (one Django start instead of four): ``manage.py migrate``, then
+# ``manage.py eureka_account NAME --role ROLE`` per account with its password in EUREKA_ACCOUNT_PASSWORD,
+# as an operator runs them.
+_CREATE_ACCOUNTS = """
+import json, os, sys
+import django
+from django.core.management import call_command
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
+django.setup()
+call_command("migrate", interactive=False, verbosity=0)
+for username, role, password in json.loads(sys.argv[1]):
+    os.environ["EUREKA_ACCOUNT_PASSWORD"] = password
+    call_command("eureka_account", username, role=role)
+"""
+
+
+@pytest.fixture(scope="session")
+def api_accounts_database(tmp_path_factory) -> Path:
+    """A migrated SQLite database holding ``API_ACCOUNTS``, made once per session; each auth node
+    gets a copy."""
+    workdir = tmp_path_factory.mktemp("api_accounts")
+    accounts = json.dumps([[a.username, a.role, a.password] for a in API_ACCOUNTS.values()])
+    done = subprocess.run(
+        [sys.executable, "-c", _CREATE_ACCOUNTS, accounts],
+        cwd=PROJECT_ROOT,
+        env=server_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"could not create the API accounts:\n{done.stdout}{done.stderr}", pytrace=False)
+    return workdir / "db.sqlite3"
+
+
+@pytest.fixture(scope="module")
+def auth_live_server(tmp_path_factory, api_accounts_database) -> Iterator[LiveServer]:
+    """A gunicorn registry node with API accounts on (``EUREKA_API_AUTH=true``) for one test module.
+
+    Each account reads once before the tests: the node hashes a password the first time it sees it
+    (about half a second of CPU, more on a busy machine), then remembers the verdict.
+    """
+    workdir = tmp_path_factory.mktemp("auth_live_server")
+    shutil.copyfile(api_accounts_database, workdir / "db.sqlite3")
+    with running_server(workdir, AUTH_ENV, accounts=API_ACCOUNTS) as server:
+        for account in server.accounts.values():
+            response = httpx.get(f"{server.url}apps/", auth=account.auth, timeout=60)
+            assert response.status_code == 200, f"{account.username}: {response.status_code} {response.text}"
+        yield server
+
+
+def assert_refused(
+    server: LiveServer, since: int, path: PathMatcher, status: int = 401
+) -> list[AccessRecord]:
+    """Every request to ``path`` logged after ``since`` (at least one) got ``status``: the node refused
+    the client each time, and never answered it otherwise."""
+    server.wait_for_requests(None, path, since=since, timeout=10)
+    records = server.requests(None, path, since)
+    assert records and all(r.status == status for r in records), records
+    return records
+
+
+def assert_challenge(server: LiveServer, path: str = "apps/") -> None:
+    """A request without credentials gets 401 with the Basic challenge that tells clients to send them."""
+    response = httpx.get(f"{server.url}{path}", headers={"Accept": "application/json"}, timeout=5)
+    assert response.status_code == 401, response.text
+    assert response.headers.get("WWW-Authenticate") == BASIC_CHALLENGE, response.headers

@@ -11,16 +11,25 @@ Client quirks respected here (eureka-clients.md section 2): ``modifyInstance`` a
 splice index 0 of the app's list, so delta assertions use apps holding a single instance and no
 multi-instance MODIFIED; ``filterUpInstances`` only applies when instances are added, so the override
 test uses full fetches (the default, ``shouldUseDelta: false``).
+
+With API accounts on (``auth_live_server``) the client's credentials go either in its service URL
+(``http://user:password@host:port/eureka/v2/``: the ``request`` library it uses takes them from there)
+or, as its README shows, into each request's options (``requestOpts.auth``) from its
+``requestMiddleware``; both send them unasked (preemptive Basic). A registration it is refused ends
+``start()`` with an error: the client then neither heartbeats nor fetches, nor tries again.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import re
 import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +37,8 @@ import pytest
 from tests.interop.conftest import (
     LiveServer,
     RegistryAdmin,
+    assert_challenge,
+    assert_refused,
     close_stdin_driven,
     require_toolchain,
     wait_until,
@@ -77,7 +88,16 @@ def node() -> str:
 class JsClient:
     """One Node process running the client; its JSON lines are collected by a reader thread."""
 
-    def __init__(self, node: str, server: LiveServer, app: str, host_name: str, port: int, *args: str):
+    def __init__(
+        self,
+        node: str,
+        server: LiveServer,
+        app: str,
+        host_name: str,
+        port: int,
+        *args: str,
+        url: str | None = None,
+    ):
         self.app = app
         self.host_name = host_name
         # The client's instance id is its hostName (no instanceId configured).
@@ -87,7 +107,7 @@ class JsClient:
             node,
             str(DRIVER),
             "--url",
-            f"{server.url}v2/",
+            url or f"{server.url}v2/",
             "--app",
             app,
             "--host-name",
@@ -196,19 +216,43 @@ def admin(live_server):
     admin.cleanup()
 
 
-@pytest.fixture
-def js_client(node, live_server):
-    """A factory of running JS clients; each is stopped and its process ended when the test ends."""
+@contextmanager
+def client_factory(node: str, server: LiveServer) -> Iterator[Callable[..., JsClient]]:
+    """Starts JS clients of ``server`` (on ``url`` if given); each is stopped, its process ended, on exit."""
     clients: list[JsClient] = []
 
-    def start(app: str, host_name: str, port: int, *args: str) -> JsClient:
-        client = JsClient(node, live_server, app, host_name, port, *args)
+    def start(app: str, host_name: str, port: int, *args: str, url: str | None = None) -> JsClient:
+        client = JsClient(node, server, app, host_name, port, *args, url=url)
         clients.append(client)
         return client
 
-    yield start
-    for client in clients:
-        client.close()
+    try:
+        yield start
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.fixture
+def js_client(node, live_server):
+    """A factory of running JS clients; each is stopped and its process ended when the test ends."""
+    with client_factory(node, live_server) as start:
+        yield start
+
+
+@pytest.fixture
+def auth_admin(auth_live_server):
+    """The test's view of the node with API accounts, with the peer account."""
+    admin = RegistryAdmin(auth_live_server, prefix="eureka/")
+    yield admin
+    admin.cleanup()
+
+
+@pytest.fixture
+def auth_js_client(node, auth_live_server):
+    """JS clients of the node with API accounts; pass the service URL (with or without credentials)."""
+    with client_factory(node, auth_live_server) as start:
+        yield start
 
 
 def test_the_client_under_test_is_the_pinned_release():
@@ -440,3 +484,80 @@ def test_it_re_registers_when_a_heartbeat_gets_404(live_server, js_client, admin
     instance = admin.instance("JSREREG", "jsrereg-host")
     assert instance is not None and instance["status"] == "UP"
     client.wait_for("heartbeat", since=client.mark(), timeout=5)
+
+
+# --- with API accounts (EUREKA_API_AUTH) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("credentials_in", ["service-url", "request-middleware"])
+def test_with_api_accounts_it_registers_heartbeats_fetches_deltas_and_deregisters(
+    auth_live_server, auth_js_client, auth_admin, credentials_in
+):
+    server = auth_live_server
+    account = server.accounts["client"]
+    app = {"service-url": "jsauthurl", "request-middleware": "jsauthmw"}[credentials_in]
+    host = f"{app}-host"
+    since = server.mark()
+    if credentials_in == "service-url":
+        client = auth_js_client(app, host, 8111, "--delta", url=server.service_url("client", "/eureka/v2/"))
+    else:
+        auth = f"{account.username}:{account.password}"
+        client = auth_js_client(
+            app, host, 8111, "--delta", "--auth", auth, url=server.service_url(None, "/eureka/v2/")
+        )
+
+    client.wait_for("registered")
+    client.wait_for("start-callback", error=None)
+    server.wait_for_requests("POST", f"/eureka/v2/apps/{app}", since=since, status=204, timeout=5)
+    client.wait_for("heartbeat", at_least=2, timeout=8)
+    server.wait_for_requests("PUT", client.path, since=since, status=200, at_least=2, timeout=5)
+    # A full fetch, then deltas, that hold the client's own instance.
+    wait_until(
+        lambda: client.state()["hasFullRegistry"] and client.ids_by_app(app) == {host},
+        timeout=8,
+        message="the client never held a full registry with its own instance",
+    )
+    client.wait_for("request", since=client.mark(), method="GET", uri="delta")
+    server.wait_for_requests("GET", "/eureka/v2/apps/delta", since=since, status=200, timeout=5)
+    assert server.count("GET", "/eureka/v2/apps/", since=since, status=200) >= 1
+    # The node lists it, to a reader.
+    reader = RegistryAdmin(server, prefix="eureka/", role="reader")
+    try:
+        wait_until(
+            lambda: host in reader.listed_ids(app),
+            timeout=5,
+            message="the full registry never listed the JS instance",
+        )
+    finally:
+        reader.cleanup()
+    refused = [
+        r for r in server.requests(since=since) if r.path.startswith("/eureka/v2/") and r.status >= 400
+    ]
+    assert refused == []
+
+    assert client.stop()["error"] is None
+    client.wait_for("deregistered")
+    server.wait_for_requests("DELETE", client.path, since=since, status=200, timeout=5)
+    assert auth_admin.instance(app, host) is None
+
+
+def test_with_api_accounts_a_client_without_credentials_is_refused(
+    auth_live_server, auth_js_client, auth_admin
+):
+    server = auth_live_server
+    since = server.mark()
+    client = auth_js_client("jsnoauth", "jsnoauth-host", 8112, url=server.service_url(None, "/eureka/v2/"))
+
+    started = client.wait_for("start-callback", timeout=10)[0]
+    assert started["error"] is not None and "eureka registration FAILED: status: 401" in started["error"], (
+        started
+    )
+    assert client.named("registered") == []
+    # The client gave up: no heartbeat, no fetch, no second try.
+    time.sleep(1.5)
+    refused = assert_refused(server, since, re.compile(r"/eureka/v2/apps/jsnoauth(/.*)?"))
+    assert [(r.method, r.path) for r in refused] == [("POST", "/eureka/v2/apps/jsnoauth")]
+    assert [r for r in server.requests(since=since) if r.path.startswith("/eureka/v2/")] == refused
+    assert_challenge(server, "v2/apps/")
+    assert auth_admin.instance("JSNOAUTH", "jsnoauth-host") is None
+    assert "JSNOAUTH" not in {a["name"] for a in auth_admin.applications()["application"]}

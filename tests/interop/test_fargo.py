@@ -17,6 +17,10 @@ fargo behaviour these tests rely on (eureka-clients.md section 5, and fargo's ne
 * In XML mode fargo reads metadata with mxj and does not undo XStream's name escaping (``_`` is written
   ``__`` in element names, by Eureka and by us), and it marshals only metadata it parsed or was given:
   re-registering the struct ``ReregisterInstance`` read back sends an empty ``<metadata>``.
+
+With API accounts on (``auth_live_server``) fargo's credentials go in its service URL
+(``http://user:password@host:port/eureka/v2``): fargo builds every request URL from it, and Go's
+``net/http`` client sends the URL's user info as Basic credentials with each request, unasked.
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.interop.conftest import LiveServer, RegistryAdmin, require_toolchain, wait_until
+from tests.interop.conftest import (
+    LiveServer,
+    RegistryAdmin,
+    assert_challenge,
+    assert_refused,
+    require_toolchain,
+    wait_until,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -194,6 +205,19 @@ class Fargo:
 @pytest.fixture(scope="module")
 def fargo(fargo_binary, live_server) -> Fargo:
     return Fargo(fargo_binary, live_server)
+
+
+@pytest.fixture(scope="module")
+def auth_fargo(fargo_binary, auth_live_server) -> Fargo:
+    return Fargo(fargo_binary, auth_live_server)
+
+
+@pytest.fixture
+def auth_admin(auth_live_server):
+    """The test's view of the node with API accounts, with the peer account."""
+    admin = RegistryAdmin(auth_live_server, prefix="eureka/")
+    yield admin
+    admin.cleanup()
 
 
 @pytest.fixture(params=MODES)
@@ -620,3 +644,66 @@ def test_every_scenario_in_one_invocation(fargo, mode):
         "amazon",
     ]
     assert all(e["ok"] for e in ends)
+
+
+# --- with API accounts (EUREKA_API_AUTH) --------------------------------------------------------------
+
+
+def fargo_requests(server: LiveServer, since: int) -> list:
+    return [r for r in server.requests(since=since) if r.path.startswith(f"{FARGO_PREFIX}/")]
+
+
+def test_with_api_accounts_every_scenario_runs(auth_live_server, auth_fargo, mode):
+    """Registration, heartbeats, reads (apps, app, instance, vips), status, metadata, re-registration
+    and deregistration, all with the credentials of the service URL."""
+    server = auth_live_server
+    since = server.mark()
+    url = server.service_url("client", FARGO_PREFIX)
+    run = auth_fargo.run("all", mode, "-tag", f"auth-{mode}", service_url=url)
+    run.assert_all_as_expected()
+
+    requests = fargo_requests(server, since)
+    assert requests and [r for r in requests if r.status in (401, 403)] == [], requests
+    names = {line["scenario"]: line["names"] for line in run.lines if line.get("event") == "setup"}
+    # Its deregistration (a cancel) was acknowledged, its second one a 404.
+    gone = names["deregister"]
+    deletes = logged(server, "DELETE", fargo_path(gone["app"], gone["id"]), since, 2)
+    assert [r.status for r in deletes] == [200, 404], deletes
+    # The node lists what the "register" scenario left registered, to a reader.
+    kept = names["register"]
+    reader = RegistryAdmin(server, prefix="eureka/", role="reader")
+    try:
+        wait_until(
+            lambda: reader.listed_ids(kept["app"]) == {kept["id"], kept["explicit_id"]},
+            timeout=5,
+            message="the full registry never listed fargo's instances",
+        )
+        assert reader.instance(gone["app"], gone["id"]) is None
+    finally:
+        reader.cleanup()
+
+
+def test_with_api_accounts_a_client_without_credentials_is_refused(
+    auth_live_server, auth_fargo, auth_admin, mode
+):
+    server = auth_live_server
+    since = server.mark()
+    url = server.service_url(None, FARGO_PREFIX)
+    run = auth_fargo.run("register", mode, "-tag", f"noauth-{mode}", service_url=url)
+    n = run.names
+
+    # fargo reports each refusal as an error carrying the code; the scenario stops at the registration.
+    assert run.http_error("get_instance_before") == 401
+    assert run.http_error("register") == 401
+    assert run.returncode == 1
+    # RegisterInstance GETs the instance, then POSTs it (whatever the GET's code short of 200).
+    logged(server, "POST", fargo_path(n["app"]), since, 1, status=401)
+    refused = assert_refused(server, since, re.compile(re.escape(FARGO_PREFIX) + "/.*"))
+    assert [(r.method, r.path) for r in refused] == [
+        ("GET", fargo_path(n["app"], n["id"])),
+        ("GET", fargo_path(n["app"], n["id"])),
+        ("POST", fargo_path(n["app"])),
+    ], refused
+    assert_challenge(server, "v2/apps/")
+    assert auth_admin.instance(n["app"], n["id"]) is None
+    assert n["app"] not in {a["name"] for a in auth_admin.applications()["application"]}

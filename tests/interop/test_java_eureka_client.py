@@ -30,6 +30,13 @@ Who speaks through which prefix, so the access log tells them apart: services us
 consumers ``/eureka/v2/`` (Netflix's default), and the test's own ``RegistryAdmin`` ``/eureka/``; so
 the test never reads through ``/eureka/v2/`` and every ``GET /eureka/v2/apps/`` is a consumer's full fetch.
 
+With API accounts on (``auth_live_server``) the service URL argument carries the credentials
+(``http://user:password@host:port/eureka/``, set as ``eureka.serviceUrl.default``), and both transports
+send them with every request, unasked: Jersey 1 hands the URL to Apache HttpClient 4, whose request
+director takes its user info as Basic credentials; eureka-client-jersey3 registers
+``HttpAuthenticationFeature.basic(user, password)`` (preemptive) from it. On that node only services run,
+on ``/eureka/``, so the test reads through ``/eureka/v2/`` there.
+
 Each Maven build runs once per session through ``tests/interop/maven.py`` (``mvn -o compile`` when the
 local repository already holds everything, online otherwise) and is skipped entirely while its
 ``target/build.stamp`` matches the sources (its own and the shared ones).
@@ -37,6 +44,7 @@ local repository already holds everything, online otherwise) and is skipped enti
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -56,6 +64,8 @@ from tests.interop.conftest import (
     DELTA_RETENTION_MS,
     LiveServer,
     RegistryAdmin,
+    assert_challenge,
+    assert_refused,
     close_stdin_driven,
     wait_until,
 )
@@ -192,7 +202,16 @@ def jersey1_classpath() -> JavaBuild:
 class JavaClient:
     """One JVM running interop.EurekaInterop; a reader thread collects its JSON lines as events."""
 
-    def __init__(self, build: JavaBuild, server: LiveServer, role: str, app: str, port: int, vip: str):
+    def __init__(
+        self,
+        build: JavaBuild,
+        server: LiveServer,
+        role: str,
+        app: str,
+        port: int,
+        vip: str,
+        credentials: str | None = None,
+    ):
         self.generation = build.generation
         self.server = server
         self.ready: dict = {}
@@ -203,7 +222,8 @@ class JavaClient:
         # The instance id the program configures (eureka.instanceId), Spring's host:app:port shape.
         self.instance_id = f"127.0.0.1:{app.lower()}:{port}"
         prefix = SERVICE_PREFIX if role == "service" else CONSUMER_PREFIX
-        self.service_url = f"{server.base_url}{prefix}"
+        # With ``credentials`` (an API account's role), the account's user and password in the URL.
+        self.service_url = server.service_url(credentials, prefix)
         self.register_path = f"{prefix}apps/{self.app}"
         self.path = f"{prefix}apps/{self.app}/{self.instance_id}"
         command = [
@@ -397,8 +417,10 @@ def client_factory(build: JavaBuild, server: LiveServer) -> Iterator[Callable[..
     """Starts Java clients of ``build`` (each ready); all are shut down (cancelled) on exit."""
     clients: list[JavaClient] = []
 
-    def start(role: str, app: str, port: int, vip: str | None = None) -> JavaClient:
-        client = JavaClient(build, server, role, app, port, vip or f"{app.lower()}.vip")
+    def start(
+        role: str, app: str, port: int, vip: str | None = None, credentials: str | None = None
+    ) -> JavaClient:
+        client = JavaClient(build, server, role, app, port, vip or f"{app.lower()}.vip", credentials)
         clients.append(client)
         client.ready = client.wait_for("ready", timeout=60)[0]
         return client
@@ -415,6 +437,21 @@ def java_client(java_classpath, live_server):
     """A factory of running Java clients of the generation under test."""
     with client_factory(java_classpath, live_server) as start:
         yield start
+
+
+@pytest.fixture
+def auth_java_client(java_classpath, auth_live_server):
+    """Java clients of the generation under test against the node with API accounts."""
+    with client_factory(java_classpath, auth_live_server) as start:
+        yield start
+
+
+@pytest.fixture
+def auth_admin(auth_live_server):
+    """The test's view of the node with API accounts (peer account), through ``/eureka/v2/``."""
+    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
+    yield admin
+    admin.cleanup()
 
 
 @pytest.fixture
@@ -856,3 +893,87 @@ def test_a_metadata_change_by_the_client_reaches_other_clients(live_server, java
     assert live_server.count("GET", CONSUMER_FULL_FETCH, since=since) == 0
     assert live_server.count("GET", CONSUMER_DELTA, since=since, status=200) >= 1
     assert service.client_problems() == [] and consumer.client_problems() == []
+
+
+# --- with API accounts (EUREKA_API_AUTH) --------------------------------------------------------------
+
+
+def service_requests(server: LiveServer, since: int) -> list:
+    """The services' requests (``/eureka/``), not the test's (``/eureka/v2/``)."""
+    return [r for r in server.requests(since=since) if not r.path.startswith(CONSUMER_PREFIX)]
+
+
+def test_with_api_accounts_it_registers_heartbeats_fetches_and_cancels(
+    auth_live_server, auth_java_client, auth_admin
+):
+    server = auth_live_server
+    since = server.mark()
+    client = auth_java_client("service", "javaauth", 8111, credentials="client")
+
+    client.wait_for_http("Register", status=204, timeout=10)
+    server.wait_for_requests("POST", client.register_path, since=since, status=204, timeout=5)
+    beats = client.wait_for_http("SendHeartBeat", at_least=2, timeout=10)
+    assert all(b["status"] == 200 for b in beats), beats
+    server.wait_for_requests("PUT", client.path, since=since, status=200, at_least=2, timeout=5)
+    # Its registry: full fetch, then deltas, in which it sees itself UP.
+    client.wait_for_http("GetDelta", status=200, timeout=10)
+    wait_until(
+        lambda: (lambda s: s if s["remoteStatus"] == "UP" else None)(client.state(apps=("JAVAAUTH",))),
+        timeout=5,
+        message="the client never saw itself UP in its fetched registry",
+    )
+    fetches = client.http("GetApplications") + client.http("GetDelta")
+    assert fetches and all(f["status"] == 200 for f in fetches), fetches
+    # The node lists it, to a reader.
+    reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
+    try:
+        wait_until(
+            lambda: client.instance_id in reader.listed_ids("JAVAAUTH"),
+            timeout=5,
+            message="the full registry never listed the instance",
+        )
+    finally:
+        reader.cleanup()
+    # Preemptive Basic: the credentials went with the first request already, nothing was ever refused.
+    assert [r for r in service_requests(server, since) if r.status >= 400] == []
+    if client.generation.records_wire:
+        account = server.accounts["client"]
+        token = base64.b64encode(f"{account.username}:{account.password}".encode()).decode()
+        wired = client.wire()
+        assert wired and all(w["headers"].get("authorization") == f"Basic {token}" for w in wired), wired
+    assert client.client_problems() == []
+
+    before_stop = server.mark()
+    client.shutdown()
+    assert [c["status"] for c in client.http("Cancel")] == [200]
+    server.wait_for_requests("DELETE", client.path, since=before_stop, status=200, timeout=5)
+    assert auth_admin.instance("JAVAAUTH", client.instance_id) is None
+
+
+def test_with_api_accounts_a_client_without_credentials_is_refused(
+    auth_live_server, auth_java_client, auth_admin
+):
+    server = auth_live_server
+    since = server.mark()
+    client = auth_java_client("service", "javanoauth", 8112)
+
+    # The client sees each refusal's status: its first fetch, its registration, then it keeps trying.
+    registers = client.wait_for_http("Register", timeout=10)
+    assert [r["status"] for r in registers] == [401], registers
+    fetches = client.http("GetApplications")
+    assert fetches and all(f["status"] == 401 for f in fetches), fetches
+    # Its heartbeats fail too. (Both Jersey transports read a heartbeat answer that has a body as an
+    # InstanceInfo, whatever its status: they report the 401's text/plain body as a decoding error.)
+    beats = client.wait_for_http("SendHeartBeat", timeout=10)
+    assert all(b.get("status") == 401 or "InstanceInfo" in b.get("error", "") for b in beats), beats
+    server.wait_for_requests("PUT", client.path, since=since, status=401, timeout=5)
+    assert_refused(server, since, re.compile(r"/eureka/apps/JAVANOAUTH(/.*)?"))
+    assert_refused(server, since, re.compile(r"/eureka/apps/?"))
+    assert {r.status for r in service_requests(server, since)} == {401}
+    if client.generation.records_wire:
+        wired = client.wire()
+        assert wired and all("authorization" not in w["headers"] for w in wired), wired
+        assert {w["status"] for w in wired} == {401}, wired
+    assert_challenge(server)
+    assert auth_admin.instance("JAVANOAUTH", client.instance_id) is None
+    assert client.state()["remoteStatus"] != "UP"

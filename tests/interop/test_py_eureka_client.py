@@ -11,6 +11,10 @@ py-eureka-client quirks these tests work around (client bugs, not server behavio
 * ``Applications.get_application`` never returns None, so instances of an app that is new to the
   client are dropped from a delta (a hash mismatch and a full fetch repair it). The delta test
   therefore adds instances to the client's own app, which the client merges in place.
+
+With API accounts on (``auth_live_server``) the client takes its credentials from the service URL
+(``http://user:password@host:port/eureka/``, its README's way) and sends them with every request,
+unasked (preemptive Basic); it reports a refused call through its ``on_error`` callback.
 """
 
 from __future__ import annotations
@@ -19,12 +23,23 @@ import asyncio
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 
+import httpx
 import pytest
+from py_eureka_client import ERROR_DISCOVER, ERROR_REGISTER
 from py_eureka_client.eureka_client import EurekaClient, WalkNodeException
 
-from tests.interop.conftest import DELTA_RETENTION_MS, LiveServer, RegistryAdmin, wait_until
+from tests.interop.conftest import (
+    DELTA_RETENTION_MS,
+    LiveServer,
+    RegistryAdmin,
+    assert_challenge,
+    assert_refused,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.interop,
@@ -46,7 +61,7 @@ def reconcile_hashcode(statuses: Counter) -> str:
 class PyClient:
     """One EurekaClient with its own event loop, started and stopped the way an application would."""
 
-    def __init__(self, server: LiveServer, app: str, port: int):
+    def __init__(self, server: LiveServer, app: str, port: int, service_url: str | None = None):
         self.server = server
         self.app = app.upper()
         self.port = port
@@ -55,8 +70,11 @@ class PyClient:
         self.path = f"/eureka/apps/{self.app}/{self.instance_id}"
         self.url = f"http://127.0.0.1:{port}/"
         self.loop = asyncio.new_event_loop()
+        # What the client reported through on_error: (ERROR_REGISTER / ERROR_DISCOVER / ..., exception).
+        self.errors: list[tuple[str, Exception]] = []
         self.client = EurekaClient(
-            eureka_server=server.url,
+            eureka_server=service_url or server.url,
+            on_error=lambda error_type, exception: self.errors.append((error_type, exception)),
             app_name=app,
             instance_host="127.0.0.1",
             instance_ip="127.0.0.1",
@@ -115,7 +133,10 @@ class PyClient:
         if self.stopped:
             return
         self.stopped = True
-        if self.started:
+        # A client the server refuses (API accounts) never registered: stop() has nothing to cancel,
+        # and its heartbeat ticks send no PUT to wait for.
+        refused = self.errors and not self.client._EurekaClient__alive
+        if self.started and not refused:
             self._wait_for_quiet_moment()
             self.loop.run_until_complete(self.client.stop())
         # Idle the leaked heartbeat loop (see the module docstring) so it cannot re-register.
@@ -136,20 +157,44 @@ def admin(live_server):
     admin.cleanup()
 
 
-@pytest.fixture
-def py_client(live_server):
-    """A factory of started clients; every client is stopped (deregistered) when the test ends."""
+@contextmanager
+def client_factory(server: LiveServer) -> Iterator[Callable[..., PyClient]]:
+    """Starts clients of ``server`` (on ``service_url`` if given); all are stopped (deregistered) on exit."""
     clients: list[PyClient] = []
 
-    def start(app: str, port: int) -> PyClient:
-        client = PyClient(live_server, app, port)
+    def start(app: str, port: int, service_url: str | None = None) -> PyClient:
+        client = PyClient(server, app, port, service_url)
         clients.append(client)
         client.start()
         return client
 
-    yield start
-    for client in clients:
-        client.close()
+    try:
+        yield start
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.fixture
+def py_client(live_server):
+    """A factory of started clients; every client is stopped (deregistered) when the test ends."""
+    with client_factory(live_server) as start:
+        yield start
+
+
+@pytest.fixture
+def auth_admin(auth_live_server):
+    """The test's view of the node with API accounts, with the peer account."""
+    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
+    yield admin
+    admin.cleanup()
+
+
+@pytest.fixture
+def auth_py_client(auth_live_server):
+    """Clients of the node with API accounts; pass the service URL (with or without credentials)."""
+    with client_factory(auth_live_server) as start:
+        yield start
 
 
 def test_the_client_under_test_is_the_pinned_release():
@@ -392,3 +437,130 @@ def test_it_re_registers_after_the_server_forgets_it(live_server, py_client, adm
     assert instance["status"] == "UP"
     after = live_server.mark()
     live_server.wait_for_requests("PUT", client.path, since=after, status=200, timeout=6)
+
+
+# --- with API accounts (EUREKA_API_AUTH) --------------------------------------------------------------
+
+
+def own_requests(server: LiveServer, since: int) -> list:
+    """The clients' requests (``/eureka/``), not the test's (``/eureka/v2/``)."""
+    return [r for r in server.requests(since=since) if not r.path.startswith("/eureka/v2/")]
+
+
+def test_with_api_accounts_it_registers_heartbeats_fetches_and_cancels(
+    auth_live_server, auth_py_client, auth_admin
+):
+    server = auth_live_server
+    auth_admin.register("PYAUTHPEER", "pyauthpeer-1", port=9301)
+    since = server.mark()
+    client = auth_py_client("pyauth", 9111, server.service_url("client"))
+
+    server.wait_for_requests("POST", "/eureka/apps/PYAUTH", since=since, status=204)
+    server.wait_for_requests("PUT", client.path, since=since, status=200, at_least=2, timeout=8)
+    # It fetched the registry (in full, then deltas) and holds itself and the other app.
+    wait_until(
+        lambda: (
+            "pyauthpeer-1" in client.local_instances("PYAUTHPEER")
+            and client.instance_id in client.local_instances("PYAUTH")
+        ),
+        timeout=8,
+        message="the client never held both its own instance and PYAUTHPEER/pyauthpeer-1",
+    )
+    server.wait_for_requests("GET", FULL_FETCH, since=since, status=200, timeout=5)
+    server.wait_for_requests("GET", DELTA, since=since, status=200, timeout=5)
+    # The node lists it, to a reader.
+    reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
+    try:
+        wait_until(
+            lambda: client.instance_id in reader.listed_ids("PYAUTH"),
+            timeout=5,
+            message="the full registry never listed the instance",
+        )
+    finally:
+        reader.cleanup()
+    refused = [r for r in own_requests(server, since) if r.status in (401, 403)]
+    assert refused == [] and client.errors == [], (refused, client.errors)
+
+    stopped = server.mark()
+    client.stop()
+    server.wait_for_requests("DELETE", client.path, since=stopped, status=200, timeout=5)
+    assert auth_admin.instance("PYAUTH", client.instance_id) is None
+
+
+@pytest.mark.parametrize("credentials", ["none", "wrong-password"])
+def test_with_api_accounts_a_client_without_valid_credentials_is_refused(
+    auth_live_server, auth_py_client, auth_admin, credentials
+):
+    server = auth_live_server
+    if credentials == "none":
+        url = server.service_url()
+    else:
+        url = server.service_url("client", password="not-the-password")
+    app = f"PYREFUSED-{credentials.upper()}"
+    since = server.mark()
+    client = auth_py_client(app.lower(), 9112, url)
+
+    # start() does not raise: the client reports its failed registration and fetch, and tries to register
+    # again on its next heartbeat tick, refused again. (Its heartbeat thread then hangs: with no registry
+    # yet, __fetch_delta calls __pull_full_registry under the asyncio lock that one takes again, a
+    # py-eureka-client 0.13.3 deadlock. So it tries no more, even once its credentials would be right.)
+    assert {error_type for error_type, _ in client.errors} >= {ERROR_REGISTER, ERROR_DISCOVER}, client.errors
+    server.wait_for_requests("POST", f"/eureka/apps/{app}", since=since, at_least=2, timeout=8)
+    assert_refused(server, since, re.compile(rf"/eureka/apps/{app}(/.*)?"))
+    assert_refused(server, since, FULL_FETCH)
+    assert [r for r in own_requests(server, since) if r.status != 401] == []
+    assert_challenge(server)
+    assert auth_admin.instance(app, client.instance_id) is None
+    assert app not in {a["name"] for a in auth_admin.applications()["application"]}
+
+
+def test_with_api_accounts_a_reader_reads_but_may_not_write(auth_live_server, auth_py_client, auth_admin):
+    server = auth_live_server
+    auth_admin.register("PYREADPEER", "pyreadpeer-1", port=9302)
+    # Listed before the client's first (full) fetch: a client whose first registry is empty deadlocks on
+    # its next tick (see above).
+    wait_until(
+        lambda: auth_admin.listed_ids("PYREADPEER") == {"pyreadpeer-1"},
+        timeout=5,
+        message="the full registry never listed PYREADPEER/pyreadpeer-1",
+    )
+    since = server.mark()
+    client = auth_py_client("pyreader", 9113, server.service_url("reader"))
+
+    # Its registration is forbidden; its registry fetches are answered.
+    assert {error_type for error_type, _ in client.errors} == {ERROR_REGISTER}, client.errors
+    assert_refused(server, since, re.compile(r"/eureka/apps/PYREADER(/.*)?"), status=403)
+    server.wait_for_requests("GET", FULL_FETCH, since=since, status=200, timeout=5)
+    wait_until(
+        lambda: "pyreadpeer-1" in client.local_instances("PYREADPEER"),
+        timeout=8,
+        message="the reader never fetched PYREADPEER/pyreadpeer-1",
+    )
+    assert auth_admin.instance("PYREADER", client.instance_id) is None
+
+    # Every kind of write by the reader, over plain HTTP: 403, and the map is unchanged.
+    before = auth_admin.instance("PYREADPEER", "pyreadpeer-1")
+    instance = "apps/PYREADPEER/pyreadpeer-1"
+    with httpx.Client(
+        base_url=server.url, auth=server.accounts["reader"].auth, headers={"Accept": "application/json"}
+    ) as reader:
+        body = {"instance": {**before, "instanceId": "pyreadpeer-2", "hostName": "pyreadpeer-2"}}
+        writes = {
+            "register": reader.post("apps/PYREADPEER", json=body),
+            "renew": reader.put(instance, params={"status": "UP"}),
+            "status": reader.put(f"{instance}/status", params={"value": "OUT_OF_SERVICE"}),
+            "metadata": reader.put(f"{instance}/metadata", params={"color": "red"}),
+            "cancel": reader.delete(instance),
+        }
+        assert {name: r.status_code for name, r in writes.items()} == dict.fromkeys(writes, 403)
+        listing = reader.get("apps/")
+        assert listing.status_code == 200
+        assert reader.get("apps/delta").status_code == 200
+    assert auth_admin.listed_ids("PYREADPEER", listing.json()["applications"]) == {"pyreadpeer-1"}
+    after = auth_admin.instance("PYREADPEER", "pyreadpeer-1")
+    assert (after["status"], after["metadata"], after["lastDirtyTimestamp"]) == (
+        before["status"],
+        before["metadata"],
+        before["lastDirtyTimestamp"],
+    )
+    assert auth_admin.instance("PYREADPEER", "pyreadpeer-2") is None

@@ -25,6 +25,12 @@ delta fetch, full fetch, hashcode mismatch and heartbeat of each app is in its o
 
 Every test fails on any ``Exception`` or ``ERROR`` in an app's log: Spring's transports decode with a
 strict Jackson mapper and log decoding failures with a stack trace.
+
+``TestWithApiAccounts`` runs, per transport, two more apps against a node with API accounts on
+(``auth_live_server``), side by side: one with the client account's credentials in
+``eureka.client.service-url.defaultZone`` (``http://user:password@host:port/eureka/``, which every Spring
+transport turns into a Basic ``Authorization`` header on each request, unasked), and one without, which
+the node refuses.
 """
 
 from __future__ import annotations
@@ -40,7 +46,14 @@ import httpx
 import pytest
 
 from tests.interop import maven
-from tests.interop.conftest import LiveServer, RegistryAdmin, free_port, wait_until
+from tests.interop.conftest import (
+    LiveServer,
+    RegistryAdmin,
+    assert_challenge,
+    assert_refused,
+    free_port,
+    wait_until,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -148,6 +161,7 @@ class SpringApp(maven.JvmProcess):
         server: LiveServer,
         workdir: Path,
         watch: str = "",
+        service_url: str | None = None,
     ):
         self.transport = transport
         self.role = role
@@ -169,7 +183,7 @@ class SpringApp(maven.JvmProcess):
             f"--server.port={self.port}",
             f"--spring.application.name={self.name}",
             f"--interop.role={role}",
-            f"--eureka.client.service-url.defaultZone={server.url}",
+            f"--eureka.client.service-url.defaultZone={service_url or server.url}",
             *([f"--interop.watch={watch}"] if watch else []),
             *transport.args,
         ]
@@ -357,6 +371,127 @@ def test_each_train_ships_the_expected_spring_cloud_netflix(spring_jars, train):
     assert not [lib for lib in libs if lib.startswith("jersey-")], (
         "Jersey would replace the Spring transports"
     )
+
+
+# --- with API accounts (EUREKA_API_AUTH) --------------------------------------------------------------
+# Two more apps per transport, booted side by side by ``auth_apps`` (the module's eight are not used).
+
+
+@dataclass
+class AuthApps:
+    transport: Transport
+    # With the client account's credentials in its service URL, and with none.
+    with_credentials: SpringApp
+    without_credentials: SpringApp
+
+
+@pytest.fixture(scope="class", params=TRANSPORTS, ids=str)
+def auth_apps(request, java, spring_jars, auth_live_server, tmp_path_factory) -> Iterator[AuthApps]:
+    """Per transport, the two apps against the node with API accounts, booted side by side."""
+    transport: Transport = request.param
+    server = auth_live_server
+    workdir = tmp_path_factory.mktemp("spring_auth_apps")
+    jar = spring_jars[transport.train]
+    apps = AuthApps(
+        transport,
+        SpringApp(java, jar, transport, "auth", server, workdir, service_url=server.service_url("client")),
+        SpringApp(java, jar, transport, "noauth", server, workdir, service_url=server.service_url()),
+    )
+
+    def refused_once_up() -> bool:
+        app = apps.without_credentials
+        app.fail_if_exited()
+        try:
+            if app.http.get("/actuator/health").status_code != 200:
+                return False
+        except httpx.TransportError:
+            return False
+        return server.count("POST", app.app_path) > 0
+
+    try:
+        apps.with_credentials.start()
+        apps.without_credentials.start()
+        for app, ready in (
+            (apps.with_credentials, apps.with_credentials.ready),
+            (apps.without_credentials, refused_once_up),
+        ):
+            wait_until(
+                ready,
+                APP_START_TIMEOUT_S,
+                lambda app=app: f"{app} never became ready:\n{app.log_tail()}",
+                interval=0.5,
+            )
+        time.sleep(SETTLE_S)
+        for app in (apps.with_credentials, apps.without_credentials):
+            app.settled = app.log_mark()
+        yield apps
+    finally:
+        apps.with_credentials.stop()
+        apps.without_credentials.stop()
+
+
+@pytest.fixture
+def auth_admin(auth_live_server) -> Iterator[RegistryAdmin]:
+    """The test's view of the node with API accounts, with the peer account."""
+    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
+    yield admin
+    admin.cleanup()
+
+
+class TestWithApiAccounts:
+    def test_a_client_with_credentials_registers_heartbeats_fetches_and_cancels(
+        self, auth_apps, auth_live_server, auth_admin
+    ):
+        server, app = auth_live_server, auth_apps.with_credentials
+        log = app.log_text()
+        assert {line for line in TRANSPORT_LOG_LINES if line in log} == {auth_apps.transport.log_line}
+        assert [r.status for r in server.requests("POST", app.app_path)] == [204]
+        since = server.mark()
+        server.wait_for_requests("PUT", app.path, since=since, status=200, at_least=2, timeout=10)
+        # Its registry (a full fetch, then deltas) holds itself; its actuator reads its own record.
+        wait_until(
+            lambda: app.peer_ids(app.name) == [app.instance_id],
+            timeout=10,
+            message=lambda: f"{app} never discovered itself:\n{app.log_tail()}",
+        )
+        wait_until(
+            lambda: DELTA_LINE in app.log_text(), timeout=10, message="no delta fetch in the app's log"
+        )
+        assert app.registry_status() == {"status": "UP", "overriddenStatus": "UNKNOWN"}
+        # The node lists it, to a reader.
+        reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
+        try:
+            assert app.instance_id in reader.listed_ids(app.app)
+        finally:
+            reader.cleanup()
+        # Nothing it sent was refused: the credentials went with each request, the first one too.
+        own = [r for r in server.requests() if r.path.startswith(app.app_path)]
+        assert own and all(r.status < 400 for r in own), own
+        assert_clean_logs([app])
+
+        # A graceful shutdown cancels the lease.
+        since = server.mark()
+        returncode = app.stop()
+        assert returncode in (0, 143), f"{app} exited with {returncode}:\n{app.log_tail()}"
+        server.wait_for_requests("DELETE", app.path, since=since, status=200, timeout=5)
+        assert auth_admin.instance(app.app, app.instance_id) is None
+
+    def test_a_client_without_credentials_is_refused(self, auth_apps, auth_live_server, auth_admin):
+        server, app = auth_live_server, auth_apps.without_credentials
+        since = server.mark()
+        # It keeps trying (registration, heartbeats), and each time the node answers 401.
+        server.wait_for_requests("POST", app.app_path, since=since, timeout=10)
+        assert_refused(server, 0, re.compile(re.escape(app.app_path) + "(/.*)?"))
+        assert_challenge(server)
+        assert auth_admin.instance(app.app, app.instance_id) is None
+        assert app.app not in {a["name"] for a in auth_admin.applications()["application"]}
+        # The app runs on, empty-handed, and its log says why: its registration got a 401. (Its refused
+        # fetches and heartbeats show in the log as decoding failures of the 401's text/plain body, but
+        # for WebClient's, which says "401 Unauthorized".)
+        assert app.peers(app.name) == []
+        log = app.log_text()
+        assert "Request execution failure with status code 401" in log, app.log_tail()
+        assert "registration failed" in log, app.log_tail()
 
 
 def test_each_app_runs_the_transport_under_test(pair):

@@ -6,8 +6,10 @@
  *
  * Usage: node driver.js --url http://127.0.0.1:8761/eureka/v2/ [--app jsapp] [--host-name h]
  *          [--port 8080] [--vip jsapp.vip] [--instance-id id] [--delta] [--upstream-shape]
- *          [--heartbeat-ms 1000] [--fetch-ms 1000]
+ *          [--heartbeat-ms 1000] [--fetch-ms 1000] [--auth user:password]
  * The URL may also come from EUREKA_URL. "apps/" is appended unless the URL already ends with it.
+ * Credentials for a server with API accounts go in the URL (http://user:password@host:port/eureka/v2/),
+ * or with --auth into each request's options from the requestMiddleware, as the client's README shows.
  *
  * Commands, one JSON object per line on stdin:
  *   {"cmd": "state", "id": 1, "apps": ["JSAPP"], "vips": ["jsapp.vip"]}  -> {"event": "state", "id": 1, ...}
@@ -87,6 +89,12 @@ function main() {
   };
   if (options['instance-id']) instance.instanceId = options['instance-id'];
 
+  let auth = null;
+  if (options.auth) {
+    const colon = options.auth.indexOf(':');
+    auth = { user: options.auth.slice(0, colon), password: options.auth.slice(colon + 1) };
+  }
+
   const logger = {};
   ['error', 'warn', 'info', 'debug'].forEach((level) => {
     logger[level] = (...args) => emit('log', { level, msg: args.map(describe).join(' ') });
@@ -98,6 +106,9 @@ function main() {
     shouldUseDelta: Boolean(options.delta),
     requestMiddleware: (requestOpts, done) => {
       emit('request', { method: (requestOpts.method || 'GET').toUpperCase(), uri: requestOpts.uri });
+      if (auth) {
+        requestOpts.auth = auth;
+      }
       done(requestOpts);
     },
     instance,
