@@ -485,9 +485,7 @@ class TestWithApiAccounts:
         assert_challenge(server)
         assert auth_admin.instance(app.app, app.instance_id) is None
         assert app.app not in {a["name"] for a in auth_admin.applications()["application"]}
-        # The app runs on, empty-handed, and its log says why: its registration got a 401. (Its refused
-        # fetches and heartbeats show in the log as decoding failures of the 401's text/plain body, but
-        # for WebClient's, which says "401 Unauthorized".)
+        # The app runs on, empty-handed, and its log says why: its registration got a 401.
         assert app.peers(app.name) == []
         log = app.log_text()
         assert "Request execution failure with status code 401" in log, app.log_tail()
