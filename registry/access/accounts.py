@@ -22,6 +22,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password, make_password
 from django.contrib.auth.models import Group, Permission
+from django.db import connection
 from django.db.models import Q
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
@@ -129,14 +130,25 @@ class _Account:
     username: str
     password: str
     is_active: bool
+    permissions: frozenset[str]
 
 
-def _account(**lookup) -> tuple[_Account, object] | None:
+def _account(**lookup) -> _Account | None:
+    """The account row and its API permissions, read in one go on a connection closed afterwards.
+
+    Protocol requests run on the lean handler, which sends no ``request_finished``: nothing would close
+    a connection opened here, and each greenlet (one per client connection) would keep its own open
+    until the client left — enough, with a fleet, to exhaust a PostgreSQL server's connections.
+    """
     user_model = get_user_model()
-    user = user_model._default_manager.filter(**lookup).first()
-    if user is None:
-        return None
-    return _Account(user.pk, user.get_username(), user.password, user.is_active), user
+    try:
+        user = user_model._default_manager.filter(**lookup).first()
+        if user is None:
+            return None
+        return _Account(user.pk, user.get_username(), user.password, user.is_active, _permissions(user))
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 class _OneCheckAtATime:
@@ -176,13 +188,11 @@ def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | Non
         return verdict.principal
     if verdict.principal is not None:
         # Still the same account, password and standing? Then no need to hash again.
-        found = _account(pk=verdict.principal.user_id)
-        if found is not None:
-            account, user = found
-            if account.is_active and account.password == verdict.password_hash:
-                principal = Principal(account.user_id, account.username, _permissions(user))
-                cache.remember(key, principal, account.password, now)
-                return principal
+        account = _account(pk=verdict.principal.user_id)
+        if account is not None and account.is_active and account.password == verdict.password_hash:
+            principal = Principal(account.user_id, account.username, account.permissions)
+            cache.remember(key, principal, account.password, now)
+            return principal
     cache.forget(key)
     return None
 
@@ -200,14 +210,13 @@ def authenticate(header: str) -> Principal:
         principal = _remembered(cache, key, cache.clock())
         if principal is not None:
             return principal
-        found = _account(**{get_user_model().USERNAME_FIELD: username})
-        account, user = found if found is not None else (None, None)
+        account = _account(**{get_user_model().USERNAME_FIELD: username})
         matches = _password_matches(password, account.password if account else None)
         now = cache.clock()
         if account is None or not matches or not account.is_active:
             cache.remember(key, None, "", now)
             raise Refused("wrong user name or password", username)
-        principal = Principal(account.user_id, account.username, _permissions(user))
+        principal = Principal(account.user_id, account.username, account.permissions)
         cache.remember(key, principal, account.password, now)
         return principal
 

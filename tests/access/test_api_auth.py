@@ -335,9 +335,6 @@ def test_requests_with_the_same_unseen_credentials_share_one_password_check(monk
 
     from registry.access.credentials import Principal
 
-    class Row:
-        pk, password, is_active = 7, "stored-hash", True
-
     checks = []
 
     def slow_check(password, encoded):
@@ -346,10 +343,8 @@ def test_requests_with_the_same_unseen_credentials_share_one_password_check(monk
         return password == "pw"
 
     monkeypatch.setattr(accounts, "check_password", slow_check)
-    monkeypatch.setattr(
-        accounts, "_account", lambda **lookup: (accounts._Account(7, "svc", "stored-hash", True), Row())
-    )
-    monkeypatch.setattr(accounts, "_permissions", lambda user: frozenset({"read_registry"}))
+    found = accounts._Account(7, "svc", "stored-hash", True, frozenset({"read_registry"}))
+    monkeypatch.setattr(accounts, "_account", lambda **lookup: found)
     header = basic("svc", "pw")["HTTP_AUTHORIZATION"]
     results = []
     threads = [
@@ -373,3 +368,23 @@ def test_with_api_accounts_on_metrics_need_a_reader_account(api, node):
     scraped = api.get("/metrics", **basic("prom", "pw"))
     assert scraped.status_code == 200
     assert b'eureka_auth_refusals_total{reason="unauthenticated"}' in scraped.content
+
+
+def test_an_account_check_closes_the_database_connection_it_used(monkeypatch):
+    """The protocol handler never sends request_finished: the check closes what it opened (outside a
+    transaction). An in-memory SQLite test database ignores close(), so the call itself is watched."""
+
+    class WatchedConnection:
+        in_atomic_block = False
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    watched = WatchedConnection()
+    monkeypatch.setattr(accounts, "connection", watched)
+    account("svc", "client")
+    assert accounts.authenticate(basic("svc", "pw")["HTTP_AUTHORIZATION"]).username == "svc"
+    assert watched.closed == 1
+    assert accounts.authenticate(basic("svc", "pw")["HTTP_AUTHORIZATION"]).username == "svc"
+    assert watched.closed == 1  # remembered: no database at all
