@@ -35,8 +35,11 @@ superuser: install var
 
 # Production topology in the foreground, without Docker: Redis (started if none answers at REDIS_URL),
 # gunicorn, Celery worker and Celery beat, reading deploy/.env if present. See deploy/stack.sh.
+# `make stack READERS=2` adds a reader with 2 workers on READER_PORT (default PORT + 19: 8780).
+READERS ?= $(or $(STACK_READERS),0)
+
 stack: install var
-	PORT=$(PORT) bash deploy/stack.sh
+	PORT=$(PORT) STACK_READERS=$(READERS) bash deploy/stack.sh
 
 lint: install
 	$(BIN)/ruff check .
@@ -50,17 +53,20 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock
 		cd $(JS_DIR) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
 	else echo "npm not found: the eureka-js-client suite will be skipped (install Node.js 18+ to run it)"; fi
 
-# The integration tests need redis-server (missing = make test fails) and the browser test Debian's
-# Chromium (missing = that suite skips, or fails under CI). Both are installed when we may (root + apt).
+# The integration tests need redis-server (missing = make test fails), the browser test Debian's
+# Chromium and the readers' routing test nginx (missing = those skip, or fail under CI). All are
+# installed when we may (root + apt).
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || missing="$$missing chromium"; \
+	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing (Debian packages) for the integration and browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	elif [ -n "$$missing" ]; then \
 		case "$$missing" in *chromium*) echo "chromium is missing: the browser test will be skipped (install it with 'sudo apt-get install chromium')";; esac; \
+		case "$$missing" in *nginx*) echo "nginx is missing: the readers' nginx routing test will be skipped (install it with 'sudo apt-get install nginx')";; esac; \
 		case "$$missing" in *redis-server*) echo "redis-server is missing: install it with 'sudo apt-get install redis-server'"; exit 1;; esac; \
 	fi
 

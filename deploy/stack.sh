@@ -14,6 +14,11 @@
 # EUREKA_DATA_DIR is set); EUREKA_CONTROL_URL is http://127.0.0.1:$PORT unless
 # set in the environment (not from the file). EUREKA_EMBEDDED is always false: production mode is the
 # point of the stack.
+#
+# Readers (registry/reader/): STACK_READERS=N (`make stack READERS=N`) also starts a reader, gunicorn
+# with deploy/gunicorn_reader.conf.py and N worker processes, on READER_PORT (default PORT + 19: 8780).
+# It serves GET /eureka/apps, apps/delta, apps/{app}, vips and svips from this node's Redis cache and
+# forwards everything else to the node. Default 0: no reader.
 # shellcheck disable=SC2317  # cleanup, on_signal and stop_pids run from traps
 set -euo pipefail
 
@@ -23,6 +28,8 @@ BIN=.venv/bin
 ENV_FILE=${EUREKA_ENV_FILE:-deploy/.env}
 STOP_TIMEOUT=${STACK_STOP_TIMEOUT:-30}
 PORT=${PORT:-8761}
+READERS=${STACK_READERS:-0}
+READER_PORT=${READER_PORT:-$((PORT + 19))}
 
 names=()
 pids=()
@@ -218,6 +225,7 @@ ensure_redis() {
 }
 
 [[ -x $BIN/python ]] || die "no $BIN/python: run 'make install' first (or use 'make stack')"
+[[ $READERS =~ ^[0-9]+$ ]] || die "STACK_READERS (make stack READERS=N) must be a number of reader workers, got '$READERS'"
 mkdir -p var
 
 trap 'on_signal INT' INT
@@ -263,9 +271,16 @@ log "migrating the database"
 start registry "$BIN/gunicorn" -c deploy/gunicorn.conf.py --bind "0.0.0.0:$PORT"
 start celery-worker "$BIN/celery" -A eureka_site worker --loglevel=INFO --concurrency=2
 start celery-beat "$BIN/celery" -A eureka_site beat --loglevel=INFO --schedule="$DATA_DIR/celerybeat-schedule"
+if ((READERS > 0)); then
+    # The reader forwards what it does not serve to this node (EUREKA_READER_NODE_URL unless set).
+    export EUREKA_READER_NODE_URL=${EUREKA_READER_NODE_URL:-http://127.0.0.1:$PORT}
+    start reader "$BIN/gunicorn" -c deploy/gunicorn_reader.conf.py --bind "0.0.0.0:$READER_PORT" --workers "$READERS"
+fi
 
 ready_url="http://127.0.0.1:$PORT/readyz"
 ready=""
+reader_ready=""
+((READERS > 0)) || reader_ready=skip
 ready_deadline=$((SECONDS + 60))
 failed=""
 while [[ -z $stop_requested ]]; do
@@ -289,6 +304,17 @@ while [[ -z $stop_requested ]]; do
         elif ((SECONDS > ready_deadline)); then
             ready=timeout
             log "not ready after 60s: GET $ready_url answers $code (the processes keep running)"
+        fi
+    fi
+    if [[ -z $reader_ready ]]; then
+        # The reader's /readyz answers 200 once it reaches Redis.
+        code=$(ready_status "http://127.0.0.1:$READER_PORT/readyz")
+        if [[ $code == 200 ]]; then
+            reader_ready=1
+            log "readers: $READERS worker(s) at http://127.0.0.1:$READER_PORT/eureka/ (GET apps, apps/delta, apps/{app}, vips, svips from Redis; the rest forwarded to the node)"
+        elif ((SECONDS > ready_deadline)); then
+            reader_ready=timeout
+            log "reader not ready after 60s: GET http://127.0.0.1:$READER_PORT/readyz answers $code (the processes keep running)"
         fi
     fi
     sleep 1 &

@@ -324,6 +324,12 @@ EUREKA["redis_namespace"] = env.str("EUREKA_REDIS_NAMESPACE", default="eureka")
 EUREKA_READER_MAX_STALENESS_MS = env_int(
     "EUREKA_READER_MAX_STALENESS_MS", 3 * EUREKA["response_cache_update_interval_ms"], minimum=1
 )
+# A reader worker asks Redis whether a payload changed at most this often per key (0: every request);
+# a new payload reaches its clients this much after the node's. Default: a tenth of the sync interval,
+# at most 100 ms.
+EUREKA_READER_REVALIDATE_MS = env_int(
+    "EUREKA_READER_REVALIDATE_MS", min(100, EUREKA["response_cache_update_interval_ms"] // 10), minimum=0
+)
 # The node a reader forwards to (its base URL, like EUREKA_CONTROL_URL, the default), and how long it
 # waits for its answer. No credentials in the URL (a reader refuses to start): each client's own
 # Authorization is passed on.

@@ -64,9 +64,7 @@ class Command(BaseCommand):
             raise CommandError("The API roles are missing: run manage.py migrate first") from None
         generated = None
         with transaction.atomic():
-            user, created = user_model._default_manager.get_or_create(
-                **{user_model.USERNAME_FIELD: username}
-            )
+            user, created = user_model._default_manager.get_or_create(**{user_model.USERNAME_FIELD: username})
             if password is None and created:
                 generated = password = secrets.token_urlsafe(24)
             if password is not None:

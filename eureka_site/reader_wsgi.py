@@ -1,0 +1,44 @@
+"""WSGI entry point of a reader (``registry/reader/``; ``gunicorn -c deploy/gunicorn_reader.conf.py``).
+
+Everything goes through the lean protocol handler (``eureka_site/handlers.py``) against the reader's
+URLconf, with the node's handling of chunked and undecodable bodies. No scheduler, no node: this
+process must never build a lease map, so ``get_node()`` is forbidden here and would fail loudly.
+"""
+
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
+django.setup(set_prefix=False)
+
+from django.conf import settings  # noqa: E402
+
+from eureka_site.handlers import ProtocolHandler  # noqa: E402
+from eureka_site.request_bodies import BodyRefused, buffer_unsized_body, refuse_unusable_charset  # noqa: E402
+from registry.reader.service import check_settings  # noqa: E402
+from registry.runtime.node import forbid_node  # noqa: E402
+
+READER_URLCONF = "eureka_site.reader_urls"
+
+
+class ReaderHandler(ProtocolHandler):
+    urlconf = READER_URLCONF
+
+
+class ReaderApplication:
+    def __init__(self):
+        self.handler = ReaderHandler()
+
+    def __call__(self, environ, start_response):
+        try:
+            refuse_unusable_charset(environ)
+            buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)
+        except BodyRefused as refusal:
+            return refusal.wsgi_response(start_response)
+        return self.handler(environ, start_response)
+
+
+check_settings(settings)
+forbid_node("this is a reader: it serves from Redis and forwards the rest to EUREKA_READER_NODE_URL")
+application = ReaderApplication()
