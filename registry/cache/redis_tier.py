@@ -48,16 +48,61 @@ def last_sync_name(namespace: str) -> str:
     return f"{namespace}:ro:_synced"
 
 
+class RedisHealth:
+    """Whether Redis answered last time, for the node's tier and the readers alike: after a failure
+    Redis is left alone for ``RETRY_AFTER_MS`` (an outage must not add a timeout to every read), and
+    each outage is logged once when it starts and once when it ends."""
+
+    # What the process does meanwhile, for the log lines.
+    while_lost = "serving from the in-process copy"
+    once_back = "serving from Redis"
+
+    def __init__(self, who: str = ""):
+        self._who = who
+        self.healthy = True
+        self.failures = 0
+        self.last_error: str | None = None
+        self._retry_at = 0
+
+    def usable(self, now: int) -> bool:
+        return self.healthy or now >= self._retry_at
+
+    def failed(self, exc: RedisError, now: int) -> None:
+        self.failures += 1
+        # Errors name the server (host:port), never the URL's password; scrubbed all the same.
+        self.last_error = scrub_text(f"{type(exc).__name__}: {exc}")
+        self._retry_at = now + RETRY_AFTER_MS
+        if self.healthy:
+            logger.error(
+                "%sRedis read-only cache unreachable (%s): %s",
+                self._who,
+                self.last_error,
+                self.while_lost,
+                extra={"event": "redis_lost", "error": self.last_error},
+            )
+        self.healthy = False
+
+    def recovered(self) -> None:
+        if not self.healthy:
+            logger.warning(
+                "%sRedis read-only cache reachable again: %s",
+                self._who,
+                self.once_back,
+                extra={"event": "redis_back"},
+            )
+        self.healthy = True
+
+    def status(self) -> dict:
+        return {"healthy": self.healthy, "failures": self.failures, "last_error": self.last_error}
+
+
 class RedisReadOnlyTier(ReadOnlyTier):
     def __init__(self, client: Redis, namespace: str, clock: Callable[[], int]):
         super().__init__()  # the in-process copy, served while Redis is unreachable
         self._redis = client
         self._namespace = namespace
         self._clock = clock
-        self._retry_at = 0
-        self.healthy = True
-        self.last_error: str | None = None
-        self.failures = 0
+        self.health = RedisHealth()
         # What Redis is known to hold, per key. Forgotten on any failure, so that the first sync
         # after an outage publishes everything again.
         self._published: dict[CacheKey, Payload] = {}
@@ -68,29 +113,27 @@ class RedisReadOnlyTier(ReadOnlyTier):
     def _name(self, key: CacheKey) -> str:
         return hash_name(self._namespace, key)
 
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
+    @property
+    def last_error(self) -> str | None:
+        return self.health.last_error
+
+    @property
+    def failures(self) -> int:
+        return self.health.failures
+
     def _usable(self) -> bool:
-        return self.healthy or self._clock() >= self._retry_at
+        return self.health.usable(self._clock())
 
     def _failed(self, exc: RedisError) -> None:
         self._published.clear()
-        self.failures += 1
-        # Errors name the server (host:port), never the URL's password; scrubbed all the same.
-        self.last_error = scrub_text(f"{type(exc).__name__}: {exc}")
-        self._retry_at = self._clock() + RETRY_AFTER_MS
-        if self.healthy:
-            logger.error(
-                "Redis read-only cache unreachable (%s): serving from the in-process copy",
-                self.last_error,
-                extra={"event": "redis_lost", "error": self.last_error},
-            )
-        self.healthy = False
+        self.health.failed(exc, self._clock())
 
     def _recovered(self) -> None:
-        if not self.healthy:
-            logger.warning(
-                "Redis read-only cache reachable again: serving from Redis", extra={"event": "redis_back"}
-            )
-        self.healthy = True
+        self.health.recovered()
 
     def get(self, key: CacheKey, gzip: bool = False) -> Payload | None:
         if not self._usable():
@@ -161,7 +204,7 @@ class RedisReadOnlyTier(ReadOnlyTier):
             self._failed(exc)
 
     def status(self) -> dict:
-        return {"healthy": self.healthy, "failures": self.failures, "last_error": self.last_error}
+        return self.health.status()
 
     def check(self) -> bool:
         """Ask Redis now and record the answer as a read would (a scrape of /metrics asks: with

@@ -22,9 +22,8 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from registry.cache.redis_tier import RETRY_AFTER_MS, Stamp, TierReader
+from registry.cache.redis_tier import RedisHealth, Stamp, TierReader
 from registry.cache.response_cache import CacheKey, Payload
-from registry.cluster.peers import scrub_text
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +59,8 @@ class PayloadSource:
         self._max_copies = max_copies
         # (key, gzip) -> the payload holding that one copy, its stamp, and when that stamp was read
         self._copies: dict[tuple[CacheKey, bool], tuple[Payload, Stamp, int]] = {}
-        self.healthy = True
-        self.failures = 0
-        self.last_error: str | None = None
-        self._retry_at = 0
+        self.health = RedisHealth("reader: ")
+        self.health.while_lost = "forwarding reads to the node"
         self.counts: Counter[str] = Counter({reason: 0 for reason in REASONS})
 
     def _stale(self, stamp: Stamp, now: int) -> bool:
@@ -72,7 +69,7 @@ class PayloadSource:
     def lookup(self, key: CacheKey, gzip: bool) -> tuple[Payload | None, str]:
         """The payload to serve and ``SERVED``, or None and why the node must answer instead."""
         now = self._clock()
-        if not self.healthy and now < self._retry_at:
+        if not self.health.usable(now):
             return self._count(None, REDIS_DOWN)
         copy = self._copies.get((key, gzip))
         if copy is not None and now - copy[2] < self.revalidate_ms and not self._stale(copy[1], now):
@@ -107,27 +104,16 @@ class PayloadSource:
         self.counts[reason] += 1
         return payload, reason
 
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
     def _failed(self, exc: RedisError, now: int) -> None:
-        self.failures += 1
-        self.last_error = scrub_text(f"{type(exc).__name__}: {exc}")
-        # Redis is left alone for a while: an outage must not add a timeout to every read.
-        self._retry_at = now + RETRY_AFTER_MS
         self._copies.clear()
-        if self.healthy:
-            logger.error(
-                "reader: Redis read-only cache unreachable (%s): forwarding reads to the node",
-                self.last_error,
-                extra={"event": "redis_lost", "error": self.last_error},
-            )
-        self.healthy = False
+        self.health.failed(exc, now)
 
     def _recovered(self) -> None:
-        if not self.healthy:
-            logger.warning(
-                "reader: Redis read-only cache reachable again: serving from Redis",
-                extra={"event": "redis_back"},
-            )
-        self.healthy = True
+        self.health.recovered()
 
     def status(self) -> dict:
         """Redis asked now (a probe), and how long ago the node last synced the tier."""
@@ -141,8 +127,6 @@ class PayloadSource:
         else:
             self._recovered()
         return {
-            "healthy": self.healthy,
-            "failures": self.failures,
-            "last_error": self.last_error,
+            **self.health.status(),
             "last_sync_ms_ago": None if last_sync is None else now - last_sync,
         }

@@ -123,6 +123,12 @@ def test_with_the_node_down_a_stale_payload_is_a_503_not_an_old_registry(stack):
     write = httpx.post(f"{stack.reader_url}/eureka/apps/STALE", json=body, timeout=10)
     assert write.status_code == 503
     assert httpx.get(f"{stack.reader_url}/eureka/apps/NEVER-READ", timeout=10).status_code == 503
-    ready = stack.reader_ready()
-    assert ready["node"]["failures"] >= 1 and "ConnectError" in ready["node"]["last_error"]
+    # /readyz counts are per worker process, and any worker may answer it: ask until one that forwarded
+    # (each of the requests above went to one worker or the other) does.
+    ready = wait_until(
+        lambda: (r := stack.reader_ready())["node"]["failures"] >= 1 and r,
+        10,
+        "no reader worker reported the node's failures",
+    )
+    assert "ConnectError" in ready["node"]["last_error"]
     assert ready["node"]["answering"] is False

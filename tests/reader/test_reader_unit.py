@@ -250,7 +250,7 @@ def test_while_redis_fails_reads_go_to_the_node_and_redis_is_left_alone_for_a_wh
     cache.get(key, clock.now)
     redis.down = True
     assert source.lookup(key, gzip=True) == (None, REDIS_DOWN)
-    assert not source.healthy and "Connection refused" in source.last_error
+    assert not source.healthy and "Connection refused" in source.health.last_error
     redis.calls.clear()
     clock.advance(RETRY_AFTER_MS - 1)
     assert source.lookup(key, gzip=True) == (None, REDIS_DOWN) and redis.calls == []
