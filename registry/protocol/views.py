@@ -5,12 +5,11 @@ from __future__ import annotations
 from time import perf_counter
 
 import orjson
-from django.conf import settings
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
 from registry import constants as c
-from registry.access.drf import BasicAccountAuthentication, RolePermission
+from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, apply_batch
 from registry.core import Renew
@@ -60,10 +59,10 @@ class EurekaView(APIView):
 
     # Read per request, so the open default costs nothing.
     def get_authenticators(self):
-        return [BasicAccountAuthentication()] if self.api_accounts and settings.EUREKA_API_AUTH else []
+        return [BasicAccountAuthentication()] if self.api_accounts and api_accounts_on() else []
 
     def get_permissions(self):
-        return [RolePermission()] if self.api_accounts and settings.EUREKA_API_AUTH else []
+        return [RolePermission()] if self.api_accounts and api_accounts_on() else []
 
     @property
     def default_response_headers(self):
