@@ -72,8 +72,10 @@ class Transport:
         self.batches = []
         self.fail = None
         self.gate: threading.Event | None = None
+        self.in_flight = threading.Event()
 
     def post_batch(self, peer, batch):
+        self.in_flight.set()
         if self.gate is not None:
             self.gate.wait(5)
         if self.fail is not None:
@@ -103,6 +105,7 @@ def test_two_drains_never_send_the_same_batch(client):
         target=lambda: results.append(drain(client, queue, PEER, transport, lambda *a: None))
     )
     first.start()
+    assert transport.in_flight.wait(5), "the first drain never sent its batch"
     # The first drain holds the peer's lock while its batch is in flight: a second one does nothing.
     assert drain(client, RedisQueue(client, queue.key), PEER, transport, lambda *a: None) == 0
     transport.gate.set()
