@@ -10,13 +10,14 @@ when Prometheus asks, every 15-60 s, and builds the metric families then; updati
 prometheus-client Counter on every heartbeat instead would take a lock and a label lookup per
 request for numbers that exist already.
 
-Only two things go to prometheus-client as they happen: the latency of protocol requests, one Histogram child
-per operation bound once at import (``request_timer``, called by ``EurekaView.dispatch``), and API
-authentication refusals (``count_auth_refusal``), which nothing else counts.
+Only one thing goes to prometheus-client as it happens: the latency of protocol requests, one
+Histogram child per operation bound once at import (``request_timer``, called by
+``EurekaView.dispatch``). API refusals are counted by ``registry.access`` and read here too.
 
 The metrics come from the registry process only: Celery workers and beat hold no map, and what they
 do reaches the node's records through the control endpoint. Served through Django's full stack (not
-the lean protocol handler), at most with a bearer token (``EUREKA_METRICS_TOKEN``).
+the lean protocol handler), behind a bearer token (``EUREKA_METRICS_TOKEN``) and, with API accounts
+on, an account that may read the registry (``scrape_allowed``).
 """
 
 from __future__ import annotations

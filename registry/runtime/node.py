@@ -215,11 +215,10 @@ def _cluster_member(
     """Embedded mode replicates from this process; production mode through Redis and Celery."""
     if not options.get("redis_url") or options.get("jobs_driver") != "celery":
         return ClusterMember(registry, peers, options, clock)
-    from redis import Redis
-
+    from registry.cache.redis_tier import connect
     from registry.runtime.tasks import drain_replication_outbox
 
-    client = Redis.from_url(options["redis_url"], socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = connect(options["redis_url"])
 
     def kick(peer_key: str) -> None:
         try:
