@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from . import constants as c
+from .changes import CANCELLED, EVICTED, METADATA_CHANGED, REGISTERED, STATUS_CHANGED, Change, ChangeLog
 from .instances import InstanceInfo, freeze
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate
 
@@ -303,6 +304,8 @@ class Registry:
         self.renews_threshold = 0
         self.start_ts = now
         self.peer_transfer_empty = True
+        # Every change, numbered, for the change feed and webhooks (registry/changes.py).
+        self.changes = ChangeLog(now, config.delta_retention_ms)
         self.open_for_traffic(0, now)
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
@@ -436,6 +439,16 @@ class Registry:
         )
         old = existing.instance if existing is not None else instance
         self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
+        self.changes.append(
+            now,
+            instance.app,
+            instance.instance_id,
+            METADATA_CHANGED if cause == CAUSE_METADATA else REGISTERED,
+            existing.instance.status if existing is not None else None,
+            status,
+            override,
+            is_replication,
+        )
         if not is_replication:
             self._replicate(c.REPLICATE_REGISTER, lease)
 
@@ -474,6 +487,16 @@ class Registry:
                 # Eureka changes the status silently here: no delta entry, no cache invalidation.
                 self._status_counts[instance.status] -= 1
                 self._status_counts[status] += 1
+                self.changes.append(
+                    now,
+                    app,
+                    instance_id,
+                    STATUS_CHANGED,
+                    instance.status,
+                    status,
+                    self._current_override(instance_id),
+                    is_replication,
+                )
                 instance = lease.instance = instance.evolve(status=status)
             self._renews.increment(now)
             writes.renews += 1
@@ -525,6 +548,14 @@ class Registry:
             self.expected_clients -= 1
             self._update_threshold()
         self._on_change(app, _vips_of(lease.instance))
+        self.changes.append(
+            now,
+            app,
+            instance_id,
+            EVICTED if cause == CAUSE_EVICTION else CANCELLED,
+            lease.instance.status,
+            None,
+        )
         return True
 
     def _append_delta(self, now: int, lease: Lease) -> None:
@@ -545,7 +576,9 @@ class Registry:
             return None
         return lease
 
-    def _modify(self, lease: Lease, now: int, last_dirty_timestamp: int | None, **changes) -> None:
+    def _modify(
+        self, lease: Lease, now: int, last_dirty_timestamp: int | None, replicated: bool = False, **changes
+    ) -> None:
         old = lease.instance
         if last_dirty_timestamp is not None and last_dirty_timestamp > old.last_dirty_timestamp:
             changes["last_dirty_timestamp"] = last_dirty_timestamp
@@ -554,6 +587,17 @@ class Registry:
         self._status_counts[new.status] += 1
         self._append_delta(now, lease)
         self._on_change(new.app, _vips_of(new))
+        if new.status != old.status:
+            self.changes.append(
+                now,
+                new.app,
+                new.instance_id,
+                STATUS_CHANGED,
+                old.status,
+                new.status,
+                self._current_override(new.instance_id),
+                replicated,
+            )
 
     def set_status_override(
         self,
@@ -582,7 +626,9 @@ class Registry:
             if status == c.UP:
                 lease.service_up(now)
             self._overrides[instance_id] = [status, now]
-            self._modify(lease, now, last_dirty_timestamp, status=status, overridden_status=status)
+            self._modify(
+                lease, now, last_dirty_timestamp, is_replication, status=status, overridden_status=status
+            )
             self.recent_overrides.append(
                 RecentEvent(now, app, instance_id, CAUSE_OVERRIDE, status, actor, next(self._event_seq))
             )
@@ -612,7 +658,14 @@ class Registry:
             self._writes[is_replication].overrides_removed += 1
             if removed is None:
                 return StatusChange(old_status, old_status, None, None)
-            self._modify(lease, now, last_dirty_timestamp, status=new_status, overridden_status=c.UNKNOWN)
+            self._modify(
+                lease,
+                now,
+                last_dirty_timestamp,
+                is_replication,
+                status=new_status,
+                overridden_status=c.UNKNOWN,
+            )
             self.recent_overrides.append(
                 RecentEvent(
                     now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor, next(self._event_seq)
@@ -714,7 +767,25 @@ class Registry:
             idle = self.config.override_idle_expiry_ms
             for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
                 del self._overrides[instance_id]
+            self.changes.prune(now)
             return dropped
+
+    def changes_since(
+        self,
+        after_id: int,
+        limit: int,
+        apps: Iterable[str] | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> list[Change]:
+        """``ChangeLog.since`` under the lock (raises ``TooOld``)."""
+        with self._lock:
+            return self.changes.since(after_id, limit, apps, actions)
+
+    def subscribe_changes(self, listener: Callable[[Change], None]) -> Callable[[], None]:
+        """Have ``listener`` called (under the lock: cheap, no I/O) for every change; returns the
+        function that stops it."""
+        with self._lock:
+            return self.changes.subscribe(listener)
 
     # -------------------------------------------------------------------------------- reads
 

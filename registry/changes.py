@@ -1,0 +1,190 @@
+"""The change log: every change to the lease map, numbered, kept for a retention window. Plain Python.
+
+The registry appends one ``Change`` per register, cancel, eviction, status change and metadata change,
+under its lock (so the numbering is the order the map saw them), whether the write came from a
+client, a peer, an operator or a job. Readers — the change feed's HTTP views, webhook delivery, the
+Redis publisher — ask for what came after an id they already have (``since``), or subscribe to be
+told that something came (``subscribe``: called under the registry lock, so it must be cheap).
+
+Ids grow across restarts too: the first id of a node is its start time in milliseconds times 1,000,
+so an id a reader kept from before a restart is older than every id after it and is answered
+"too old" rather than matched to an unrelated change (unless a warm restart brought the log back).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+REGISTERED = "REGISTERED"
+CANCELLED = "CANCELLED"
+EVICTED = "EVICTED"
+STATUS_CHANGED = "STATUS_CHANGED"
+METADATA_CHANGED = "METADATA_CHANGED"
+ACTIONS = (REGISTERED, CANCELLED, EVICTED, STATUS_CHANGED, METADATA_CHANGED)
+
+# Ids per millisecond of start time: a node would need a thousand changes a millisecond since its
+# start to reach the first id of a node started a millisecond later.
+IDS_PER_MS = 1_000
+# Upper bound on entries whatever the retention window (10,000 instances re-registering at once
+# stay well inside it); the oldest go first.
+DEFAULT_CAPACITY = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    id: int
+    timestamp: int  # epoch ms, the registry's clock
+    app: str
+    instance_id: str
+    action: str
+    old_status: str | None  # None: the instance was not there before (REGISTERED of a new one)
+    new_status: str | None  # None: the instance is gone (CANCELLED, EVICTED)
+    overridden_status: str | None = None
+    replicated: bool = False  # arrived from a peer rather than from the instance or an operator
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class TooOld(Exception):
+    """Changes after the id asked for have left the log: the reader must fetch the registry
+    (``GET /eureka/apps``) and follow on from ``last_id``."""
+
+    def __init__(self, asked: int, oldest_id: int | None, last_id: int):
+        super().__init__(f"change {asked} is no longer kept")
+        self.asked, self.oldest_id, self.last_id = asked, oldest_id, last_id
+
+
+Listener = Callable[[Change], None]
+
+
+class ChangeLog:
+    def __init__(self, start_ms: int, retention_ms: int, capacity: int = DEFAULT_CAPACITY):
+        self.retention_ms = retention_ms
+        self._entries: deque[Change] = deque(maxlen=capacity)
+        self._ids = itertools.count(start_ms * IDS_PER_MS + 1)
+        # The id before the first this log will hand out, or the newest one handed out.
+        self.last_id = start_ms * IDS_PER_MS
+        # Everything up to this id has left the log (retention, capacity): asking for it is too old.
+        self._dropped_through = self.last_id
+        self._listeners: list[Listener] = []
+
+    # ------------------------------------------------------------------ writing (registry lock)
+
+    def append(
+        self,
+        now: int,
+        app: str,
+        instance_id: str,
+        action: str,
+        old_status: str | None,
+        new_status: str | None,
+        overridden_status: str | None = None,
+        replicated: bool = False,
+    ) -> Change:
+        if len(self._entries) == self._entries.maxlen:
+            self._dropped_through = self._entries[0].id
+        change = Change(
+            next(self._ids),
+            now,
+            app,
+            instance_id,
+            action,
+            old_status,
+            new_status,
+            overridden_status,
+            replicated,
+        )
+        self._entries.append(change)
+        self.last_id = change.id
+        for listener in self._listeners:
+            listener(change)
+        return change
+
+    def prune(self, now: int) -> int:
+        """Drop entries past the retention window; returns how many."""
+        dropped = 0
+        entries = self._entries
+        while entries and now - entries[0].timestamp > self.retention_ms:
+            self._dropped_through = entries.popleft().id
+            dropped += 1
+        return dropped
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(change)`` for each new change (under the registry lock: no I/O, no waiting).
+        Returns the function that unsubscribes it."""
+        self._listeners = [*self._listeners, listener]
+
+        def unsubscribe() -> None:
+            self._listeners = [entry for entry in self._listeners if entry is not listener]
+
+        return unsubscribe
+
+    # ----------------------------------------------------------------------------- reading
+
+    def since(
+        self,
+        after_id: int,
+        limit: int,
+        apps: Iterable[str] | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> list[Change]:
+        """Up to ``limit`` changes with ids above ``after_id``, oldest first, filtered by app and action.
+        Raises TooOld when changes after ``after_id`` have already left the log."""
+        if after_id < self._dropped_through:
+            raise TooOld(after_id, self._entries[0].id if self._entries else None, self.last_id)
+        wanted_apps = {app.upper() for app in apps} if apps else None
+        wanted_actions = set(actions) if actions else None
+        found: list[Change] = []
+        for change in self._tail_after(after_id):
+            if wanted_apps is not None and change.app.upper() not in wanted_apps:
+                continue
+            if wanted_actions is not None and change.action not in wanted_actions:
+                continue
+            found.append(change)
+            if len(found) >= limit:
+                break
+        return found
+
+    def _tail_after(self, after_id: int) -> Iterable[Change]:
+        entries = self._entries
+        if not entries or after_id >= entries[-1].id:
+            return ()
+        # Ids grow along the log (with one gap after a warm restart): a binary search finds the first.
+        low, high = 0, len(entries)
+        while low < high:
+            middle = (low + high) // 2
+            if entries[middle].id <= after_id:
+                low = middle + 1
+            else:
+                high = middle
+        return itertools.islice(entries, low, None)
+
+    def oldest_id(self) -> int | None:
+        return self._entries[0].id if self._entries else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ----------------------------------------------------------------- warm restart
+
+    def export(self) -> dict:
+        return {"last_id": self.last_id, "entries": [change.as_dict() for change in self._entries]}
+
+    def restore(self, state: dict) -> None:
+        """Take the log of a previous run of this node (warm restart): its entries, and ids going on
+        from its last one when that is above this log's own start."""
+        entries = [Change(**entry) for entry in state.get("entries", ())]
+        last_id = int(state.get("last_id", 0))
+        if entries and last_id >= entries[-1].id:
+            self._entries.clear()
+            self._entries.extend(entries)
+            self._dropped_through = entries[0].id - 1
+        if last_id > self.last_id:
+            self.last_id = last_id
+            self._ids = itertools.count(last_id + 1)
+            if not entries:
+                self._dropped_through = last_id
