@@ -21,7 +21,11 @@ from dashboard import console
 from dashboard.queries import page_of, select
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm
+from registry.findings import find_suspicious
 from registry.runtime.node import get_node
+
+# Suspicious registrations listed on the status page at most (the count of the rest is shown).
+FINDINGS_SHOWN = 50
 
 
 def console_page(view):
@@ -67,7 +71,11 @@ def _status_context(request) -> tuple[dict, int]:
         return context, 400
     data = form.cleaned_data
     query = form.query()
-    groups = select(node.registry.instances(), query)
+    everything = node.registry.instances()
+    findings = find_suspicious(everything, node.registration_sources.as_mapping())
+    context["findings"] = findings[:FINDINGS_SHOWN]
+    context["findings_more"] = max(0, len(findings) - FINDINGS_SHOWN)
+    groups = select(everything, query)
     per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
     context["page"] = page_of(groups, data["page"] or 1, per_page)
     context["filtered"] = query.active

@@ -19,7 +19,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("registry", "dashboard", "eureka_site")
 # The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it.
-DOMAIN = ("registry.constants", "registry.instances", "registry.leases", "registry.core")
+DOMAIN = (
+    "registry.constants",
+    "registry.instances",
+    "registry.leases",
+    "registry.changes",
+    "registry.findings",
+    "registry.core",
+)
 
 
 def module_name(path: Path) -> str:

@@ -140,7 +140,12 @@ class ApplicationView(EurekaView):
         body = read_body(request)
         now = node.now()
         instance = decode_instance(body, request_format(request, body), now, path_app=app.upper())
-        node.registry.register(instance, now, is_replication(request))
+        replicated = is_replication(request)
+        node.registry.register(instance, now, replicated)
+        if not replicated:
+            node.registration_sources.record(
+                instance.app, instance.instance_id, request.META.get("REMOTE_ADDR", "")
+            )
         return empty(204)
 
 

@@ -18,6 +18,7 @@ from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
+from registry.findings import RegistrationSources
 from registry.protocol.payloads import PayloadBuilder
 from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.jobs import JOBS, Job
@@ -77,6 +78,8 @@ class Node:
     cluster: ClusterMember | None = None
     gc_policy: GcPolicy | None = None
     received: ReceivedReplication = field(default_factory=ReceivedReplication)
+    # Where clients registered from, for the console's suspicious registrations (registry/findings.py).
+    registration_sources: RegistrationSources = field(default_factory=RegistrationSources)
     # What the operator's log last said about self-preservation (registry/runtime/state_log.py).
     state_log: StateLog = field(default_factory=StateLog)
     # Jobs the node runs itself because Celery beat left them overdue (logged once each way).
