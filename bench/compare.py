@@ -16,11 +16,13 @@ node are started fresh and put through the same phases, one server at a time, so
 The load comes from bench/bin/loadgen, which also reports the server's CPU (``-server-pid``: every
 process of the server's tree). The table shows every round's value and the ratio of the medians.
 
-SCE runs with ``java -Xmx1g -jar`` and Spring Cloud's documented standalone settings, on the command
-line: its own address and port, ``register-with-eureka=false``, ``fetch-registry=false``, and its own
-URL as ``defaultZone`` with ``eureka.instance.hostname=127.0.0.1``. That last pair is what makes it
-standalone: left at the default (``http://localhost:8761/eureka/``), SCE would take that URL for a
-peer and replicate every write to whatever listens there. Nothing else is set, neither for nor against.
+SCE runs with ``java -Xmx1g -jar`` (``--sce-heap``) and Spring Cloud's documented standalone settings,
+on the command line: its own address and port, ``register-with-eureka=false``, ``fetch-registry=false``,
+and its own URL as ``defaultZone`` with ``eureka.instance.hostname=127.0.0.1``. That last pair is what
+makes it standalone: left at the default (``http://localhost:8761/eureka/``), SCE would take that URL
+for a peer and replicate every write to whatever listens there. Nothing else is set, neither for nor
+against.
+
 Our node runs as bench/run.sh starts it: ``.venv/bin/gunicorn -c deploy/gunicorn.conf.py`` (the
 conf's gevent worker, embedded mode), with this process's environment.
 """
@@ -185,11 +187,11 @@ class Server:
             return ""
 
 
-def sce_server(java: str, jar: Path, workdir: Path) -> Server:
+def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g") -> Server:
     port = free_port()
     command = [
         java,
-        "-Xmx1g",
+        f"-Xmx{heap}",
         "-jar",
         str(jar),
         f"--server.address={HOST}",
@@ -493,7 +495,7 @@ def table(results: Results, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def machine() -> list[str]:
+def machine(sce_heap: str = "1g") -> list[str]:
     def first_line(command: list[str]) -> str:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -509,7 +511,7 @@ def machine() -> list[str]:
         f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         f"- machine: nproc {os.cpu_count()}, {model}, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
         f"Linux {platform.release()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        f"- SCE: {first_line(['java', '-version'])}, `java -Xmx1g -jar` tests/interop/sce (stock)",
+        f"- SCE: {first_line(['java', '-version'])}, `java -Xmx{sce_heap} -jar` tests/interop/sce (stock)",
         f"- ours: Python {platform.python_version()}, {first_line([str(GUNICORN), '--version'])}, "
         "deploy/gunicorn.conf.py",
     ]
@@ -532,6 +534,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="rounds of SCE then ours (default 2)")
     p.add_argument("--rate", type=float, default=3000, help="paced renew rate, req/s (default 3000)")
     p.add_argument("-c", type=int, default=16, help="connections (default 16)")
+    p.add_argument(
+        "--sce-heap", default="1g", help="SCE's -Xmx (default 1g; the issue's 100,000-instance run uses 2g)"
+    )
     side = p.add_mutually_exclusive_group()
     side.add_argument("--ours-only", action="store_true", help="measure our node only")
     side.add_argument("--sce-only", action="store_true", help="measure SCE only")
@@ -555,6 +560,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         (1 <= args.rounds <= 10, "--rounds must be in 1..10"),
         (args.rate > 0, "--rate must be > 0"),
         (1 <= args.c <= 4096, "-c must be in 1..4096"),
+        (
+            re.fullmatch(r"[1-9][0-9]*[mMgG]", args.sce_heap) is not None,
+            "--sce-heap must look like 2g or 1536m",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -583,7 +592,7 @@ def main(argv: list[str]) -> int:
     if not sides:
         print("compare: nothing to measure", file=sys.stderr)
         return 2
-    header = machine()
+    header = machine(args.sce_heap)
     results = Results()
     failed = False
     current: Server | None = None
@@ -594,7 +603,11 @@ def main(argv: list[str]) -> int:
                 print(f"== round {round_no}/{args.rounds}: {SIDE_NAMES[side]}", flush=True)
                 workdir = out / f"{side}-{round_no}"
                 workdir.mkdir(exist_ok=True)
-                current = sce_server(java, args.sce_jar, workdir) if side == "sce" else our_server(workdir)
+                current = (
+                    sce_server(java, args.sce_jar, workdir, args.sce_heap)
+                    if side == "sce"
+                    else our_server(workdir)
+                )
                 current.pid_file = pid_file
                 current.round_no = round_no
                 try:
