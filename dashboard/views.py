@@ -133,5 +133,7 @@ def instance_page(request, app, instance_id):
         "events": detail.events if detail else console.events_of(node, app, instance_id),
         "records": audit.records_for(app, instance_id),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
+        # Active health checks (registry/health/): None when off or the instance asks for none.
+        "health": node.health.view(app, instance_id) if node.health is not None else None,
     }
     return render(request, "dashboard/instance.html", context, status=200 if detail else 404)

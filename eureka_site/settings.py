@@ -247,7 +247,7 @@ EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
 # to anyone who can reach the port, as Eureka's console does.
 EUREKA_DASHBOARD_LOGIN_REQUIRED = env_bool("EUREKA_DASHBOARD_LOGIN_REQUIRED", False)
 # Reserved paths the console may not take (the protocol, the admin, static files, probes).
-_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz", "metrics")
+_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz", "metrics", "api")
 
 
 def dashboard_prefix(path):
@@ -336,6 +336,60 @@ EUREKA_READER_REVALIDATE_MS = env_int(
 EUREKA_READER_NODE_URL = env.str("EUREKA_READER_NODE_URL", default=EUREKA_CONTROL_URL).rstrip("/")
 EUREKA_READER_NODE_TIMEOUT_MS = env_int("EUREKA_READER_NODE_TIMEOUT_MS", 5_000, minimum=100)
 
+# --- Warm restart (README "Warm restart"; registry/runtime/snapshots.py) -----------------------------
+# The node saves its lease map every interval and when it stops, and starts again from it: in embedded
+# mode a file in EUREKA_DATA_DIR, in production mode the Redis key {EUREKA_REDIS_NAMESPACE}:snapshot.
+# A snapshot older than the maximum age (default: the default lease duration) is not used.
+EUREKA["warm_restart"] = env_bool("EUREKA_WARM_RESTART", True)
+EUREKA["warm_restart_interval_ms"] = env_int("EUREKA_WARM_RESTART_INTERVAL_MS", 5_000, minimum=100)
+EUREKA["warm_restart_max_age_ms"] = env_int("EUREKA_WARM_RESTART_MAX_AGE_MS", 90_000, minimum=1)
+EUREKA["data_dir"] = str(EUREKA_DATA_DIR)
+
+# --- Change feed (README "Change feed"; registry/feed/) ---------------------------------------------
+# GET /api/v1/changes (JSON) and /api/v1/changes/stream (Server-Sent Events) on the node, and in
+# production mode a Redis Stream {EUREKA_REDIS_NAMESPACE}:changes. Off answers 404 and publishes nothing.
+EUREKA["change_feed"] = {
+    "enabled": env_bool("EUREKA_CHANGE_FEED", True),
+    # Open SSE streams per node; more answer 503 with Retry-After.
+    "streams_max": env_int("EUREKA_CHANGE_STREAMS_MAX", 2_000, minimum=0),
+    # A comment line this often on an idle stream (proxies keep it open; a gone client is noticed).
+    "keepalive_seconds": env_int("EUREKA_CHANGE_STREAM_KEEPALIVE_SECONDS", 15, minimum=1),
+    # A stream ends after this long; EventSource clients reconnect with Last-Event-ID, losing nothing.
+    "stream_max_seconds": env_int("EUREKA_CHANGE_STREAM_MAX_SECONDS", 1_800, minimum=1),
+    # Open streams are woken at most once per this window, however many changes come in it.
+    "coalesce_ms": env_int("EUREKA_CHANGE_STREAM_COALESCE_MS", 50, minimum=0),
+    # Production mode: entries kept in the Redis Stream (approximately), the node's buffer before
+    # Redis (the oldest dropped when full), and how often the buffer is sent.
+    "redis_maxlen": env_int("EUREKA_CHANGE_FEED_REDIS_MAXLEN", 100_000, minimum=1_000),
+    "redis_buffer": env_int("EUREKA_CHANGE_FEED_REDIS_BUFFER", 10_000, minimum=100),
+    "redis_flush_ms": env_int("EUREKA_CHANGE_FEED_REDIS_FLUSH_MS", 100, minimum=10),
+}
+
+# --- Webhooks (README "Webhooks"; registry/webhooks/) ----------------------------------------------
+# Subscriptions are made in the admin; with none, nothing is buffered or sent. Embedded mode sends
+# from a thread of the node, production mode (REDIS_URL) from the Celery worker.
+EUREKA["webhooks"] = {
+    # Off: the node neither buffers changes nor sends (subscriptions stay in the admin, unused).
+    "enabled": env_bool("EUREKA_WEBHOOKS_ENABLED", True),
+    # Per request: a receiver that has not answered by then is retried later.
+    "timeout_ms": env_int("EUREKA_WEBHOOK_TIMEOUT_MS", 5_000, minimum=100),
+    # Attempts per delivery before it is marked failed; waits between them double from the base
+    # (1 s, 2 s, 4 s, ...) up to the cap.
+    "max_attempts": env_int("EUREKA_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1),
+    "retry_base_ms": env_int("EUREKA_WEBHOOK_RETRY_BASE_MS", 1_000, minimum=10),
+    "retry_max_ms": env_int("EUREKA_WEBHOOK_RETRY_MAX_MS", 300_000, minimum=10),
+    # Delivered and failed deliveries are deleted from the log after this many days (hourly job).
+    "retention_days": env_int("EUREKA_WEBHOOK_RETENTION_DAYS", 7, minimum=1),
+    "prune_interval_ms": 3_600_000,
+    # Changes waiting to be queued (the oldest dropped when full), queued every flush_ms.
+    "buffer_size": env_int("EUREKA_WEBHOOK_BUFFER_SIZE", 10_000, minimum=100),
+    "flush_ms": 200,
+    # Subscriptions saved in this node's admin apply at once; made elsewhere, within this long.
+    "refresh_ms": env_int("EUREKA_WEBHOOK_REFRESH_MS", 5_000, minimum=100),
+    # Production mode: beat runs the sender this often (retries that fell due, lost kicks).
+    "poll_ms": env_int("EUREKA_WEBHOOK_POLL_MS", 2_000, minimum=100),
+}
+
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -363,6 +417,7 @@ CELERY_BEAT_SCHEDULE = {
         "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
         "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
         "freeze_gc": EUREKA["gc_freeze_interval_ms"],
+        "prune_webhook_deliveries": EUREKA["webhooks"]["prune_interval_ms"],
     }.items()
     if interval
 }
@@ -373,6 +428,37 @@ if EUREKA["peer_urls"]:
         "task": "registry.tasks.drain_replication_outboxes",
         "schedule": 1.0,
         "options": {"expires": 0.9},
+    }
+if REDIS_URL and EUREKA["webhooks"]["enabled"]:
+    # Webhooks' safety net: due deliveries (retries, lost kicks) sent by the worker (registry/webhooks/).
+    CELERY_BEAT_SCHEDULE["eureka-webhook-delivery"] = {
+        "task": "registry.tasks.deliver_webhooks",
+        "schedule": EUREKA["webhooks"]["poll_ms"] / 1000,
+        "options": {"expires": EUREKA["webhooks"]["poll_ms"] / 1000 * 0.9},
+    }
+
+# --- Active health checks (README "Active health checks"; registry/health/) ------------------------
+# Off by default. On: instances whose metadata asks for it (eureka-django.health-check = http | tcp)
+# are probed, and marked DOWN through a status override after consecutive failures.
+EUREKA["health_checks"] = {
+    "enabled": env_bool("EUREKA_HEALTH_CHECKS", False),
+    # Probes running at once, at most (a gevent pool in the node, threads in a Celery worker).
+    "concurrency": env_int("EUREKA_HEALTH_CHECK_CONCURRENCY", 50, minimum=1),
+    # How often due probes are handed out: the node's loop, or Celery beat's round in production mode.
+    "dispatch_ms": env_int("EUREKA_HEALTH_CHECK_DISPATCH_MS", 250, minimum=50),
+    # Defaults for what an instance's metadata leaves out.
+    "interval_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_INTERVAL_SECONDS", 10, minimum=1),
+    "timeout_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", 2, minimum=1),
+    "threshold": env_int("EUREKA_HEALTH_CHECK_THRESHOLD", 3, minimum=1),
+    "recover": env_int("EUREKA_HEALTH_CHECK_RECOVER", 2, minimum=1),
+}
+if EUREKA["health_checks"]["enabled"] and REDIS_URL:
+    # Production mode: a Celery worker probes (registry/runtime/tasks.py, run_health_checks).
+    _health_round_s = EUREKA["health_checks"]["dispatch_ms"] / 1000
+    CELERY_BEAT_SCHEDULE["eureka-health-checks"] = {
+        "task": "registry.tasks.run_health_checks",
+        "schedule": _health_round_s,
+        "options": {"expires": _health_round_s * 0.9},
     }
 
 # --- Logs (README "Logs"; eureka_site/logs.py) ------------------------------------------------------

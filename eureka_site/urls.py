@@ -10,6 +10,8 @@ urlpatterns = [
     *protocol_urls.urlpatterns,
     path("", include("registry.runtime.control_urls")),
     path("admin/", admin.site.urls),
+    # The change feed (registry/feed/): JSON and Server-Sent Events for operators' tools.
+    path("api/v1/", include("registry.feed.urls")),
 ]
 if settings.EUREKA_DASHBOARD_ENABLED:
     urlpatterns.append(path(settings.EUREKA_DASHBOARD_PREFIX, include("dashboard.urls")))

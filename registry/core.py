@@ -9,18 +9,63 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 
 from . import constants as c
-from .changes import CANCELLED, EVICTED, METADATA_CHANGED, REGISTERED, STATUS_CHANGED, Change, ChangeLog
-from .instances import InstanceInfo, freeze
+from .changes import (
+    CANCELLED,
+    EVICTED,
+    METADATA_CHANGED,
+    REGISTERED,
+    STATUS_CHANGED,
+    Change,
+    ChangeLog,
+    TooOld,
+)
+from .instances import DataCenterInfo, InstanceInfo, freeze
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate
 
 MINUTE_MS = 60_000
+
+# Warm restart (``Registry.export_state`` / ``restore_state``): the version of the saved shape. A
+# snapshot of any other version is refused, never guessed at.
+SNAPSHOT_FORMAT = 1
+# Each instance is saved as a list of its InstanceInfo fields in this order (named once, in the
+# snapshot's header), then the lease's own fields below.
+_INSTANCE_FIELDS = tuple(f.name for f in fields(InstanceInfo))
+_instance_values = operator.attrgetter(*_INSTANCE_FIELDS)
+_DATA_CENTER = _INSTANCE_FIELDS.index("data_center_info")
+_METADATA = _INSTANCE_FIELDS.index("metadata")
+_LEASE_FIELDS = (
+    "duration_ms",
+    "registration_ts",
+    "last_renewal_ts",
+    "renewed",
+    "eviction_ts",
+    "service_up_ts",
+)
+
+
+class BadSnapshot(ValueError):
+    """A saved state ``restore_state`` refuses: another format, too old, or not the shape it writes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What a warm restart brought back (the console and /readyz say so)."""
+
+    instances: int
+    saved_at: int
+    restored_at: int
+
+    @property
+    def age_ms(self) -> int:
+        return self.restored_at - self.saved_at
 
 
 @dataclass(frozen=True)
@@ -306,6 +351,8 @@ class Registry:
         self.peer_transfer_empty = True
         # Every change, numbered, for the change feed and webhooks (registry/changes.py).
         self.changes = ChangeLog(now, config.delta_retention_ms)
+        # Set by a warm restart (``restore_state``); None for a node that started empty.
+        self.restored: Restored | None = None
         self.open_for_traffic(0, now)
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
@@ -318,6 +365,12 @@ class Registry:
     def open_for_traffic(self, synced_count: int, now: int) -> None:
         """Start serving after the startup sync copied ``synced_count`` instances from peers."""
         with self._lock:
+            if self.restored is not None:
+                # A warm restart opened the node already, with its own count and renew measurement:
+                # the peers' instances only add to it (their new ones were counted as registered).
+                self.expected_clients = max(synced_count, self.expected_clients)
+                self._update_threshold()
+                return
             self.expected_clients = synced_count or self.config.default_open_for_traffic_count
             self.peer_transfer_empty = self.expected_clients == 0
             self.start_ts = now
@@ -385,6 +438,14 @@ class Registry:
         with self._lock:
             return {instance_id: entry[0] for instance_id, entry in self._overrides.items()}
 
+    def override_actor(self, instance_id: str) -> str | None:
+        """Who set the id's override through ``set_status_override`` ("" for a client, a peer or a
+        registration carrying it); None when there is none. Kept across a warm restart, so the health
+        checker knows its own DOWN from an operator's."""
+        with self._lock:
+            entry = self._overrides.get(instance_id)
+            return None if entry is None else entry[2]
+
     # ------------------------------------------------------------------------------- writes
 
     def register(self, instance: InstanceInfo, now: int, is_replication: bool = False) -> None:
@@ -409,7 +470,7 @@ class Registry:
         override = self._override(instance.instance_id, now)
         if override is None and instance.overridden_status != c.UNKNOWN:
             override = instance.overridden_status
-            self._overrides[instance.instance_id] = [override, now]
+            self._overrides[instance.instance_id] = [override, now, ""]
         status = resolve_status(instance, existing, override, is_replication)
         instance = instance.evolve(
             status=status,
@@ -513,7 +574,7 @@ class Registry:
                     and overridden_status not in (None, c.UNKNOWN)
                     and instance_id not in self._overrides
                 ):
-                    self._overrides[instance_id] = [overridden_status, now]
+                    self._overrides[instance_id] = [overridden_status, now, ""]
                 writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             if last_dirty_timestamp < instance.last_dirty_timestamp and is_replication:
@@ -625,7 +686,7 @@ class Registry:
                 return StatusChange(old.status, status, old_override, old_override)
             if status == c.UP:
                 lease.service_up(now)
-            self._overrides[instance_id] = [status, now]
+            self._overrides[instance_id] = [status, now, actor]
             self._modify(
                 lease, now, last_dirty_timestamp, is_replication, status=status, overridden_status=status
             )
@@ -787,6 +848,98 @@ class Registry:
         with self._lock:
             return self.changes.subscribe(listener)
 
+    # ------------------------------------------------------------------------- warm restart
+
+    def export_state(self, now: int, saved_form: Callable[[InstanceInfo], object] | None = None) -> dict:
+        """Everything a restarted node needs to go on where this one stopped, as plain JSON-ready
+        data: every lease (the whole instance record and the lease's times), the override map with
+        its last-access times, the self-preservation numbers and the change log. Not the delta queue:
+        a restored node starts with an empty delta, whose hashcode is then the full registry's.
+
+        Under the lock only references are copied (instance records are immutable), so a writer
+        waits for one pass over the map, not for the encoding. ``saved_form`` turns a record into
+        what is saved of it (default ``instance_row``); the snapshot writer passes one that remembers
+        the encoded form of records it has seen, since most do not change between two snapshots.
+        """
+        to_row = saved_form or instance_row
+        with self._lock:
+            leases = [
+                (
+                    lease.instance,
+                    lease.duration_ms,
+                    lease.registration_ts,
+                    lease.last_renewal_ts,
+                    lease.renewed,
+                    lease.eviction_ts,
+                    lease.service_up_ts,
+                )
+                for app_leases in self._apps.values()
+                for lease in app_leases.values()
+            ]
+            overrides = [[instance_id, *entry] for instance_id, entry in self._overrides.items()]
+            expected_clients, renews_threshold = self.expected_clients, self.renews_threshold
+            renews_last_minute = self._renews.count(now)
+            # ``changes.export()`` would build a dict per entry under the lock (about 20 µs each, up to
+            # the log's 200,000): copy the entries (immutable) and build the dicts below instead.
+            change_log_last_id = self.changes.last_id
+            oldest = self.changes.oldest_id()
+            try:
+                kept_changes = [] if oldest is None else self.changes.since(oldest - 1, len(self.changes))
+            except TooOld:  # cannot happen while the log keeps its order; a snapshot without it then
+                kept_changes = []
+        rows = [[to_row(instance), lease_values] for instance, *lease_values in leases]
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "saved_at": now,
+            "instance_fields": list(_INSTANCE_FIELDS),
+            "lease_fields": list(_LEASE_FIELDS),
+            "leases": rows,
+            "overrides": overrides,
+            "expected_clients": expected_clients,
+            "renews_threshold": renews_threshold,
+            "renews_last_minute": renews_last_minute,
+            "changes": {
+                "last_id": change_log_last_id,
+                "entries": [_change_dict(change) for change in kept_changes],
+            },
+        }
+
+    def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
+        """Take back what ``export_state`` saved (warm restart); returns how many instances.
+
+        1. refuse (``BadSnapshot``) another format, a state older than ``max_age_ms``, or any part not
+           of the shape written: everything is parsed before the map is touched, so a refusal
+           leaves the node as it was (empty, at start-up);
+        2. leases keep their renewal times, so an instance that died before the restart expires
+           when it would have;
+        3. the node opens for traffic at once, counting the saved expected clients and carrying the
+           last minute's renews over, so self-preservation neither fires nor waits on the restart.
+
+        An instance the map already holds is kept as it is (it was written after the snapshot).
+        """
+        leases, overrides, numbers = _parse_state(state, now, max_age_ms)
+        with self._lock:
+            restored = 0
+            for lease in leases:
+                instance = lease.instance
+                app_leases = self._apps.setdefault(instance.app, {})
+                if instance.instance_id in app_leases:
+                    continue
+                app_leases[instance.instance_id] = lease
+                self._size += 1
+                self._status_counts[instance.status] += 1
+                restored += 1
+            for instance_id, status, last_access, actor in overrides:
+                self._overrides.setdefault(instance_id, [status, last_access, actor])
+            self.expected_clients = max(numbers["expected_clients"], restored)
+            self._update_threshold()
+            self.peer_transfer_empty = self.expected_clients == 0
+            self.start_ts = now
+            self._renews.reset(now, last=numbers["renews_last_minute"])
+            self.changes.restore(state.get("changes", {}))
+            self.restored = Restored(restored, numbers["saved_at"], now)
+            return restored
+
     # -------------------------------------------------------------------------------- reads
 
     def snapshot(self) -> Snapshot:
@@ -912,6 +1065,133 @@ class Registry:
                 "status_counts": {k: v for k, v in self._status_counts.items() if v > 0},
                 "start_ts": self.start_ts,
             }
+
+
+def _parse_state(state: Mapping, now: int, max_age_ms: int | None) -> tuple[list[Lease], list, dict]:
+    """``restore_state``'s step 1: the leases, overrides and numbers of a saved state, or BadSnapshot."""
+    if not isinstance(state, Mapping):
+        raise BadSnapshot(f"a snapshot is a JSON object, not {type(state).__name__}")
+    if state.get("format") != SNAPSHOT_FORMAT:
+        raise BadSnapshot(f"snapshot format {state.get('format')!r}, this node reads {SNAPSHOT_FORMAT}")
+    try:
+        numbers = {
+            name: _whole(state[name]) for name in ("saved_at", "expected_clients", "renews_last_minute")
+        }
+        age = now - numbers["saved_at"]
+        if max_age_ms is not None and age > max_age_ms:
+            raise BadSnapshot(f"the snapshot is {age} ms old, more than the {max_age_ms} ms allowed")
+        instance_fields = list(state["instance_fields"])
+        unknown = set(instance_fields) - set(_INSTANCE_FIELDS)
+        if unknown:
+            raise BadSnapshot(f"unknown instance fields {sorted(unknown)}")
+        if list(state["lease_fields"]) != list(_LEASE_FIELDS):
+            raise BadSnapshot(f"lease fields {state['lease_fields']!r}, expected {list(_LEASE_FIELDS)}")
+        leases = [
+            _parse_lease(instance_fields, values, lease_values) for values, lease_values in state["leases"]
+        ]
+        overrides = [_parse_override(entry) for entry in state["overrides"]]
+        changes = state.get("changes", {})
+        if not isinstance(changes, Mapping):
+            raise ValueError("the change log is not an object")
+        # The very parse the node's log will do, on a scratch log: a bad entry refuses it all here.
+        ChangeLog(0, 1).restore(changes)
+    except BadSnapshot:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadSnapshot(f"not a snapshot this node wrote: {type(exc).__name__}: {exc}") from exc
+    return leases, overrides, numbers
+
+
+_TEXT_FIELDS = tuple(
+    _INSTANCE_FIELDS.index(name)
+    for name in ("instance_id", "app", "host_name", "ip_addr", "status", "overridden_status")
+)
+
+
+def instance_row(instance: InstanceInfo) -> list:
+    """An instance record as a snapshot saves it: its fields' values in ``_INSTANCE_FIELDS`` order."""
+    values = list(_instance_values(instance))
+    data_center = values[_DATA_CENTER]
+    values[_DATA_CENTER] = [data_center.name, dict(data_center.metadata)]
+    values[_METADATA] = dict(values[_METADATA])
+    return values
+
+
+def _saved_default(name: str) -> object:
+    """An InstanceInfo field's default, as ``export_state`` writes it; KeyError for a required one."""
+    if name == "data_center_info":
+        return ["MyOwn", {}]
+    if name == "metadata":
+        return {}
+    field_ = next(f for f in fields(InstanceInfo) if f.name == name)
+    if field_.default is MISSING:
+        raise KeyError(f"the instance field {name!r} is missing")
+    return field_.default
+
+
+def _parse_lease(instance_fields: list[str], values: list, lease_values: list) -> Lease:
+    if len(values) != len(instance_fields) or len(lease_values) != len(_LEASE_FIELDS):
+        raise ValueError("a lease with the wrong number of fields")
+    if len(instance_fields) == len(_INSTANCE_FIELDS) and instance_fields == list(_INSTANCE_FIELDS):
+        # The usual case (written by this version): positional, a third of the time of keywords.
+        values = list(values)
+    else:
+        # Written with other fields: by name, and a field the snapshot lacks takes its default.
+        record = dict(zip(instance_fields, values, strict=True))
+        values = [record[name] if name in record else _saved_default(name) for name in _INSTANCE_FIELDS]
+    for index in _TEXT_FIELDS:
+        _text(values[index])
+    name, metadata = values[_DATA_CENTER] or ("MyOwn", {})
+    values[_DATA_CENTER] = DataCenterInfo(_text(name), freeze(_text_map(metadata)))
+    values[_METADATA] = freeze(_text_map(values[_METADATA] or {}))
+    instance = InstanceInfo(*values)
+    duration_ms, registration_ts, last_renewal_ts, renewed, eviction_ts, service_up_ts = lease_values
+    lease = Lease(instance, _whole(duration_ms), _whole(registration_ts), _whole(service_up_ts))
+    lease.last_renewal_ts = _whole(last_renewal_ts)
+    lease.renewed = bool(renewed)
+    lease.eviction_ts = _whole(eviction_ts)
+    return lease
+
+
+def _parse_override(entry: list) -> tuple[str, str, int, str]:
+    """``[instance id, status, last access, actor]`` (the actor came later: absent means none)."""
+    instance_id, status, last_access, *rest = entry
+    if len(rest) > 1:
+        raise ValueError("an override entry with too many fields")
+    return _text(instance_id), _text(status), _whole(last_access), _text(rest[0]) if rest else ""
+
+
+def _change_dict(change: Change) -> dict:
+    """``Change.as_dict`` without ``dataclasses.asdict``'s deep copy (ten times faster)."""
+    return {
+        "id": change.id,
+        "timestamp": change.timestamp,
+        "app": change.app,
+        "instance_id": change.instance_id,
+        "action": change.action,
+        "old_status": change.old_status,
+        "new_status": change.new_status,
+        "overridden_status": change.overridden_status,
+        "replicated": change.replicated,
+    }
+
+
+def _whole(value: object) -> int:
+    if type(value) is not int:
+        raise ValueError(f"expected a whole number, got {value!r:.40}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {value!r:.40}")
+    return value
+
+
+def _text_map(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected an object, got {value!r:.40}")
+    return {_text(key): _text(item) for key, item in value.items()}
 
 
 def _vips_of(instance: InstanceInfo) -> tuple[str, ...]:

@@ -112,6 +112,9 @@ class MeasuredRate:
         self._roll(now)
         return self._last
 
-    def reset(self, start: int) -> None:
+    def reset(self, start: int, last: int = 0) -> None:
+        """Start counting again from ``start``; ``last`` is reported until the first bucket is full
+        (a warm restart carries the previous run's measurement over)."""
         self.start = start
-        self._bucket = self._current = self._last = 0
+        self._bucket = self._current = 0
+        self._last = last

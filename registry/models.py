@@ -66,3 +66,8 @@ class RegistryApi(models.Model):
 
     def __str__(self):
         return "Eureka API"
+
+
+# Webhook subscriptions and their delivery log live with their room (registry/webhooks/); imported
+# here so they are models of this app and its migrations.
+from .webhooks.models import WebhookDelivery, WebhookSubscription  # noqa: E402, F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 from django.conf import settings
@@ -11,6 +12,10 @@ from rest_framework.test import APIClient
 from registry.runtime.node import build_node, reset_node
 
 START_MS = 1_796_000_000_000
+
+# Nodes the tests start (gunicorn, Celery) inherit this: none restores a warm-restart snapshot left by
+# another test, or by a `make run` node in var/. The warm-restart tests turn it on for their nodes.
+os.environ["EUREKA_WARM_RESTART"] = "false"
 
 
 class FakeClock:

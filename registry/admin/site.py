@@ -19,6 +19,13 @@ class RegistryAdminSite(admin.AdminSite):
 
         self.register(StatusOverrideRecord, StatusOverrideRecordAdmin)
 
+        # Webhooks (registry/webhooks/): subscriptions, and the read-only delivery log.
+        from registry.webhooks.admin import WebhookDeliveryAdmin, WebhookSubscriptionAdmin
+        from registry.webhooks.models import WebhookDelivery, WebhookSubscription
+
+        self.register(WebhookSubscription, WebhookSubscriptionAdmin)
+        self.register(WebhookDelivery, WebhookDeliveryAdmin)
+
     def get_urls(self):
         from registry.admin.views import InstanceAdminView, InstanceListAdminView
 

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from registry.cluster.replicator import FollowUps
+from registry.health.checker import BadResult, ProbeResult
 from registry.protocol.http import text
 from registry.protocol.views import EurekaView
 from registry.runtime.node import get_node
@@ -78,6 +79,54 @@ class ControlReplicationView(NodeView):
         return _json({"ok": True})
 
 
+# --- Active health checks in production mode (registry/health/): a Celery worker claims the probes
+# that are due here, runs them, and posts the results back; the state machine stays in this process.
+MAX_HEALTH_TARGETS = 5_000
+
+
+class ControlHealthTargetsView(NodeView):
+    """``POST /control/health/targets?limit=N``: claim up to N due probes (a POST: each target is
+    handed out once until its result comes back, so two rounds never probe the same instance)."""
+
+    def post(self, request):
+        if not _authorized(request):
+            return text(403, "Forbidden: missing or wrong control secret")
+        node = get_node()
+        if node.health is None:
+            return text(404, "Active health checks are off (EUREKA_HEALTH_CHECKS=false)")
+        raw = request.GET.get("limit", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_HEALTH_TARGETS:
+            return text(400, f"limit must be a whole number from 1 to {MAX_HEALTH_TARGETS}")
+        now = node.now()
+        node.health.refresh(now)
+        targets = node.health.claim_due(now, int(raw))
+        return _json({"targets": [target.as_dict() for target in targets]})
+
+
+class ControlHealthResultsView(NodeView):
+    """``POST /control/health/results``: ``{"results": [...]}`` as ``ProbeResult.as_dict`` writes them.
+    All or nothing: one unreadable result refuses the batch (400) before any is applied."""
+
+    def post(self, request):
+        if not _authorized(request):
+            return text(403, "Forbidden: missing or wrong control secret")
+        node = get_node()
+        if node.health is None:
+            return text(404, "Active health checks are off (EUREKA_HEALTH_CHECKS=false)")
+        try:
+            body = orjson.loads(request.body)
+            items = body["results"] if isinstance(body, dict) else None
+            if not isinstance(items, list) or len(items) > MAX_HEALTH_TARGETS:
+                raise BadResult(f"results must be a list of at most {MAX_HEALTH_TARGETS}")
+            results = [ProbeResult.from_dict(item) for item in items]
+        except (orjson.JSONDecodeError, KeyError) as exc:
+            return text(400, f"Malformed health results: {type(exc).__name__}")
+        except BadResult as exc:
+            return text(400, f"Malformed health results: {exc}")
+        changed = node.health.apply_all(results, node.now())
+        return _json({"applied": len(results), "overrides_changed": changed})
+
+
 class HealthView(NodeView):
     """``GET /healthz``: the process answers."""
 
@@ -124,5 +173,11 @@ class ReadyView(NodeView):
                 "items": node.received.items,
                 "last_ms_ago": None if node.received.last_at is None else now - node.received.last_at,
             },
+            # What a warm restart brought back and the latest snapshot (None: off, or not started by
+            # gunicorn); the change feed's Redis stream (None: embedded mode or the feed is off).
+            "warm_restart": node.warm_restart.status(now) if node.warm_restart is not None else None,
+            "change_feed_redis": node.change_publisher.status()
+            if node.change_publisher is not None
+            else None,
         }
         return _json(body, 200 if open_for_reads else 503)

@@ -45,6 +45,13 @@ def freeze_gc(node: JobTarget, now: int) -> object:
     return node.gc_policy.run(now)
 
 
+def prune_webhook_deliveries(node: JobTarget, now: int) -> object:
+    """Keep the webhook delivery log bounded (registry/webhooks/). A node that runs no webhook relay
+    (turned off, or not serving) has nothing to prune and touches no database."""
+    relay = getattr(node, "webhooks", None)
+    return relay.prune() if relay is not None else None
+
+
 # job name -> function; the interval of each comes from Node.job_intervals().
 Job = Callable[[JobTarget, int], object]
 
@@ -54,4 +61,5 @@ JOBS: dict[str, Job] = {
     "prune_delta_queue": prune_delta_queue,
     "recount_expected_clients": recount_expected_clients,
     "freeze_gc": freeze_gc,
+    "prune_webhook_deliveries": prune_webhook_deliveries,
 }

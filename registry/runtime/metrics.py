@@ -156,6 +156,60 @@ class NodeCollector(Collector):
         yield from self._jobs(node, now)
         yield from self._replication(node, now)
         yield from self._access()
+        yield from self._change_feed(node)
+        yield from self._health_checks(node)
+
+    def _health_checks(self, node: Node) -> Iterator[Metric]:
+        """Active health checks (registry/health/), only when EUREKA_HEALTH_CHECKS is on."""
+        checker = getattr(node, "health", None)
+        if checker is None:
+            return
+        probes = CounterMetricFamily(
+            "eureka_health_probes",
+            "Health-check probes whose result was counted, by result.",
+            labels=["result"],
+        )
+        probes.add_metric(["success"], checker.stats.probes_ok)
+        probes.add_metric(["failure"], checker.stats.probes_failed)
+        yield probes
+        yield _gauge(
+            "eureka_health_marked_down",
+            "Instances the health checker holds DOWN now (its own status override).",
+            len(checker.held_down()),
+        )
+        yield _gauge(
+            "eureka_health_checked_instances", "Instances with a runnable health check.", checker.checked()
+        )
+        yield _counter(
+            "eureka_health_marked_down_events",
+            "Times the health checker set its DOWN override.",
+            checker.stats.marked_down,
+        )
+
+    def _change_feed(self, node: Node) -> Iterator[Metric]:
+        """The change feed (registry/feed/): open SSE streams; changes published to Redis."""
+        hub = node.change_streams
+        yield _gauge(
+            "eureka_change_streams_open", "Open change streams (SSE).", hub.open_streams if hub else 0
+        )
+        yield _counter(
+            "eureka_change_streams_refused",
+            "Change streams refused: the node held EUREKA_CHANGE_STREAMS_MAX or was stopping.",
+            hub.refused if hub else 0,
+        )
+        publisher = node.change_publisher
+        if publisher is not None:
+            yield _counter(
+                "eureka_change_feed_published", "Changes published to the Redis Stream.", publisher.published
+            )
+            yield _counter(
+                "eureka_change_feed_dropped",
+                "Changes dropped before Redis because the buffer was full.",
+                publisher.dropped,
+            )
+            yield _counter(
+                "eureka_change_feed_redis_errors", "Failed sends to the Redis Stream.", publisher.errors
+            )
 
     def _access(self) -> Iterator[Metric]:
         refusals = CounterMetricFamily(

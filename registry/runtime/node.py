@@ -19,10 +19,14 @@ from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.findings import RegistrationSources
+from registry.health.checker import HealthChecker
+from registry.health.config import CheckDefaults
+from registry.health.loop import HealthCheckLoop
 from registry.protocol.payloads import PayloadBuilder
 from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.jobs import JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
+from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
 
 logger = logging.getLogger(__name__)
@@ -84,6 +88,19 @@ class Node:
     state_log: StateLog = field(default_factory=StateLog)
     # Jobs the node runs itself because Celery beat left them overdue (logged once each way).
     watchdog_running: set[str] = field(default_factory=set)
+    # Active health checks (registry/health/): None when EUREKA_HEALTH_CHECKS is off. The loop probes
+    # in this process (embedded mode); in production mode a Celery worker does, via /control/health.
+    health: HealthChecker | None = None
+    health_loop: HealthCheckLoop | None = None
+    # Warm restart (registry/runtime/snapshots.py): None when EUREKA_WARM_RESTART is off.
+    warm_restart: WarmRestart | None = None
+    # The change feed (registry/feed/): the open SSE streams' hub, made with the first stream, and the
+    # Redis Stream publisher of production mode. Typed loosely: the feed imports this module.
+    change_streams: Any = None
+    change_publisher: Any = None
+    # Webhooks (registry/webhooks/relay.py): change log -> delivery rows (-> sent, in embedded mode);
+    # started with the serving process's scheduler. Typed loosely: it needs Django's models.
+    webhooks: Any = None
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:
@@ -150,22 +167,60 @@ class Node:
             "prune_delta_queue": config.delta_retention_timer_interval_ms,
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
             "freeze_gc": int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000,
+            "prune_webhook_deliveries": int(
+                self.options.get("webhooks", {}).get("prune_interval_ms", 3_600_000)
+            ),
         }
 
     def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
-        """Run the jobs in-process; as a ``watchdog`` (when Celery drives them) only the overdue ones."""
+        """Run the jobs in-process; as a ``watchdog`` (when Celery drives them) only the overdue ones.
+        The serving process's other background work (webhooks) starts with it."""
+        self.start_webhooks()
         if self.scheduler is None:
             intervals = self.job_intervals()
             run = self._watchdog_run if watchdog else self._run_scheduled
             jobs = [ScheduledJob(name, intervals[name], partial(run, name)) for name in self.jobs]
             self.scheduler = EmbeddedScheduler(jobs, self.clock)
             self.scheduler.start()
+            if not watchdog:
+                self._start_health_loop()
         return self.scheduler
+
+    def _start_health_loop(self) -> None:
+        if self.health is not None and self.health_loop is None:
+            options = self.options["health_checks"]
+            self.health_loop = HealthCheckLoop(
+                self.health, self.clock, options["concurrency"], options["dispatch_ms"]
+            )
+            self.health_loop.start()
 
     def stop_scheduler(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+        if self.health_loop is not None:
+            self.health_loop.stop()
+            self.health_loop = None
+
+    def start_webhooks(self) -> None:
+        """Queue (and in embedded mode send) webhook deliveries for the changes of this node's map."""
+        webhooks = self.options.get("webhooks", {})
+        if self.webhooks is not None or not webhooks.get("enabled"):
+            return
+        from registry.webhooks.relay import WebhookRelay, set_running
+
+        celery = bool(self.options.get("redis_url")) and self.options.get("jobs_driver") == "celery"
+        self.webhooks = WebhookRelay(
+            self.registry, webhooks, kick=_kick_webhook_task if celery else None, deliver_here=not celery
+        )
+        self.webhooks.start()
+        set_running(self.webhooks)
+
+    def start_warm_restart(self) -> None:
+        """Restore the last snapshot and keep writing them (gunicorn's post_worker_init, before the
+        node serves and before its start-up sync from peers). Never in tests' or commands' nodes."""
+        if self.warm_restart is not None:
+            self.warm_restart.start()
 
     def start_cluster(self, listening: list[tuple[str, int]]) -> None:
         """Join the cluster once the server knows its own addresses (gunicorn's post_worker_init)."""
@@ -176,6 +231,20 @@ class Node:
         self.stop_scheduler()
         if self.cluster is not None:
             self.cluster.stop()
+        # Once the jobs and replication have stopped moving the map: the snapshot a restart begins from.
+        if self.warm_restart is not None:
+            self.warm_restart.stop()
+        # The change feed's streams end, its publisher sends what it still holds.
+        if self.change_streams is not None:
+            self.change_streams.close()
+        if self.change_publisher is not None:
+            self.change_publisher.stop()
+        if self.webhooks is not None:
+            from registry.webhooks.relay import set_running
+
+            self.webhooks.stop()
+            set_running(None)
+            self.webhooks = None
 
 
 def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
@@ -209,7 +278,45 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         peers=peers,
         started_at=clock(),
         cluster=cluster,
+        health=_health_checker(registry, options, clock),
+        warm_restart=build_warm_restart(registry, options, clock) if options.get("warm_restart") else None,
+        change_publisher=_change_publisher(registry, options),
     )
+
+
+def _change_publisher(registry: Registry, options: dict[str, Any]):
+    """Production mode with the change feed on: every change also goes to a Redis Stream."""
+    if not options.get("redis_url") or not options.get("change_feed", {}).get("enabled", True):
+        return None
+    from registry.feed.redis_feed import start_publisher
+
+    return start_publisher(registry, options)
+
+
+def _health_checker(
+    registry: Registry, options: dict[str, Any], clock: Callable[[], int]
+) -> HealthChecker | None:
+    """Active health checks when EUREKA_HEALTH_CHECKS is on (``options["health_checks"]``)."""
+    health = options.get("health_checks") or {}
+    if not health.get("enabled"):
+        return None
+    defaults = CheckDefaults(
+        interval_ms=health["interval_ms"],
+        timeout_ms=health["timeout_ms"],
+        threshold=health["threshold"],
+        recover=health["recover"],
+    )
+    return HealthChecker(registry, defaults, clock())
+
+
+def _kick_webhook_task() -> None:
+    """Production mode: have a Celery worker send the deliveries just queued."""
+    from registry.webhooks.tasks import deliver_webhooks
+
+    try:
+        deliver_webhooks.apply_async(expires=5, retry=False)
+    except Exception as exc:  # the broker is down: beat's run (every few seconds) catches up
+        logger.warning("could not start a webhook delivery: %s", exc)
 
 
 def _cluster_member(

@@ -54,13 +54,29 @@ def general_stats(node: Node, now: int) -> dict[str, str]:
     """Eureka's ``generalStats`` (memory in MB as the Java page shows it, here for the whole process)."""
     limit = memory_limit_bytes()
     rss = psutil.Process().memory_info().rss
-    return {
+    stats = {
         "total-avail-memory": f"{limit // MIB}mb",
         "environment": node.options.get("environment", "test"),
         "num-of-cpus": str(cpu_count()),
         "current-memory-usage": f"{rss // MIB}mb ({round(100 * rss / limit) if limit else 0}%)",
         "server-uptime": format_uptime(now - node.started_at),
     }
+    note = warm_restart_note(node)
+    if note:
+        stats["warm-restart"] = note
+    return stats
+
+
+def warm_restart_note(node: Node) -> str | None:
+    """``restored 1000 instances from a snapshot of 1.4 s`` after a warm restart (README "Warm
+    restart"), why a snapshot was refused, or None: only then is the row there at all."""
+    restored = node.registry.restored
+    if restored is not None:
+        return f"restored {restored.instances} instances from a snapshot of {restored.age_ms / 1000:.1f} s"
+    keeper = node.warm_restart
+    if keeper is not None and keeper.refused:
+        return f"started empty: {keeper.refused}"
+    return None
 
 
 def application_stats(peers: list[PeerState], now: int) -> dict[str, str]:

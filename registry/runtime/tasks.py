@@ -96,3 +96,74 @@ def drain_replication_outboxes() -> None:
     peers, _, _, _ = _replication_context()
     for key in peers:
         drain_replication_outbox.apply_async((key,), expires=5)
+
+
+# --- Active health checks, production mode (registry/health/) -----------------------------------
+# Beat starts a round every EUREKA_HEALTH_CHECK_DISPATCH_MS. The node decides what is due and holds
+# the state machine; the worker only probes. A lock in Redis keeps rounds from piling up, and the
+# node hands each target out once until its result comes back.
+HEALTH_ROUND_LOCK_S = 120
+
+
+@cache
+def _health_context():
+    from registry.cache.redis_tier import connect
+    from registry.health.probes import ProbePool
+
+    options = settings.EUREKA["health_checks"]
+    control = httpx.Client(
+        base_url=settings.EUREKA_CONTROL_URL,
+        headers={CONTROL_HEADER: settings.EUREKA_CONTROL_SECRET},
+        timeout=10,
+    )
+    return connect(settings.REDIS_URL), control, ProbePool(options["concurrency"])
+
+
+@shared_task(name="registry.tasks.run_health_checks", ignore_result=True)
+def run_health_checks() -> int:
+    """One round: claim due probes from the node, run them (bounded), post the results; repeat while
+    full batches come and the round's time lasts. Returns how many results were posted."""
+    import time
+
+    from redis.exceptions import LockError, RedisError
+
+    from registry.health.checker import ProbeTarget
+    from registry.health.probes import run_round
+
+    options = settings.EUREKA["health_checks"]
+    redis, control, pool = _health_context()
+    namespace = settings.EUREKA.get("redis_namespace", "eureka")
+    lock = redis.lock(f"{namespace}:health-round", timeout=HEALTH_ROUND_LOCK_S, blocking=False)
+    try:
+        if not lock.acquire(blocking=False):
+            return 0  # the previous round still runs
+    except RedisError as exc:
+        logger.warning("health check round skipped: Redis unreachable (%s)", exc)
+        return 0
+    posted = 0
+    batch = options["concurrency"] * 2
+    deadline = time.monotonic() + options["dispatch_ms"] / 1000
+    try:
+        while True:
+            answer = control.post("/control/health/targets", params={"limit": batch})
+            answer.raise_for_status()
+            targets = [ProbeTarget.from_dict(item) for item in answer.json()["targets"]]
+            if not targets:
+                break
+            wait_s = max(target.timeout_ms for target in targets) / 1000 + 1
+            results = run_round(targets, pool, wait_s)
+            control.post(
+                "/control/health/results", json={"results": [result.as_dict() for result in results]}
+            ).raise_for_status()
+            posted += len(results)
+            if len(targets) < batch or time.monotonic() > deadline:
+                break
+    except httpx.HTTPError as exc:
+        # Claimed probes without a result are handed out again once their claim expires.
+        logger.warning("health check round stopped: the node did not answer (%s)", exc)
+    finally:
+        try:
+            lock.release()
+        except (LockError, RedisError):
+            pass  # expired (a very long round) or Redis gone: the lock times out by itself
+    return posted

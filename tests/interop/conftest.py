@@ -384,6 +384,8 @@ def server_env(workdir: Path, extra_env: dict[str, str] | None = None) -> dict[s
         **os.environ,
         **SERVER_ENV,
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        # The node's files too (its warm-restart snapshot): a node never starts from another test's map.
+        "EUREKA_DATA_DIR": str(workdir),
         **(extra_env or {}),
     }
 

@@ -20,7 +20,9 @@ from tests.registry.test_core import MIN, SEC, T0, inst, make_registry
 
 def actions(registry, after=0):
     start = registry.changes.oldest_id() - 1 if after == 0 else after
-    return [(ch.action, ch.instance_id, ch.old_status, ch.new_status) for ch in registry.changes_since(start, 100)]
+    return [
+        (ch.action, ch.instance_id, ch.old_status, ch.new_status) for ch in registry.changes_since(start, 100)
+    ]
 
 
 def test_every_kind_of_change_is_logged_in_order_with_old_and_new_status():
@@ -66,7 +68,10 @@ def test_replicated_writes_are_marked():
     registry, _ = make_registry()
     registry.register(inst(n=1), T0, is_replication=True)
     registry.set_status_override("ORDERS", inst(n=1).instance_id, c.DOWN, T0 + SEC, is_replication=True)
-    assert [ch.replicated for ch in registry.changes_since(registry.changes.oldest_id() - 1, 10)] == [True, True]
+    assert [ch.replicated for ch in registry.changes_since(registry.changes.oldest_id() - 1, 10)] == [
+        True,
+        True,
+    ]
 
 
 def test_since_filters_by_app_and_action_and_honours_the_limit():
@@ -133,7 +138,11 @@ def test_export_and_restore_keep_the_entries_and_go_on_numbering():
     state = log.export()
     restarted = ChangeLog(T0 - 5, 60 * MIN)  # a clock that went back: ids still go on from the log's
     restarted.restore(state)
-    assert [ch.instance_id for ch in restarted.since(state["entries"][0]["id"] - 1, 10)] == ["a-0", "a-1", "a-2"]
+    assert [ch.instance_id for ch in restarted.since(state["entries"][0]["id"] - 1, 10)] == [
+        "a-0",
+        "a-1",
+        "a-2",
+    ]
     assert restarted.append(T0 + 9, "A", "a-3", REGISTERED, None, c.UP).id == state["last_id"] + 1
     later = ChangeLog(T0 + 10 * SEC, 60 * MIN)  # the usual case: a start after the saved log
     later.restore(state)

@@ -101,6 +101,12 @@ def events(caplog) -> list[str]:
     return [record.event for record in caplog.records if hasattr(record, "event")]
 
 
+def job_events(caplog) -> list[str]:
+    """The events of the node's jobs and replication, without those of the change feed's publisher
+    thread, whose timing the test does not drive."""
+    return [event for event in events(caplog) if not event.startswith("change_feed_")]
+
+
 def assert_no_secret(caplog) -> None:
     assert caplog.records
     texts = [caplog.text] + [record.getMessage() for record in caplog.records]
@@ -157,7 +163,7 @@ def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
         return True
 
     try:
-        assert events(caplog) == ["redis_lost"]
+        assert job_events(caplog) == ["redis_lost"]
         for i in range(INSTANCES):
             body = instance_body(host=f"10.0.0.{i}")
             assert api.post("/eureka/apps/ORDERS", body, format="json").status_code == 204
@@ -167,7 +173,7 @@ def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
         assert not replicate() and not replicate()  # the peer's port is closed: down, said once
         at(14)
         assert api.get("/eureka/apps", HTTP_ACCEPT="application/json").status_code == 200  # Redis still down
-        assert events(caplog) == [
+        assert job_events(caplog) == [
             "redis_lost",
             "self_preservation_entered",
             "peer_unavailable",
@@ -184,7 +190,7 @@ def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
         heartbeat(INSTANCES - len(DEAD))
         assert not replicate()
         evict(140)  # the two silent since 45 s expired at 135 s; 36 renews > 34
-        assert events(caplog)[3:] == ["self_preservation_left", "eviction"]
+        assert job_events(caplog)[3:] == ["self_preservation_left", "eviction"]
         eviction = next(r for r in caplog.records if getattr(r, "event", None) == "eviction")
         assert eviction.evicted == 2 and eviction.expired == 2
         assert eviction.instances == [f"ORDERS/{instance_id}" for instance_id in DEAD]
@@ -202,13 +208,16 @@ def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
         # No heartbeat since 105 s: the minute 120-180 s had none, so the next one starts it again.
         evict(182)
         evict(184)
-        assert events(caplog)[5:] == ["peer_available", "redis_back", "self_preservation_entered"]
+        assert job_events(caplog)[5:] == ["peer_available", "redis_back", "self_preservation_entered"]
         entered = [r for r in caplog.records if getattr(r, "event", None) == "self_preservation_entered"]
         assert (entered[0].renews_last_minute, entered[0].renews_threshold) == (0, 34)
         assert (entered[1].renews_last_minute, entered[1].renews_threshold) == (0, 30)
         peer_lines = [r for r in caplog.records if getattr(r, "event", "").startswith("peer_")]
         assert {r.peer for r in peer_lines} == {f"http://127.0.0.1:{peer_port}/eureka/"}
         assert "Connect" in peer_lines[0].getMessage()  # the reason is there, without the password
+        # The change feed's Redis publisher runs on a thread of its own and real time: its outage is
+        # said once, whenever its first flush finds Redis gone (and the line holds no password).
+        assert events(caplog).count("change_feed_redis_lost") <= 1
         assert_no_secret(caplog)
     finally:
         reset_node(None)

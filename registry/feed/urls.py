@@ -1,0 +1,12 @@
+"""The change feed's URLs, mounted under ``/api/v1/`` by the site's URLconf."""
+
+from django.urls import path
+
+from registry.feed import views
+
+app_name = "feed"
+
+urlpatterns = [
+    path("changes", views.ChangesView.as_view(), name="changes"),
+    path("changes/stream", views.ChangeStreamView.as_view(), name="stream"),
+]

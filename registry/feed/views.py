@@ -1,0 +1,166 @@
+"""The change feed's HTTP views: ``GET /api/v1/changes`` (JSON) and ``GET /api/v1/changes/stream`` (SSE).
+
+Access is the protocol's: with ``EUREKA_API_AUTH`` on, the reader role (or client, peer) is needed,
+checked by the same DRF classes as ``GET /eureka/apps`` (``registry/access/drf.py``). Errors are JSON
+documents ``{"error": ..., "detail": ...}``; ``EUREKA_CHANGE_FEED=false`` answers 404.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+from django.db import connections
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from rest_framework import exceptions
+from rest_framework.views import APIView
+
+from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
+from registry.changes import TooOld
+from registry.feed.query import BadParameter, parse_query, read_page
+from registry.feed.streams import StreamBody, StreamHub, change_stream, resume_point
+from registry.protocol.http import PassthroughRenderer
+from registry.runtime.node import Node, get_node
+
+# Defaults of settings.EUREKA["change_feed"] (eureka_site/settings.py reads the environment), for
+# nodes built from options that predate the feed.
+DEFAULT_OPTIONS = {
+    "enabled": True,
+    "streams_max": 2_000,
+    "keepalive_seconds": 15,
+    "stream_max_seconds": 1_800,
+    "coalesce_ms": 50,
+}
+REFETCH_DETAIL = "refetch GET /eureka/apps, then follow from lastId"
+RETRY_AFTER_FULL_S = 5
+
+_hub_lock = threading.Lock()
+
+
+def feed_options(node: Node) -> dict[str, Any]:
+    return {**DEFAULT_OPTIONS, **node.options.get("change_feed", {})}
+
+
+def stream_hub(node: Node) -> StreamHub:
+    """The node's hub of open streams, made with the first stream (no cost before)."""
+    if node.change_streams is None:
+        with _hub_lock:
+            if node.change_streams is None:
+                options = feed_options(node)
+                node.change_streams = StreamHub(
+                    node.registry, int(options["streams_max"]), int(options["coalesce_ms"])
+                )
+    return node.change_streams
+
+
+def json_response(status: int, body: dict[str, Any]) -> HttpResponse:
+    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+
+
+def error(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
+    return json_response(status, {"error": code, "detail": detail, **extra})
+
+
+def too_old_response(exc: TooOld) -> HttpResponse:
+    return error(410, "too_old", REFETCH_DETAIL, lastId=exc.last_id)
+
+
+def feed_exception_handler(exc, context):
+    """DRF's refusals as the feed's JSON errors (401 keeps its Basic challenge)."""
+    if isinstance(exc, BadParameter):
+        return error(400, "bad_parameter", f"{exc.parameter}: {exc.detail}", parameter=exc.parameter)
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response = error(401, "unauthenticated", "HTTP Basic credentials of an API account are needed")
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            response["WWW-Authenticate"] = auth_header
+        return response
+    if isinstance(exc, exceptions.PermissionDenied):
+        return error(403, "forbidden", "the account's role may not read the registry")
+    if isinstance(exc, exceptions.NotFound | Http404):
+        return error(404, "not_found", "the change feed is off (EUREKA_CHANGE_FEED=false)")
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        response = error(405, "method_not_allowed", f"{context['request'].method} is not allowed here")
+        response["Allow"] = ", ".join(context["view"].allowed_methods)
+        return response
+    if isinstance(exc, exceptions.APIException):
+        return error(exc.status_code, "refused", str(exc.detail))
+    return None
+
+
+class FeedView(APIView):
+    http_method_names = ["get", "head"]
+    renderer_classes = [PassthroughRenderer]
+    throttle_classes: list = []
+    metadata_class = None
+
+    # Read per request, like the protocol views: the open default costs nothing.
+    def get_authenticators(self):
+        return [BasicAccountAuthentication()] if api_accounts_on() else []
+
+    def get_permissions(self):
+        return [RolePermission()] if api_accounts_on() else []
+
+    def get_exception_handler(self):
+        return feed_exception_handler
+
+    def initial(self, request, *args, **kwargs):
+        # Off means absent, before any credentials are asked for.
+        if not feed_options(get_node())["enabled"]:
+            raise Http404
+        super().initial(request, *args, **kwargs)
+
+    def feed_query(self, request):
+        return parse_query(request.query_params, request.META.get("HTTP_LAST_EVENT_ID"))
+
+
+class ChangesView(FeedView):
+    """``GET /api/v1/changes``: a page of changes after ``since`` (see registry/feed/query.py)."""
+
+    def get(self, request):
+        query = self.feed_query(request)
+        try:
+            page = read_page(get_node().registry, query)
+        except TooOld as exc:
+            return too_old_response(exc)
+        return json_response(200, page)
+
+
+class ChangeStreamView(FeedView):
+    """``GET /api/v1/changes/stream``: Server-Sent Events from the resume point (registry/feed/streams.py)."""
+
+    # A HEAD would open a stream that nobody reads (its slot held until the maximum duration).
+    http_method_names = ["get"]
+
+    def get(self, request):
+        query = self.feed_query(request)
+        node = get_node()
+        options = feed_options(node)
+        hub = stream_hub(node)
+        cursor, too_old_at = resume_point(node.registry, query)
+        subscription = hub.open()
+        if subscription is None:
+            response = error(
+                503, "too_many_streams", f"{hub.max_streams} change streams are open on this node"
+            )
+            response["Retry-After"] = str(RETRY_AFTER_FULL_S)
+            return response
+        # A stream lasts minutes: it must not keep the database connection its authentication used.
+        connections.close_all()
+        body = change_stream(
+            hub,
+            subscription,
+            query,
+            cursor,
+            too_old_at,
+            keepalive_s=float(options["keepalive_seconds"]),
+            max_seconds=float(options["stream_max_seconds"]),
+        )
+        response = StreamingHttpResponse(
+            StreamBody(body, lambda: hub.release(subscription)), content_type="text/event-stream"
+        )
+        response["Cache-Control"] = "no-cache"
+        # nginx and similar proxies would buffer the stream otherwise.
+        response["X-Accel-Buffering"] = "no"
+        return response

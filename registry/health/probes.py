@@ -1,0 +1,255 @@
+"""The probes themselves, and a pool that runs many at once with a bound. No Django.
+
+HTTP: ``GET`` the instance's health-check URL; any 2xx or 3xx answer is healthy (redirects are not
+followed, the body is not read). Anything else, a timeout or a connection error is a failure with a
+short reason. TLS certificates are not verified: the probe asks "does it answer?", not "who is it?",
+and internal services often present certificates no public authority signed.
+TCP: a connection to the host and port is opened and closed.
+
+``timeout_ms`` bounds the whole probe. The same code runs in the registry process under
+gevent (the pool is then a gevent pool and probes are greenlets) and in a Celery worker (threads).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from registry.health.checker import ProbeResult, ProbeTarget
+from registry.health.config import HTTP
+
+USER_AGENT = "eureka-django-health-check"
+
+
+def probe(target: ProbeTarget) -> ProbeResult:
+    """Run one probe; never raises (an unexpected error is a failed probe with its type as reason)."""
+    started = time.perf_counter()
+    try:
+        if target.kind == HTTP:
+            ok, reason = probe_http(target.url or "", target.timeout_ms / 1000)
+        else:
+            ok, reason = probe_tcp(target.host, target.port, target.timeout_ms / 1000)
+    except Exception as exc:  # a probe must never take its pool down with it
+        ok, reason = False, f"probe error: {type(exc).__name__}"
+    latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    return ProbeResult(target.app, target.instance_id, target.claim, ok, latency_ms, reason)
+
+
+def probe_http(url: str, timeout_s: float) -> tuple[bool, str]:
+    """``GET`` with ``Connection: close``; reads the status line only (a few bytes), not the body.
+
+    Written on the socket rather than with http.client: the status line is all a probe needs, and
+    header parsing plus buffered readers cost the node more than the rest of a probe (bench/README.md,
+    "Health checks"). ``timeout_s`` is a deadline for the whole exchange."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    secure = parts.scheme == "https"
+    port = parts.port or (443 if secure else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host_header = f"[{host}]" if ":" in host else host
+    if parts.port:
+        host_header += f":{parts.port}"
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
+        "Accept: */*\r\nConnection: close\r\n\r\n"
+    ).encode("latin-1", "replace")
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock = _connect(host, port, timeout_s)
+        try:
+            if secure:
+                sock = _unverified_tls().wrap_socket(sock, server_hostname=None if _is_ip(host) else host)
+            sock.settimeout(_left(deadline))
+            sock.sendall(request)
+            head = b""
+            while b"\r\n" not in head and len(head) < MAX_STATUS_LINE:
+                sock.settimeout(_left(deadline))
+                chunk = sock.recv(MAX_STATUS_LINE)
+                if not chunk:
+                    break
+                head += chunk
+        finally:
+            sock.close()
+    except OSError as exc:
+        return False, _socket_reason(exc, timeout_s)
+    status = _status_code(head)
+    if status is None:
+        return False, "bad HTTP answer" if head else "connection closed without an answer"
+    return 200 <= status < 400, f"HTTP {status}"
+
+
+def probe_tcp(host: str, port: int, timeout_s: float) -> tuple[bool, str]:
+    try:
+        _connect(host, port, timeout_s).close()
+    except OSError as exc:
+        return False, _socket_reason(exc, timeout_s)
+    return True, "connected"
+
+
+MAX_STATUS_LINE = 1024
+
+
+def _status_code(head: bytes) -> int | None:
+    """``HTTP/1.1 200 OK`` → 200; None for anything that is not an HTTP status line."""
+    line = head.split(b"\r\n", 1)[0]
+    parts = line.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or len(parts[1]) != 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    """A connected socket. An address needs no name lookup (under gevent a lookup is a round trip to
+    its resolver's thread pool, the most expensive part of a probe to a literal IP)."""
+    if not _is_ip(host):
+        return socket.create_connection((host, port), timeout=timeout_s)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("probe deadline passed")
+    return left
+
+
+def _socket_reason(exc: OSError, timeout_s: float) -> str:
+    """Short and free of addresses or credentials (the URL is shown beside it anyway)."""
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return f"timed out after {timeout_s:g}s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, socket.gaierror):
+        return "host name not resolved"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error: {exc.reason or type(exc).__name__}"
+    return f"{type(exc).__name__}: {exc.strerror or exc}"[:120]
+
+
+_tls_context: ssl.SSLContext | None = None
+
+
+def _unverified_tls() -> ssl.SSLContext:
+    global _tls_context
+    if _tls_context is None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        _tls_context = context
+    return _tls_context
+
+
+def _gevent_patched() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:  # pragma: no cover (gevent is a dependency)
+        return False
+    return monkey.is_module_patched("socket")
+
+
+class ProbePool:
+    """Runs probes with at most ``concurrency`` at once; counts how many ran at once at most.
+
+    Greenlets where gevent has patched the sockets (the registry process), threads elsewhere."""
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        if _gevent_patched():
+            from gevent.pool import Pool
+
+            self._spawn: Callable = Pool(concurrency).spawn
+            self._executor = None
+        else:
+            self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="eureka-health-probe")
+            self._spawn = self._executor.submit
+
+    def free(self) -> int:
+        with self._lock:
+            return self.concurrency - self.active
+
+    def submit(self, target: ProbeTarget, on_result: Callable[[ProbeResult], None]) -> None:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        self._spawn(self._run, target, on_result)
+
+    def _run(self, target: ProbeTarget, on_result: Callable[[ProbeResult], None]) -> None:
+        try:
+            on_result(probe(target))
+        finally:
+            with self._lock:
+                self.active -= 1
+                self._idle.notify_all()
+
+    def wait_free(self, timeout_s: float) -> bool:
+        """Wait until a slot is free (bounded); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self.active >= self.concurrency:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no probe runs (bounded); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self.active:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def run_round(targets: list[ProbeTarget], pool: ProbePool, wait_s: float) -> list[ProbeResult]:
+    """Probe every target through ``pool`` and return the results that came back within ``wait_s``."""
+    results: list[ProbeResult] = []
+    lock = threading.Lock()
+
+    def collect(result: ProbeResult) -> None:
+        with lock:
+            results.append(result)
+
+    for target in targets:
+        # Never more than ``concurrency`` at once: wait for a slot before handing out the next one.
+        if not pool.wait_free(wait_s):
+            break
+        pool.submit(target, collect)
+    pool.wait_idle(wait_s)
+    with lock:
+        return list(results)

@@ -1,0 +1,347 @@
+"""Warm restart: the node saves its lease map and, when it starts again, begins from it.
+
+Without it a restarted node starts empty: every client's next heartbeat gets a 404 and the whole
+fleet registers again at once, and the expected-clients count starts from nothing. With it the node
+writes a snapshot (``Registry.export_state``, orjson, gzip) every ``interval_ms`` from a background
+thread, and once more when it stops cleanly; at start, before it serves and before its start-up sync
+from peers, it restores the snapshot (``Registry.restore_state``) and opens for traffic at once.
+
+Where a snapshot lives:
+
+- embedded mode: a file in the node's data directory (``EUREKA_DATA_DIR``), replaced atomically
+  (written to a temporary file in the same directory, then ``os.replace``), so a crash mid-write
+  leaves the previous snapshot whole;
+- production mode (``REDIS_URL``): the Redis key ``{namespace}:snapshot``, one SET.
+
+A snapshot of another format, a corrupt one, or one older than ``max_age_ms`` (a restart that long
+is no longer warm: the clients have been re-registering meanwhile anyway) is refused: logged, and the
+node starts empty as before. A failed write is logged once per episode and retried next interval;
+the node serves on.
+
+Plain Python (no Django); the node wires it (``registry/runtime/node.py``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from registry.core import BadSnapshot, Registry, instance_row
+from registry.instances import InstanceInfo
+
+logger = logging.getLogger(__name__)
+
+FILE_NAME = "registry-snapshot.json.gz"
+# Level 1: a fifth of level 6's time for a snapshot a few per cent larger (bench/README.md).
+GZIP_LEVEL = 1
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def redis_key(namespace: str) -> str:
+    return f"{namespace}:snapshot"
+
+
+class SnapshotStore(Protocol):
+    """Where one node's snapshot is kept: ``save`` replaces it whole, ``load`` gives None when none."""
+
+    def save(self, data: bytes) -> None: ...
+
+    def load(self) -> bytes | None: ...
+
+    def describe(self) -> str: ...
+
+
+class FileStore:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def save(self, data: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # In the same directory, so that os.replace is a rename on one file system (atomic).
+        fd, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                # On disk before it replaces the previous snapshot: a power cut must not leave neither.
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+            raise
+
+    def load(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def describe(self) -> str:
+        return str(self.path)
+
+
+class RedisStore:
+    def __init__(self, client: Any, key: str):
+        self.client = client
+        self.key = key
+
+    def save(self, data: bytes) -> None:
+        self.client.set(self.key, data)
+
+    def load(self) -> bytes | None:
+        return self.client.get(self.key)
+
+    def describe(self) -> str:
+        return f"Redis key {self.key}"
+
+
+def encode(state: dict) -> bytes:
+    return gzip.compress(orjson.dumps(state), compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def decode(data: bytes) -> Any:
+    """The saved state (gzip or plain JSON); ``BadSnapshot`` when it is neither."""
+    try:
+        if data[:2] == _GZIP_MAGIC:
+            data = gzip.decompress(data)
+        return orjson.loads(data)
+    except (OSError, EOFError, orjson.JSONDecodeError) as exc:
+        raise BadSnapshot(f"not readable: {type(exc).__name__}: {exc}") from exc
+
+
+class EncodedRows:
+    """Each instance record's saved form, encoded once and reused while the record stays the same.
+
+    Records are immutable and a lease swaps its record on every change, so the same object means the
+    same bytes; between two snapshots of 10,000 instances few change (renewals only move lease
+    times, which are saved apart), and re-encoding them all costs the event loop ~200 ms of CPU
+    (bench/README.md, "Warm restart"). Each snapshot keeps the rows it used, so what is held is one
+    snapshot's worth of records and bytes.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[int, tuple[InstanceInfo, orjson.Fragment]] = {}
+        self._used: dict[int, tuple[InstanceInfo, orjson.Fragment]] = {}
+
+    def __call__(self, instance: InstanceInfo) -> orjson.Fragment:
+        key = id(instance)
+        row = self._rows.get(key)
+        # The record itself is kept with its bytes: an id is only reused once its object is gone.
+        if row is None or row[0] is not instance:
+            row = (instance, orjson.Fragment(orjson.dumps(instance_row(instance))))
+        self._used[key] = row
+        return row[1]
+
+    def rotate(self) -> None:
+        """Forget the rows the snapshot just taken did not use (records replaced or gone)."""
+        self._rows, self._used = self._used, {}
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    at: int
+    bytes: int
+    instances: int
+    # Wall time of the whole write: export (the map's lock is held for the copy only), encode, save.
+    took_ms: float
+
+
+# Runs a function off the event loop and returns its result (gunicorn.conf.py sets gevent's threadpool).
+Exported = tuple[int, bytes, int]
+Runner = Callable[[Callable[[], Exported]], Exported]
+
+
+def _run_here(function: Callable[[], Exported]) -> Exported:
+    return function()
+
+
+class WarmRestart:
+    """One node's snapshots: restore at start, write every ``interval_ms`` and at a clean stop."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: SnapshotStore,
+        clock: Callable[[], int],
+        interval_ms: int,
+        max_age_ms: int,
+    ):
+        self.registry = registry
+        self.store = store
+        self.clock = clock
+        self.interval_ms = interval_ms
+        self.max_age_ms = max_age_ms
+        # Set under gevent so that encoding 10,000 instances does not hold up heartbeats.
+        self.runner: Runner = _run_here
+        self.restored: int | None = None
+        self.refused: str | None = None
+        self.last_write: WriteReport | None = None
+        self.failures = 0
+        self.last_error: str | None = None
+        self._failing = False
+        self._write_lock = threading.Lock()
+        self._rows = EncodedRows()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.started = False
+
+    # ------------------------------------------------------------------------------ restore
+
+    def restore(self) -> int:
+        """Load and restore the snapshot; 0 (and logged) when there is none or it is refused."""
+        where = self.store.describe()
+        try:
+            data = self.store.load()
+        except Exception as exc:  # the store is unreachable (Redis down): start empty, say why
+            self.refused = f"could not read {where}: {type(exc).__name__}: {exc}"
+            logger.warning("warm restart: %s; starting empty", self.refused)
+            return 0
+        if data is None:
+            logger.info("warm restart: no snapshot at %s; starting empty", where)
+            return 0
+        now = self.clock()
+        try:
+            count = self.registry.restore_state(decode(data), now, self.max_age_ms)
+        except BadSnapshot as exc:
+            self.refused = f"snapshot at {where} refused: {exc}"
+            logger.warning(
+                "warm restart: %s; starting empty", self.refused, extra={"event": "snapshot_refused"}
+            )
+            return 0
+        self.restored = count
+        restored = self.registry.restored
+        age_ms = restored.age_ms if restored is not None else 0
+        logger.info(
+            "warm restart: restored %d instances from %s, saved %d ms ago",
+            count,
+            where,
+            age_ms,
+            extra={"event": "snapshot_restored", "instances": count, "age_ms": age_ms},
+        )
+        return count
+
+    # -------------------------------------------------------------------------------- write
+
+    def write(self) -> WriteReport | None:
+        """Save a snapshot now; None when it failed (logged once per run of failures)."""
+        with self._write_lock:
+            try:
+                # Only the copy and the encoding go through the runner (a native thread under gevent):
+                # the store's socket belongs to the event loop, which a native thread cannot use.
+                started = time.perf_counter()
+                now, data, leases = self.runner(self._export)
+                self.store.save(data)
+                report = WriteReport(now, len(data), leases, (time.perf_counter() - started) * 1000)
+            except Exception as exc:
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if not self._failing:
+                    logger.error(
+                        "warm restart: could not write the snapshot to %s (%s); trying again every %d ms",
+                        self.store.describe(),
+                        self.last_error,
+                        self.interval_ms,
+                        extra={"event": "snapshot_write_failed"},
+                    )
+                self._failing = True
+                return None
+            if self._failing:
+                logger.warning("warm restart: snapshots written again to %s", self.store.describe())
+            self._failing = False
+            self.last_write = report
+            return report
+
+    def _export(self) -> Exported:
+        """The snapshot as bytes: (taken at, data, leases in it)."""
+        now = self.clock()
+        try:
+            state = self.registry.export_state(now, self._rows)
+            data = encode(state)
+        finally:
+            self._rows.rotate()
+        return now, data, len(state["leases"])
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Restore, then write every ``interval_ms`` from a daemon thread (a greenlet under gevent)."""
+        if self.started:
+            return
+        self.started = True
+        self.restore()
+        self._thread = threading.Thread(target=self._loop, name="warm-restart", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_ms / 1000):
+            self.write()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the periodic writes and save once more (a clean stop loses nothing)."""
+        if not self.started:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        # The final write runs here, not through the runner: the event loop is stopping.
+        self.runner = _run_here
+        report = self.write()
+        if report is not None:
+            logger.info(
+                "warm restart: %d instances saved to %s at stop (%d bytes, %.0f ms)",
+                report.instances,
+                self.store.describe(),
+                report.bytes,
+                report.took_ms,
+            )
+        self.started = False
+
+    def status(self, now: int) -> dict:
+        """For /readyz: what was restored at start, and the latest write."""
+        restored = self.registry.restored
+        last = self.last_write
+        return {
+            "store": self.store.describe(),
+            "restored_instances": restored.instances if restored is not None else None,
+            "restored_snapshot_age_ms": restored.age_ms if restored is not None else None,
+            "refused": self.refused,
+            "last_write_ms_ago": None if last is None else now - last.at,
+            "last_write_bytes": None if last is None else last.bytes,
+            "last_write_took_ms": None if last is None else round(last.took_ms, 1),
+            "write_failures": self.failures,
+            "last_error": self.last_error,
+        }
+
+
+def build_store(options: dict[str, Any]) -> SnapshotStore:
+    """A Redis key in production mode (``redis_url``), else a file in the node's data directory."""
+    url = options.get("redis_url")
+    if url:
+        from registry.cache.redis_tier import connect
+
+        return RedisStore(connect(url), redis_key(options.get("redis_namespace", "eureka")))
+    return FileStore(Path(options["data_dir"]) / FILE_NAME)
+
+
+def build_warm_restart(registry: Registry, options: dict[str, Any], clock: Callable[[], int]) -> WarmRestart:
+    return WarmRestart(
+        registry,
+        build_store(options),
+        clock,
+        int(options.get("warm_restart_interval_ms", 5_000)),
+        int(options.get("warm_restart_max_age_ms", 90_000)),
+    )

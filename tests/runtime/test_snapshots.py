@@ -1,0 +1,504 @@
+"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/core.py) on a fake clock, and
+the snapshot store and keeper (registry/runtime/snapshots.py) on a temporary directory.
+
+The live restarts (a real gunicorn stopped and started again under heartbeats) are in
+tests/deploy/test_warm_restart.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import orjson
+import pytest
+
+from registry import constants as c
+from registry.core import SNAPSHOT_FORMAT, BadSnapshot, Registry, RegistryConfig, Renew
+from registry.instances import DataCenterInfo, freeze
+from registry.runtime.node import build_node, reset_node
+from registry.runtime.snapshots import (
+    FILE_NAME,
+    FileStore,
+    RedisStore,
+    WarmRestart,
+    build_store,
+    decode,
+    encode,
+    redis_key,
+)
+from registry.runtime.status import general_stats
+from tests.registry.test_core import MIN, SEC, T0, inst
+
+# The fast profile's numbers (eureka_site/settings.py): expected clients counted exactly from 0.
+FAST = {
+    "expected_number_of_clients_sending_renews": 0,
+    "default_open_for_traffic_count": 0,
+    "expected_clients_move_only_above_zero": False,
+}
+
+
+def fleet(config: dict | None = None) -> Registry:
+    """A registry with a bit of everything a snapshot must carry: several apps, metadata, an Amazon
+    data center, an override, a renewed lease, a cancelled one and a status change."""
+    registry = Registry(RegistryConfig(**{**FAST, **(config or {})}), T0)
+    amazon = DataCenterInfo("Amazon", freeze({"instance-id": "i-123", "availability-zone": "eu-west-1a"}))
+    registry.register(inst("ORDERS", 1, metadata=freeze({"zone": "a", "version": "1.2"})), T0)
+    registry.register(inst("ORDERS", 2, data_center_info=amazon, asg_name="orders-asg"), T0 + SEC)
+    registry.register(inst("BILLING", 3, status=c.STARTING), T0 + 2 * SEC)
+    registry.register(inst("BILLING", 4), T0 + 3 * SEC)
+    registry.register(inst("GONE", 5), T0 + 3 * SEC)
+    registry.cancel("GONE", "host5:gone:8080", T0 + 4 * SEC)
+    registry.set_status_override("ORDERS", "host2:orders:8080", c.OUT_OF_SERVICE, T0 + 5 * SEC)
+    registry.renew("BILLING", "host4:billing:8080", T0 + 6 * SEC)
+    return registry
+
+
+def round_trip(state: dict) -> dict:
+    """What a restarted node reads back: through the snapshot's real encoding."""
+    return decode(encode(state))
+
+
+def everything(registry: Registry, now: int) -> dict:
+    """What a client, the console and self-preservation see of a registry."""
+    full = registry.snapshot()
+    return {
+        "apps": full.apps,
+        "hashcode": full.hashcode,
+        "overrides": {key: list(entry) for key, entry in registry._overrides.items()},
+        "stats": {key: value for key, value in registry.stats(now).items() if key != "start_ts"},
+        "self_preservation": registry.self_preservation(now).below_threshold,
+        # The ids themselves; a restarted log's next id is above them (see the change-log test).
+        "changes": registry.changes.export()["entries"],
+    }
+
+
+# ------------------------------------------------------------------------------ round trip
+
+
+def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
+    before = fleet()
+    now = T0 + 7 * SEC
+    state = round_trip(before.export_state(now))
+    after = Registry(RegistryConfig(**FAST), now + 2 * SEC)
+
+    assert after.restore_state(state, now + 2 * SEC) == 4
+    expected, got = everything(before, now), everything(after, now)
+    # The delta queue is not saved: the restored node's is empty (checked below), the rest is equal.
+    expected["stats"].pop("delta_queue_length")
+    assert got["stats"].pop("delta_queue_length") == 0
+    assert got == expected
+    views = {view.instance.instance_id: view for _, views in after.snapshot().apps for view in views}
+    assert views["host2:orders:8080"].instance.data_center_info.metadata["instance-id"] == "i-123"
+    assert views["host2:orders:8080"].instance.status == c.OUT_OF_SERVICE
+    assert views["host1:orders:8080"].instance.metadata == {"zone": "a", "version": "1.2"}
+    assert after.restored is not None and after.restored.age_ms == 2 * SEC
+
+
+def test_after_a_restore_the_delta_is_empty_and_its_hashcode_is_the_full_registrys():
+    before = fleet()
+    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
+    delta = after.snapshot_delta()
+    assert delta.apps == []
+    assert (
+        delta.hashcode
+        == after.snapshot().hashcode
+        == before.snapshot().hashcode
+        == "OUT_OF_SERVICE_1_STARTING_1_UP_2_"
+    )
+
+
+def test_the_change_log_goes_on_from_its_last_id_after_a_restore():
+    before = fleet()
+    state = round_trip(before.export_state(T0 + 7 * SEC))
+    # The restarted node's own log would start from its start time; the restored one goes on.
+    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after.restore_state(state, T0 + 8 * SEC)
+    last = before.changes.last_id
+    after.register(inst("NEW", 9), T0 + 9 * SEC)
+    assert [change.id for change in after.changes_since(last, 10)] == [after.changes.last_id]
+    assert after.changes.oldest_id() == before.changes.oldest_id()
+
+
+def test_a_restored_lease_expires_when_it_would_have_without_the_restart():
+    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry.register(inst("ORDERS", 1, duration=90), T0)
+    registry.register(inst("ORDERS", 2, duration=90), T0)
+    registry.renew("ORDERS", "host1:orders:8080", T0 + 30 * SEC)  # host2 never renews: dead
+    state = round_trip(registry.export_state(T0 + 35 * SEC))
+
+    restored = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 40 * SEC)
+    restored.restore_state(state, T0 + 40 * SEC)
+    assert restored.evict(T0 + 90 * SEC) == []
+    assert restored.evict(T0 + 90 * SEC + 1) == [("ORDERS", "host2:orders:8080")]
+    assert restored.evict(T0 + 120 * SEC) == []
+    assert restored.evict(T0 + 120 * SEC + 1) == [("ORDERS", "host1:orders:8080")]
+
+
+def test_eurekas_lease_timing_survives_a_restore_too():
+    config = {**FAST, "enable_self_preservation": False, "lease_expiry": "eureka"}
+    registry = Registry(RegistryConfig(**config), T0)
+    registry.register(inst("ORDERS", 1, duration=90), T0)
+    registry.renew("ORDERS", "host1:orders:8080", T0 + 10 * SEC)
+    restored = Registry(RegistryConfig(**config), T0 + 20 * SEC)
+    restored.restore_state(round_trip(registry.export_state(T0 + 15 * SEC)), T0 + 20 * SEC)
+    # A renewed lease lives twice its duration with Eureka's timing (the Java server's known bug).
+    assert restored.evict(T0 + 190 * SEC) == []
+    assert restored.evict(T0 + 190 * SEC + 1) == [("ORDERS", "host1:orders:8080")]
+
+
+def test_a_restored_node_renews_its_instances_without_a_404():
+    before = fleet()
+    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
+    for app, instance_id in [
+        ("ORDERS", "host1:orders:8080"),
+        ("ORDERS", "host2:orders:8080"),
+        ("BILLING", "host4:billing:8080"),
+    ]:
+        assert after.renew(app, instance_id, T0 + 9 * SEC).outcome is Renew.OK, instance_id
+    assert after.renew("GONE", "host5:gone:8080", T0 + 9 * SEC).outcome is Renew.NOT_FOUND
+    # The override survived: a client's UP re-registration does not lift it.
+    after.register(inst("ORDERS", 2), T0 + 10 * SEC)
+    assert after.lease("ORDERS", "host2:orders:8080")[0].instance.status == c.OUT_OF_SERVICE
+
+
+def renewing_fleet(size: int, until: int) -> Registry:
+    """``size`` instances registered at T0 and renewing every 30 s up to ``until``."""
+    registry = Registry(RegistryConfig(**FAST), T0)
+    for n in range(size):
+        registry.register(inst("ORDERS", n), T0)
+    for at in range(T0 + 30 * SEC, until + 1, 30 * SEC):
+        for n in range(size):
+            registry.renew("ORDERS", f"host{n}:orders:8080", at)
+    return registry
+
+
+def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over():
+    registry = renewing_fleet(10, T0 + 3 * MIN)
+    now = T0 + 3 * MIN + 5 * SEC
+    assert not registry.self_preservation(now).below_threshold
+    state = round_trip(registry.export_state(now))
+
+    fresh = Registry(RegistryConfig(**FAST), now + 2 * SEC)
+    fresh.restore_state(state, now + 2 * SEC)
+    sp = fresh.self_preservation(now + 2 * SEC)
+    # Started empty, the node would count 0 renews for a minute and show the banner (and evict nothing).
+    assert (sp.expected_clients, sp.renews_threshold) == (10, 17)
+    assert sp.renews_last_minute == 20 and not sp.below_threshold and sp.lease_expiration_enabled
+    assert fresh.allows_reads(now + 2 * SEC)
+    # A minute later the count is the restored node's own.
+    for n in range(10):
+        fresh.renew("ORDERS", f"host{n}:orders:8080", now + 30 * SEC)
+    assert fresh.self_preservation(now + 2 * SEC + MIN).renews_last_minute == 10
+
+
+def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew_measurement():
+    registry = renewing_fleet(10, T0 + 3 * MIN)
+    now = T0 + 3 * MIN + 5 * SEC
+    fresh = Registry(RegistryConfig(**FAST), now)
+    fresh.restore_state(round_trip(registry.export_state(now)), now)
+    fresh.register(inst("FROM-PEER", 1), now + SEC, is_replication=True)
+    fresh.open_for_traffic(11, now + 2 * SEC)
+    sp = fresh.self_preservation(now + 3 * SEC)
+    assert (sp.expected_clients, sp.renews_last_minute, sp.below_threshold) == (11, 20, False)
+
+
+def test_an_instance_registered_before_the_restore_is_kept_as_it_is():
+    before = fleet()
+    state = round_trip(before.export_state(T0 + 7 * SEC))
+    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    newer = inst("ORDERS", 1, dirty=T0 + 8 * SEC, metadata=freeze({"zone": "b"}))
+    after.register(newer, T0 + 8 * SEC)
+    assert after.restore_state(state, T0 + 8 * SEC) == 3
+    assert after.size() == 4
+    assert after.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {"zone": "b"}
+    assert after.snapshot().hashcode == "OUT_OF_SERVICE_1_STARTING_1_UP_2_"
+
+
+def test_restore_through_the_api_serves_get_apps_byte_for_byte_as_before(eureka_options, clock, api, node):
+    from tests.factories import instance_body
+
+    for n in range(3):
+        body = instance_body(app="ORDERS", host=f"10.0.0.{n}", metadata={"zone": "a"})
+        assert api.post("/eureka/apps/ORDERS", body, format="json").status_code == 204
+    clock.advance(2 * SEC)
+    assert api.put("/eureka/apps/ORDERS/10.0.0.1:orders:8080/status?value=OUT_OF_SERVICE").status_code == 200
+    clock.advance(2 * SEC)
+    assert api.put("/eureka/apps/ORDERS/10.0.0.2:orders:8080").status_code == 200
+    before = api.get("/eureka/apps", HTTP_ACCEPT="application/json").content
+    state = round_trip(node.registry.export_state(clock()))
+
+    clock.advance(SEC)
+    restarted = build_node(eureka_options, clock=clock)
+    restarted.registry.restore_state(state, clock())
+    reset_node(restarted)
+    after = api.get("/eureka/apps", HTTP_ACCEPT="application/json").content
+    # The versions__delta counter is the node's own (it counts payload builds, not changes).
+    assert orjson.loads(after)["applications"].pop("versions__delta") is not None
+    assert _without_delta_version(after) == _without_delta_version(before)
+    assert b'"OUT_OF_SERVICE"' in after and b'"zone":"a"' in after
+
+
+def _without_delta_version(payload: bytes) -> bytes:
+    document = orjson.loads(payload)
+    document["applications"].pop("versions__delta")
+    return orjson.dumps(document)
+
+
+# ------------------------------------------------------------------------------- refusals
+
+
+def good_state() -> dict:
+    return round_trip(fleet().export_state(T0 + 7 * SEC))
+
+
+def assert_refused(
+    state, message: str | None = None, now: int = T0 + 8 * SEC, max_age_ms: int | None = 90_000
+) -> None:
+    registry = Registry(RegistryConfig(**FAST), now)
+    with pytest.raises(BadSnapshot, match=message):
+        registry.restore_state(state, now, max_age_ms)
+    # Nothing half-applied: the node is as empty as it started.
+    assert registry.size() == 0 and registry.overrides() == {} and registry.restored is None
+    assert registry.snapshot().apps == [] and registry.expected_clients == 0
+
+
+def test_a_snapshot_of_another_format_is_refused():
+    state = good_state()
+    state["format"] = SNAPSHOT_FORMAT + 1
+    assert_refused(state, "snapshot format 2")
+    assert_refused([1, 2, 3], "a JSON object")
+
+
+def test_a_snapshot_older_than_the_maximum_age_is_refused():
+    assert_refused(good_state(), "91001 ms old", now=T0 + 7 * SEC + 91_001)
+    # At the limit it is still taken.
+    registry = Registry(RegistryConfig(**FAST), T0)
+    assert registry.restore_state(good_state(), T0 + 7 * SEC + 90_000, 90_000) == 4
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda s: s.pop("leases"),
+        lambda s: s.pop("saved_at"),
+        lambda s: s.__setitem__("expected_clients", "10"),
+        lambda s: s["leases"][1][0].pop(),  # a short record
+        lambda s: s["leases"][2][1].__setitem__(2, None),  # a renewal time that is not a number
+        lambda s: s["leases"][0][0].__setitem__(1, 42),  # an app name that is not text
+        lambda s: s["leases"][3].append([]),
+        lambda s: s["instance_fields"].append("hostname_typo"),
+        lambda s: s["lease_fields"].reverse(),
+        lambda s: s["overrides"].append(["only-an-id"]),
+        lambda s: s["leases"][0][0].__setitem__(15, ["not", "a", "map"]),  # metadata
+        lambda s: s["changes"]["entries"][0].__setitem__("colour", "red"),
+        lambda s: s["changes"].__setitem__("last_id", "many"),
+        lambda s: s.__setitem__("changes", []),
+    ],
+)
+def test_a_corrupt_snapshot_is_refused_whole(corrupt):
+    state = copy.deepcopy(good_state())
+    corrupt(state)
+    assert_refused(state)
+
+
+def drop_instance_field(state: dict, name: str) -> dict:
+    index = state["instance_fields"].index(name)
+    del state["instance_fields"][index]
+    for values, _ in state["leases"]:
+        del values[index]
+    return state
+
+
+def test_a_snapshot_without_an_optional_field_restores_it_with_its_default():
+    state = drop_instance_field(drop_instance_field(good_state(), "asg_name"), "metadata")
+    registry = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    assert registry.restore_state(state, T0 + 8 * SEC) == 4
+    view, _ = registry.lease("ORDERS", "host2:orders:8080")
+    assert view.instance.asg_name is None and view.instance.metadata == {}
+    assert view.instance.data_center_info.metadata["instance-id"] == "i-123"
+    assert_refused(drop_instance_field(good_state(), "host_name"), "'host_name' is missing")
+
+
+def test_bytes_that_are_not_a_snapshot_are_refused_when_decoded():
+    for data in (b"\x1f\x8b\x08\x00garbage", b"{not json", b""):
+        with pytest.raises(BadSnapshot, match="not readable"):
+            decode(data)
+    assert decode(orjson.dumps({"format": 1})) == {"format": 1}  # plain JSON is read too
+
+
+# -------------------------------------------------------------------------- stores and keeper
+
+
+def test_the_file_store_replaces_the_snapshot_whole_and_leaves_no_temporary_file(tmp_path):
+    store = FileStore(tmp_path / "node" / FILE_NAME)
+    assert store.load() is None
+    store.save(b"first")
+    store.save(b"second")
+    assert store.load() == b"second"
+    assert [path.name for path in (tmp_path / "node").iterdir()] == [FILE_NAME]
+
+
+def test_a_failed_file_write_keeps_the_previous_snapshot(tmp_path, monkeypatch):
+    store = FileStore(tmp_path / FILE_NAME)
+    store.save(b"previous")
+
+    def broken_replace(source, target):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("registry.runtime.snapshots.os.replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        store.save(b"next")
+    assert store.load() == b"previous"
+    assert [path.name for path in tmp_path.iterdir()] == [FILE_NAME]
+
+
+class FakeRedis:
+    def __init__(self):
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key):
+        return self.values.get(key)
+
+
+def test_each_mode_keeps_the_snapshot_where_its_node_keeps_its_files(tmp_path):
+    embedded = build_store({"data_dir": str(tmp_path)})
+    assert isinstance(embedded, FileStore) and embedded.path == tmp_path / FILE_NAME
+    production = build_store(
+        {"redis_url": "redis://127.0.0.1:1/0", "redis_namespace": "node-b", "data_dir": "x"}
+    )
+    assert isinstance(production, RedisStore) and production.key == redis_key("node-b") == "node-b:snapshot"
+
+
+def keeper(registry: Registry, store, now: list[int], max_age_ms: int = 90_000) -> WarmRestart:
+    return WarmRestart(registry, store, lambda: now[0], interval_ms=60_000, max_age_ms=max_age_ms)
+
+
+def test_the_keeper_writes_a_snapshot_a_restarted_keeper_restores(tmp_path):
+    now = [T0 + 7 * SEC]
+    store = FileStore(tmp_path / FILE_NAME)
+    report = keeper(fleet(), store, now).write()
+    assert report is not None and report.instances == 4 and report.bytes == len(store.load())
+
+    now[0] += 3 * SEC
+    restarted = Registry(RegistryConfig(**FAST), now[0])
+    second = keeper(restarted, store, now)
+    assert second.restore() == 4 and restarted.size() == 4
+    status = second.status(now[0])
+    assert status["restored_instances"] == 4 and status["restored_snapshot_age_ms"] == 3 * SEC
+
+
+def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest_reused(tmp_path):
+    now = [T0 + 7 * SEC]
+    registry = fleet()
+    store = FileStore(tmp_path / FILE_NAME)
+    writer = keeper(registry, store, now)
+    writer.write()
+    first = decode(store.load())
+    reused = dict(writer._rows._rows)
+    registry.update_metadata("ORDERS", "host1:orders:8080", {"zone": "b"}, now[0])
+    registry.renew("BILLING", "host4:billing:8080", now[0] + SEC)
+    now[0] += 2 * SEC
+    writer.write()
+    second = decode(store.load())
+
+    restored = Registry(RegistryConfig(**FAST), now[0])
+    restored.restore_state(second, now[0])
+    assert restored.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {
+        "zone": "b",
+        "version": "1.2",
+    }
+    assert restored.lease("BILLING", "host4:billing:8080")[0].last_renewal_ts == T0 + 8 * SEC
+    assert everything(restored, now[0])["apps"] == everything(registry, now[0])["apps"]
+    assert first["leases"] != second["leases"]
+    # Three of the four records were not encoded again; the replaced one was, and its old row is gone.
+    kept = writer._rows._rows
+    assert sum(1 for key, row in kept.items() if reused.get(key) is row) == 3
+    assert len(kept) == 4
+
+
+def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_path, caplog):
+    now = [T0 + 7 * SEC]
+    store = RedisStore(FakeRedis(), "eureka:snapshot")
+    keeper(fleet(), store, now).write()
+    now[0] += 100 * SEC
+    registry = Registry(RegistryConfig(**FAST), now[0])
+    late = keeper(registry, store, now)
+    with caplog.at_level(logging.WARNING, logger="registry.runtime.snapshots"):
+        assert late.restore() == 0
+    assert registry.size() == 0
+    assert "100000 ms old" in late.refused and "starting empty" in caplog.text
+
+    store.client.values["eureka:snapshot"] = b"\x1f\x8bnot gzip"
+    garbled = keeper(Registry(RegistryConfig(**FAST), now[0]), store, now)
+    assert garbled.restore() == 0 and "not readable" in garbled.refused
+
+
+def test_a_store_that_fails_is_logged_once_and_the_node_goes_on(caplog):
+    class Unreachable:
+        def save(self, data):
+            raise ConnectionError("Redis is down")
+
+        def load(self):
+            raise ConnectionError("Redis is down")
+
+        def describe(self):
+            return "Redis key eureka:snapshot"
+
+    now = [T0 + 7 * SEC]
+    failing = keeper(fleet(), Unreachable(), now)
+    with caplog.at_level(logging.ERROR, logger="registry.runtime.snapshots"):
+        assert failing.write() is None
+        assert failing.write() is None
+    assert failing.failures == 2 and "Redis is down" in failing.last_error
+    assert caplog.text.count("could not write the snapshot") == 1
+    assert failing.restore() == 0 and "could not read" in failing.refused
+
+
+def test_a_clean_stop_writes_the_map_as_it_is_at_the_stop(tmp_path):
+    now = [T0 + 7 * SEC]
+    registry = fleet()
+    store = FileStore(tmp_path / FILE_NAME)
+    running = keeper(registry, store, now)
+    running.start()  # no snapshot yet: starts empty, then writes every minute
+    registry.register(inst("LATE", 7), now[0])
+    running.stop()
+    state = decode(store.load())
+    assert len(state["leases"]) == 5 and state["saved_at"] == now[0]
+    running.stop()  # a second stop (worker_exit after a test's reset) writes nothing more
+    assert decode(store.load()) == state
+
+
+def test_the_status_document_names_a_warm_restart(eureka_options, clock, tmp_path):
+    eureka_options.update(warm_restart=True, data_dir=str(tmp_path), redis_url="")
+    first = build_node(eureka_options, clock=clock)
+    first.registry.register(inst("ORDERS", 1), clock())
+    first.start_warm_restart()
+    assert "warm-restart" not in general_stats(first, clock())
+    first.stop()
+    clock.advance(1_500)
+
+    second = build_node(eureka_options, clock=clock)
+    second.start_warm_restart()
+    try:
+        assert (
+            general_stats(second, clock())["warm-restart"] == "restored 1 instances from a snapshot of 1.5 s"
+        )
+    finally:
+        second.stop()
+
+
+def test_nodes_do_not_restore_or_write_unless_started(eureka_options, clock, tmp_path):
+    """Tests and manage.py commands build nodes too: only gunicorn's post_worker_init starts it."""
+    eureka_options.update(warm_restart=True, data_dir=str(tmp_path), redis_url="")
+    node = build_node(eureka_options, clock=clock)
+    node.registry.register(inst("ORDERS", 1), clock())
+    node.stop()
+    assert list(tmp_path.iterdir()) == []
+    eureka_options["warm_restart"] = False
+    assert build_node(eureka_options, clock=clock).warm_restart is None

@@ -1,0 +1,131 @@
+"""Production mode: the node queues deliveries, the Celery worker sends them (kicked by the node, and
+by beat as the safety net). Real redis-server, gunicorn node, Celery worker and beat; skipped without
+redis-server (a failure under EUREKA_REQUIRE_ALL_SUITES=1)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from tests.factories import instance_body
+from tests.integration.conftest import BIN, CONTROL_SECRET, ROOT, Processes, _answers, free_port, stop
+from tests.interop.conftest import require_toolchain, wait_until
+
+from .live import deliveries, prepare_database, signed_correctly
+from .receiver import Receiver
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    with Receiver() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory, receiver):
+    require_toolchain(
+        "redis-server",
+        shutil.which("redis-server") is not None,
+        "install it with `sudo apt-get install redis-server`",
+    )
+    tmp = tmp_path_factory.mktemp("webhooks-production")
+    port = free_port()
+    env = {
+        **os.environ,
+        "EUREKA_CONTROL_SECRET": CONTROL_SECRET,
+        "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
+        "EUREKA_EMBEDDED": "false",
+        "SECRET_KEY": "webhook-production-test-key",
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "EUREKA_DATA_DIR": str(tmp),
+        "EUREKA_WEBHOOK_TIMEOUT_MS": "1500",
+        "EUREKA_WEBHOOK_RETRY_BASE_MS": "300",
+        "EUREKA_WEBHOOK_POLL_MS": "500",
+        "LOG_LEVEL": "WARNING",
+    }
+    processes = Processes(tmp, free_port(), port, env)
+    env["REDIS_URL"] = processes.redis_url
+    processes.start_redis()
+    node = None
+    log = open(tmp / "node.log", "ab")  # noqa: SIM115 (closed below)
+    try:
+        prepare_database(env, receiver.url)
+        node = subprocess.Popen(
+            [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the node did not start")
+        processes.start_celery()
+        processes.database = tmp / "db.sqlite3"
+        yield processes
+    finally:
+        processes.stop_celery()
+        if node is not None:
+            stop(node)
+        processes.stop_redis()
+        log.close()
+
+
+def register(base: str, host: str) -> str:
+    body = instance_body(app="ORDERS", host=host)
+    assert httpx.post(f"{base}/eureka/apps/ORDERS", json=body, timeout=5).status_code == 204
+    return body["instance"]["instanceId"]
+
+
+def received_for(receiver: Receiver, instance_id: str):
+    return [r for r in receiver.received() if r.json()["instanceId"] == instance_id]
+
+
+def test_the_celery_worker_delivers_signed_changes(production, receiver):
+    instance_id = register(production.url, "10.2.0.1")
+    assert httpx.delete(f"{production.url}/eureka/apps/ORDERS/{instance_id}", timeout=5).status_code == 200
+    wait_until(lambda: len(received_for(receiver, instance_id)) >= 2, 20, lambda: receiver.received())
+    requests = received_for(receiver, instance_id)
+    assert [r.json()["action"] for r in requests] == ["REGISTERED", "CANCELLED"]
+    assert all(signed_correctly(r) for r in requests)
+    log = [
+        row
+        for row in deliveries(production.database)
+        if row["change_id"] in {r.json()["id"] for r in requests}
+    ]
+    assert [row["status"] for row in log] == ["delivered", "delivered"]
+
+
+def test_without_celery_nothing_is_sent_and_the_worker_catches_up_when_back(production, receiver):
+    production.stop_celery()
+    try:
+        instance_id = register(production.url, "10.2.0.2")
+        # The node queues the delivery but does not send it itself in production mode.
+        wait_until(
+            lambda: any(row["status"] == "pending" for row in deliveries(production.database)),
+            10,
+            "the node did not queue the delivery",
+        )
+        time.sleep(2)
+        assert received_for(receiver, instance_id) == []
+        receiver.answer(503)
+    finally:
+        production.start_celery()
+    # Beat's run (or a later kick) sends it; the 503 is retried by the worker.
+    wait_until(lambda: len(received_for(receiver, instance_id)) >= 2, 30, lambda: receiver.received())
+    change_id = received_for(receiver, instance_id)[0].json()["id"]
+    wait_until(
+        lambda: (
+            [r for r in deliveries(production.database) if r["change_id"] == change_id][0]["status"]
+            == "delivered"
+        ),
+        10,
+        "not recorded as delivered",
+    )
+    [row] = [r for r in deliveries(production.database) if r["change_id"] == change_id]
+    assert (row["attempts"], row["last_status_code"]) == (2, 200)
