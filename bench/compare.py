@@ -214,7 +214,16 @@ def our_server(workdir: Path) -> Server:
     help_text = subprocess.run([str(GUNICORN), "--help"], capture_output=True, text=True, cwd=ROOT).stdout
     if "--no-control-socket" in help_text:
         command.append("--no-control-socket")
-    return Server("ours", command, ROOT, workdir / "ours.log", env=dict(os.environ), port=port)
+    # A data directory of its own per start (warm restart stays on, as deployed, but restores nothing
+    # of an earlier round); the database stays where make run keeps it.
+    data_dir = workdir / f"ours-data-{port}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "EUREKA_DATA_DIR": str(data_dir),
+        "DATABASE_URL": os.environ.get("DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'db.sqlite3'}"),
+    }
+    return Server("ours", command, ROOT, workdir / "ours.log", env=env, port=port)
 
 
 def wait_first_200(server: Server, client: httpx.Client) -> float:

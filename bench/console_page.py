@@ -154,6 +154,8 @@ def start_node(port: int, workdir: Path) -> subprocess.Popen:
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        # Its own data directory: a warm-restart snapshot of another node is never restored here.
+        "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",
     }
     python = ROOT / ".venv" / "bin" / "python"

@@ -167,6 +167,8 @@ def start_topology(workdir: Path) -> Topology:
         "EUREKA_CONTROL_URL": f"http://{HOST}:{node_port}",
         "SECRET_KEY": "bench-readers-secret-key",
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        # Its own data directory and Redis: no warm-restart snapshot of another run is restored.
+        "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }

@@ -218,6 +218,8 @@ def start_node(
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        # A data directory per node: no node restores another's (or an earlier run's) snapshot.
+        "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",
         "EUREKA_PEER_URLS": ",".join(peers),
         "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": str(cache_ms),

@@ -163,7 +163,12 @@ start_node() {
     if .venv/bin/gunicorn --help 2>/dev/null | grep -q -- --no-control-socket; then
         args+=(--no-control-socket)
     fi
-    "${server_cpu[@]}" .venv/bin/gunicorn "${args[@]}" >"$log" 2>&1 &
+    # A data directory of its own per start: warm restart stays on, as deployed, but never restores
+    # an earlier run's registry; the database stays where make run keeps it.
+    local data_dir="$out/data-$RANDOM$RANDOM"
+    mkdir -p "$data_dir"
+    EUREKA_DATA_DIR="$data_dir" DATABASE_URL="${DATABASE_URL:-sqlite:///$PWD/var/db.sqlite3}" \
+        "${server_cpu[@]}" .venv/bin/gunicorn "${args[@]}" >"$log" 2>&1 &
     node_pid=$!
     local i
     for ((i = 0; i < 100; i++)); do

@@ -77,6 +77,8 @@ class Node:
         self.env = {
             **os.environ,
             "DATABASE_URL": f"sqlite:///{self.workdir / 'db.sqlite3'}",
+            # A data directory per node: no node restores another's (or an earlier run's) snapshot.
+            "EUREKA_DATA_DIR": str(self.workdir),
             "LOG_LEVEL": "WARNING",
             "EUREKA_ACCOUNT_PASSWORD": PASSWORD,
             **self.env,
