@@ -29,7 +29,10 @@ def test_survivors_are_frozen_and_young_cycles_are_collected_first():
     Cycle()  # garbage with a cycle: only the collector can free it
     result = policy.run(T0 + 60_000)
     assert result["collection"] == "young" and result["collected"] >= 1
-    assert result["frozen"] == gc.get_freeze_count() > len(kept)
+    # Another thread (a test server's handler still finishing) may free a frozen object meanwhile: the
+    # count can only have fallen since the policy froze, never risen.
+    assert result["frozen"] >= gc.get_freeze_count() > len(kept)
+    assert result["frozen"] - gc.get_freeze_count() < len(kept)
     assert gc.get_count()[2] == 0, "nothing left for an automatic full collection to walk"
 
 
