@@ -900,7 +900,7 @@ class Registry:
             "renews_last_minute": renews_last_minute,
             "changes": {
                 "last_id": change_log_last_id,
-                "entries": [_change_dict(change) for change in kept_changes],
+                "entries": [change.as_dict() for change in kept_changes],
             },
         }
 
@@ -1159,21 +1159,6 @@ def _parse_override(entry: list) -> tuple[str, str, int, str]:
     if len(rest) > 1:
         raise ValueError("an override entry with too many fields")
     return _text(instance_id), _text(status), _whole(last_access), _text(rest[0]) if rest else ""
-
-
-def _change_dict(change: Change) -> dict:
-    """``Change.as_dict`` without ``dataclasses.asdict``'s deep copy (ten times faster)."""
-    return {
-        "id": change.id,
-        "timestamp": change.timestamp,
-        "app": change.app,
-        "instance_id": change.instance_id,
-        "action": change.action,
-        "old_status": change.old_status,
-        "new_status": change.new_status,
-        "overridden_status": change.overridden_status,
-        "replicated": change.replicated,
-    }
 
 
 def _whole(value: object) -> int:

@@ -118,21 +118,6 @@ def parse_query(
     )
 
 
-def change_json(change: Change) -> dict[str, Any]:
-    """A change as the feed shows it (Eureka's camelCase names)."""
-    return {
-        "id": change.id,
-        "timestamp": change.timestamp,
-        "app": change.app,
-        "instanceId": change.instance_id,
-        "action": change.action,
-        "oldStatus": change.old_status,
-        "newStatus": change.new_status,
-        "overriddenStatus": change.overridden_status,
-        "replicated": change.replicated,
-    }
-
-
 def last_change_id(registry) -> int:
     return registry.changes.last_id
 
@@ -181,7 +166,7 @@ def read_page(registry, query: FeedQuery) -> dict[str, Any]:
     full = len(changes) >= query.limit
     next_id = changes[-1].id if full else max(last_before, changes[-1].id if changes else since)
     return {
-        "changes": [change_json(change) for change in changes],
+        "changes": [change.as_json() for change in changes],
         "lastId": last_change_id(registry),
         "oldestId": oldest_change_id(registry),
         "next": next_id,

@@ -32,7 +32,6 @@ from redis.exceptions import RedisError
 
 from registry.changes import Change
 from registry.cluster.peers import scrub_text
-from registry.feed.query import change_json
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class RedisChangePublisher:
         batch = list(islice(self._buffer, FLUSH_BATCH))
         pipe = self.client.pipeline(transaction=False)
         for change in batch:
-            fields = {"node": self.node_name, "change": orjson.dumps(change_json(change))}
+            fields = {"node": self.node_name, "change": orjson.dumps(change.as_json())}
             pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
         try:
             pipe.execute()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from registry.changes import Change, TooOld
-from registry.feed.query import FeedQuery, change_json, last_change_id
+from registry.feed.query import FeedQuery, last_change_id
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def _read_after(registry, query: FeedQuery, cursor: int) -> tuple[bytes, int]:
         return too_old_event(too_old.last_id), too_old.last_id
     if not changes:
         return b"", max(cursor, last_before)
-    chunk = b"".join(sse_event("change", change_json(change), change.id) for change in changes)
+    chunk = b"".join(sse_event("change", change.as_json(), change.id) for change in changes)
     if len(changes) < PAGE:
         # Everything up to last_before was scanned: skip the entries the filters left out.
         return chunk, max(changes[-1].id, last_before)

@@ -84,16 +84,24 @@ class ControlReplicationView(NodeView):
 MAX_HEALTH_TARGETS = 5_000
 
 
+def _health_node(request):
+    """The node for a health-check control call, or the answer refusing it (no secret, checks off)."""
+    if not _authorized(request):
+        return None, text(403, "Forbidden: missing or wrong control secret")
+    node = get_node()
+    if node.health is None:
+        return None, text(404, "Active health checks are off (EUREKA_HEALTH_CHECKS=false)")
+    return node, None
+
+
 class ControlHealthTargetsView(NodeView):
     """``POST /control/health/targets?limit=N``: claim up to N due probes (a POST: each target is
     handed out once until its result comes back, so two rounds never probe the same instance)."""
 
     def post(self, request):
-        if not _authorized(request):
-            return text(403, "Forbidden: missing or wrong control secret")
-        node = get_node()
-        if node.health is None:
-            return text(404, "Active health checks are off (EUREKA_HEALTH_CHECKS=false)")
+        node, refusal = _health_node(request)
+        if refusal is not None:
+            return refusal
         raw = request.GET.get("limit", "100")
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_HEALTH_TARGETS:
             return text(400, f"limit must be a whole number from 1 to {MAX_HEALTH_TARGETS}")
@@ -108,11 +116,9 @@ class ControlHealthResultsView(NodeView):
     All or nothing: one unreadable result refuses the batch (400) before any is applied."""
 
     def post(self, request):
-        if not _authorized(request):
-            return text(403, "Forbidden: missing or wrong control secret")
-        node = get_node()
-        if node.health is None:
-            return text(404, "Active health checks are off (EUREKA_HEALTH_CHECKS=false)")
+        node, refusal = _health_node(request)
+        if refusal is not None:
+            return refusal
         try:
             body = orjson.loads(request.body)
             items = body["results"] if isinstance(body, dict) else None

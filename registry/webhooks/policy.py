@@ -89,18 +89,7 @@ def matching(targets: Iterable[Target], changes: Iterable[Change]) -> list[tuple
 
 def payload(change: Change, subscription_name: str) -> dict:
     """The JSON object POSTed for one change (README "Webhooks" documents each key)."""
-    return {
-        "id": change.id,
-        "timestamp": change.timestamp,
-        "app": change.app,
-        "instanceId": change.instance_id,
-        "action": change.action,
-        "oldStatus": change.old_status,
-        "newStatus": change.new_status,
-        "overriddenStatus": change.overridden_status,
-        "replicated": change.replicated,
-        "subscription": subscription_name,
-    }
+    return {**change.as_json(), "subscription": subscription_name}
 
 
 def encode(body: dict) -> bytes:
