@@ -70,8 +70,13 @@ def test_register_override_and_cancel_arrive_signed_and_in_order(node, receiver)
     ids = [r.json()["id"] for r in requests]
     assert ids == sorted(ids)
     assert not [r for r in receiver.received() if r.json()["app"] == "BILLING"]
-    log = [row for row in deliveries(node.database) if row["change_id"] in ids]
-    assert [(row["status"], row["attempts"]) for row in log] == [("delivered", 1)] * 3
+
+    def outcomes() -> list[tuple[str, int]]:
+        rows = deliveries(node.database)
+        return [(row["status"], row["attempts"]) for row in rows if row["change_id"] in ids]
+
+    # The sender records each outcome once the receiver has answered: a moment after the POST arrived.
+    wait_until(lambda: outcomes() == [("delivered", 1)] * 3, 10, lambda: outcomes())
 
 
 def test_server_errors_are_retried_until_delivered_and_the_log_counts_the_attempts(node, receiver):
