@@ -196,8 +196,13 @@ class ChangeLog:
 
     # ----------------------------------------------------------------- warm restart
 
+    def copy(self) -> tuple[int, list[Change]]:
+        """The newest id and the kept entries: a list of references (entries are immutable), cheap
+        enough to take under the registry lock; ``exported`` turns it into saved form afterwards."""
+        return self.last_id, list(self._entries)
+
     def export(self) -> dict:
-        return {"last_id": self.last_id, "entries": [change.as_dict() for change in self._entries]}
+        return exported(*self.copy())
 
     def restore(self, state: dict) -> None:
         """Take the log of a previous run of this node (warm restart): its entries, and ids going on
@@ -213,3 +218,8 @@ class ChangeLog:
             self._ids = itertools.count(last_id + 1)
             if not entries:
                 self._dropped_through = last_id
+
+
+def exported(last_id: int, entries: Iterable[Change]) -> dict:
+    """A log as a snapshot saves it (``ChangeLog.restore`` reads it back)."""
+    return {"last_id": last_id, "entries": [change.as_dict() for change in entries]}

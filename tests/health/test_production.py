@@ -6,9 +6,6 @@ applies them. Skipped without redis-server, failed under EUREKA_REQUIRE_ALL_SUIT
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 
 import httpx
@@ -17,8 +14,8 @@ import pytest
 from registry.health.config import KEY_INTERVAL, KEY_KIND, KEY_RECOVER, KEY_THRESHOLD, KEY_TIMEOUT
 from tests.factories import instance_body
 from tests.health.targets import ERROR, OK, HttpTarget
-from tests.integration.conftest import BIN, CONTROL_SECRET, ROOT, Processes, _answers, free_port, stop
-from tests.interop.conftest import require_toolchain, wait_until
+from tests.integration.conftest import production_topology
+from tests.interop.conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -28,44 +25,9 @@ WAIT_S = 20
 
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory):
-    require_toolchain(
-        "redis-server",
-        shutil.which("redis-server") is not None,
-        "install it with `sudo apt-get install redis-server`",
-    )
-    tmp = tmp_path_factory.mktemp("health_topology")
-    redis_port, port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "EUREKA_CONTROL_SECRET": CONTROL_SECRET,
-        "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
-        "EUREKA_EMBEDDED": "false",
-        "SECRET_KEY": "health-integration-secret-key",
-        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
-        "EUREKA_HEALTH_CHECKS": "true",
-        "EUREKA_HEALTH_CHECK_DISPATCH_MS": "250",
-        "LOG_LEVEL": "WARNING",
-    }
-    server_log = open(tmp / "gunicorn.log", "ab")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(
-        [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=server_log,
-        stderr=subprocess.STDOUT,
-    )
-    processes = Processes(tmp, redis_port, port, env)
-    try:
-        processes.start_redis()
-        wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the registry did not start")
-        processes.start_celery()
+    extra_env = {"EUREKA_HEALTH_CHECKS": "true", "EUREKA_HEALTH_CHECK_DISPATCH_MS": "250"}
+    with production_topology(tmp_path_factory.mktemp("health_topology"), extra_env) as processes:
         yield processes
-    finally:
-        processes.stop_celery()
-        stop(server)
-        processes.stop_redis()
-        server_log.close()
 
 
 def register(base: str, app: str, target: HttpTarget) -> str:

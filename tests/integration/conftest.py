@@ -6,6 +6,7 @@ eureka_site/celery.py) on free loopback ports, and stopped at the end of the mod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -103,49 +104,68 @@ class Processes:
         return httpx.get(f"{self.url}/readyz", timeout=5).json()
 
 
-@pytest.fixture(scope="module")
-def topology(tmp_path_factory) -> Iterator[Processes]:
-    redis_server = shutil.which("redis-server")
+@contextlib.contextmanager
+def production_topology(
+    tmp: Path, extra_env: dict[str, str], prepare: Callable[[dict[str, str]], None] | None = None
+) -> Iterator[Processes]:
+    """redis-server, the registry (deploy/gunicorn.conf.py, production mode) and a Celery worker and
+    beat, on free loopback ports, with ``extra_env`` on top of the common settings; ``prepare(env)``
+    runs before the registry starts (e.g. to put rows in its database). Everything stops at the end."""
     require_toolchain(
-        "redis-server", redis_server is not None, "install it with `sudo apt-get install redis-server`"
+        "redis-server",
+        shutil.which("redis-server") is not None,
+        "install it with `sudo apt-get install redis-server`",
     )
-    tmp = tmp_path_factory.mktemp("topology")
     redis_port, port = free_port(), free_port()
-    redis_url = f"redis://127.0.0.1:{redis_port}/0"
     env = {
         **os.environ,
-        "REDIS_URL": redis_url,
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "EUREKA_CONTROL_SECRET": CONTROL_SECRET,
         "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
         "EUREKA_EMBEDDED": "false",
         "SECRET_KEY": "integration-test-secret-key",
         "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
-        "EUREKA_EVICTION_INTERVAL_MS": "1000",
-        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "1000",
-        "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "1000",
-        # Eviction is what these tests watch; self-preservation would (rightly) stop it in a tiny registry.
-        "EUREKA_ENABLE_SELF_PRESERVATION": "false",
+        "EUREKA_DATA_DIR": str(tmp),
         "LOG_LEVEL": "WARNING",
+        **extra_env,
     }
-    server_log = open(tmp / "gunicorn.log", "ab")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(
-        [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=server_log,
-        stderr=subprocess.STDOUT,
-    )
     processes = Processes(tmp, redis_port, port, env)
+    processes.database = tmp / "db.sqlite3"
+    server = None
+    server_log = open(tmp / "gunicorn.log", "ab")  # noqa: SIM115 (closed below)
     processes.start_redis()
     try:
+        if prepare is not None:
+            prepare(env)
+        server = subprocess.Popen(
+            [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+        )
         wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the registry did not start")
         processes.start_celery()
         yield processes
     finally:
         processes.stop_celery()
-        stop(server)
+        if server is not None:
+            stop(server)
         processes.stop_redis()
         server_log.close()
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory) -> Iterator[Processes]:
+    extra_env = {
+        "EUREKA_EVICTION_INTERVAL_MS": "1000",
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "1000",
+        "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "1000",
+        # Eviction is what these tests watch; self-preservation would (rightly) stop it in a tiny registry.
+        "EUREKA_ENABLE_SELF_PRESERVATION": "false",
+    }
+    with production_topology(tmp_path_factory.mktemp("topology"), extra_env) as processes:
+        yield processes
 
 
 def _redis_answers(url: str) -> bool:

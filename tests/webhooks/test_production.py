@@ -4,17 +4,14 @@ redis-server (a failure under EUREKA_REQUIRE_ALL_SUITES=1)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 
 import httpx
 import pytest
 
 from tests.factories import instance_body
-from tests.integration.conftest import BIN, CONTROL_SECRET, ROOT, Processes, _answers, free_port, stop
-from tests.interop.conftest import require_toolchain, wait_until
+from tests.integration.conftest import production_topology
+from tests.interop.conftest import wait_until
 
 from .live import deliveries, prepare_database, signed_correctly
 from .receiver import Receiver
@@ -30,50 +27,17 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def production(tmp_path_factory, receiver):
-    require_toolchain(
-        "redis-server",
-        shutil.which("redis-server") is not None,
-        "install it with `sudo apt-get install redis-server`",
-    )
-    tmp = tmp_path_factory.mktemp("webhooks-production")
-    port = free_port()
-    env = {
-        **os.environ,
-        "EUREKA_CONTROL_SECRET": CONTROL_SECRET,
-        "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
-        "EUREKA_EMBEDDED": "false",
-        "SECRET_KEY": "webhook-production-test-key",
-        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
-        "EUREKA_DATA_DIR": str(tmp),
+    extra_env = {
         "EUREKA_WEBHOOK_TIMEOUT_MS": "1500",
         "EUREKA_WEBHOOK_RETRY_BASE_MS": "300",
         "EUREKA_WEBHOOK_POLL_MS": "500",
-        "LOG_LEVEL": "WARNING",
     }
-    processes = Processes(tmp, free_port(), port, env)
-    env["REDIS_URL"] = processes.redis_url
-    processes.start_redis()
-    node = None
-    log = open(tmp / "node.log", "ab")  # noqa: SIM115 (closed below)
-    try:
-        prepare_database(env, receiver.url)
-        node = subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_until(lambda: _answers(f"{processes.url}/healthz"), 30, "the node did not start")
-        processes.start_celery()
-        processes.database = tmp / "db.sqlite3"
+    with production_topology(
+        tmp_path_factory.mktemp("webhooks-production"),
+        extra_env,
+        prepare=lambda env: prepare_database(env, receiver.url),
+    ) as processes:
         yield processes
-    finally:
-        processes.stop_celery()
-        if node is not None:
-            stop(node)
-        processes.stop_redis()
-        log.close()
 
 
 def register(base: str, host: str) -> str:
