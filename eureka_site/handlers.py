@@ -14,7 +14,11 @@ import re
 from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
+from django.urls import set_urlconf
+from django.utils.functional import cached_property
+from django.utils.log import log_response
 
+from eureka_site.flat_routes import FlatRoutes
 from eureka_site.request_bodies import BodyRefused, buffer_unsized_body, refuse_unusable_charset
 
 PROTOCOL_PREFIX = "/eureka/"
@@ -32,6 +36,27 @@ class ProtocolHandler(WSGIHandler):
         self._template_response_middleware = []
         self._exception_middleware = []
         self._middleware_chain = convert_exception_to_response(self._get_response)
+
+    @cached_property
+    def routes(self) -> FlatRoutes:
+        return FlatRoutes(self.urlconf)
+
+    def get_response(self, request):
+        # As BaseHandler.get_response, with the protocol's URLconf set once for the request (its
+        # handler404/handler500 answer errors) instead of the site's first and then the protocol's.
+        set_urlconf(self.urlconf)
+        response = self._middleware_chain(request)
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        return response
+
+    def resolve_request(self, request):
+        match = self.routes.resolve(request.path_info)
+        if match is None:
+            # Django decides: its 404 (with the tried patterns) and any URLconf the flat routes leave out.
+            return super().resolve_request(request)
+        request.resolver_match = match
+        return match
 
     def __call__(self, environ, start_response):
         request = self.request_class(environ)

@@ -30,6 +30,7 @@ from registry.protocol.http import (
     is_replication,
     parse_timestamp,
     payload_response,
+    query_values,
     read_body,
     request_format,
     response_format,
@@ -45,6 +46,8 @@ from registry.runtime.status import application_stats, general_stats
 
 class EurekaView(APIView):
     renderer_classes = [PassthroughRenderer]
+    # Bodies are read by the protocol codecs (read_body), never through DRF's request.data.
+    parser_classes: list = []
     authentication_classes: list = []
     permission_classes: list = []
     throttle_classes: list = []
@@ -63,6 +66,18 @@ class EurekaView(APIView):
 
     def get_permissions(self):
         return [RolePermission()] if self.api_accounts and api_accounts_on() else []
+
+    # One stateless renderer for every request: DRF would instantiate the classes per request.
+    _renderers = [PassthroughRenderer()]
+
+    def get_renderers(self):
+        return self._renderers
+
+    def perform_authentication(self, request):
+        # DRF authenticates eagerly by reading request.user; with no authenticators that would only
+        # build the anonymous user, on every heartbeat.
+        if request.authenticators:
+            super().perform_authentication(request)
 
     @property
     def default_response_headers(self):
@@ -157,7 +172,7 @@ class InstanceView(EurekaView):
         return _instance_response(request, node.registry.get_instance(app.upper(), instance_id, node.now()))
 
     def put(self, request, app, instance_id):
-        params = request.query_params
+        params = query_values(request)
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
         overridden = _status_param(params.get("overriddenstatus"), required=False)
         node = get_node()
@@ -179,7 +194,7 @@ class InstanceStatusView(EurekaView):
     """``PUT`` sets a status override, ``DELETE`` removes it (no ``value`` → UNKNOWN until re-register)."""
 
     def put(self, request, app, instance_id):
-        params = request.query_params
+        params = query_values(request)
         status = _status_param(params.get("value"), required=True)
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
         change = operations.override_status(
@@ -188,7 +203,7 @@ class InstanceStatusView(EurekaView):
         return empty(404 if change is None else 200)
 
     def delete(self, request, app, instance_id):
-        params = request.query_params
+        params = query_values(request)
         status = _status_param(params.get("value"), required=False) or c.UNKNOWN
         last_dirty = parse_timestamp(params.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
         change = operations.remove_override(
