@@ -35,6 +35,7 @@ import orjson
 
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Joined, deflate_chunk
 from registry.core import Registry, reconcile_hashcode
+from registry.jsonbytes import dumps_to_keep
 from registry.leases import LeaseView
 from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
 
@@ -177,7 +178,7 @@ class PayloadBuilder:
             cached = cache.get(key)
             if cached is None or not cached.serves(view, now):
                 data = instance_dict(view, compact)
-                body = orjson.dumps(data) if fmt == JSON else render("instance", data, fmt)
+                body = dumps_to_keep(data) if fmt == JSON else render("instance", data, fmt)
                 # Each entry lives between half and all of expire_ms: a fleet registered in one go
                 # then expires over minutes, not in one rebuild that re-serializes every instance.
                 lifetime = expire_ms - _jitter.randrange(expire_ms // 2 + 1)

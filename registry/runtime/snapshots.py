@@ -38,6 +38,7 @@ import orjson
 
 from registry.core import BadSnapshot, Registry, instance_row
 from registry.instances import InstanceInfo
+from registry.jsonbytes import dumps_to_keep
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class EncodedRows:
         row = self._rows.get(key)
         # The record itself is kept with its bytes: an id is only reused once its object is gone.
         if row is None or row[0] is not instance:
-            row = (instance, orjson.Fragment(orjson.dumps(instance_row(instance))))
+            row = (instance, orjson.Fragment(dumps_to_keep(instance_row(instance))))
         self._used[key] = row
         return row[1]
 
