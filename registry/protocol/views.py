@@ -24,6 +24,7 @@ from registry.protocol.codecs import (
 )
 from registry.protocol.http import (
     CONTENT_TYPES,
+    EurekaContentNegotiation,
     PassthroughRenderer,
     RequestRefused,
     empty,
@@ -72,6 +73,17 @@ class EurekaView(APIView):
 
     def get_renderers(self):
         return self._renderers
+
+    # Likewise the negotiator, and its answer: with one passthrough renderer there is nothing to
+    # choose (views pick JSON or XML themselves: response_format), so DRF's negotiation is skipped.
+    _negotiator = EurekaContentNegotiation()
+
+    def get_content_negotiator(self):
+        return self._negotiator
+
+    def perform_content_negotiation(self, request, force=False):
+        renderer = self._renderers[0]
+        return renderer, renderer.media_type
 
     def perform_authentication(self, request):
         # DRF authenticates eagerly by reading request.user; with no authenticators that would only

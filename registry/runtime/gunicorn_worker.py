@@ -17,6 +17,10 @@ heartbeats (every Java client does) holds the whole stop for those 20 s. Here a 
 its next request is closed when the stop begins (a request in progress is still answered), so a
 node stops in about a second and a restart or rolling deploy is not held up.
 
+It remembers which peers may set forwarding headers: gunicorn decides that for every request by
+parsing the peer's address with ``ipaddress`` (about 5 % of a heartbeat's CPU). The answer depends
+only on the address and the worker's fixed configuration, so it is kept per address.
+
 It also bounds what is read after a response: gunicorn discards an unread request body before the
 next request on a keep-alive connection, however long that body is. Here a body left unread by more
 than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
@@ -27,11 +31,41 @@ from __future__ import annotations
 
 import gevent
 from gunicorn import util
+from gunicorn.http import message
 from gunicorn.workers.ggevent import GeventWorker
 
 DRAIN_BYTES = 64 * 1024
 DRAIN_SECONDS = 2.0
 _READ_STEP = 8192
+
+
+# Addresses whose trust was decided; a fleet is thousands of addresses, a scan could be millions.
+REMEMBERED_PEERS = 65536
+
+
+class RememberedTrust:
+    """gunicorn's ``_ip_in_allow_list(ip, allow_list, networks)`` with its answers kept per address and
+    allow list (the networks are parsed from the allow list), at most REMEMBERED_PEERS of them."""
+
+    def __init__(self, decide):
+        self.decide = decide
+        self.answers: dict = {}
+
+    def __call__(self, ip_str, allow_list, networks):
+        key = (ip_str, tuple(allow_list))
+        answer = self.answers.get(key)
+        if answer is None:
+            if len(self.answers) >= REMEMBERED_PEERS:
+                self.answers.clear()
+            answer = self.answers[key] = self.decide(ip_str, allow_list, networks)
+        return answer
+
+
+def remember_peer_trust(decide):
+    return decide if isinstance(decide, RememberedTrust) else RememberedTrust(decide)
+
+
+message._ip_in_allow_list = remember_peer_trust(message._ip_in_allow_list)
 
 
 def _fully_read(body) -> bool:

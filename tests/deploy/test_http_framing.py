@@ -247,7 +247,9 @@ def test_an_over_long_request_line_is_answered_to_a_client_still_sending(node_se
     response = connection.read_response()
 
     assert response.status == 414
-    assert b"Request Line is too large" in response.body
+    # gunicorn's Python parser says "Request Line is too large", gunicorn-h1c "Request line length
+    # (...) exceeds limit": either way the reason reaches the client.
+    assert b"request line" in response.body.lower()
 
 
 def test_over_long_headers_are_answered_to_a_client_still_sending(node_server, connect):

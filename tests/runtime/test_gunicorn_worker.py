@@ -86,3 +86,63 @@ def test_a_rest_that_never_arrives_gives_up_after_the_drain_time(monkeypatch):
     started = time.monotonic()
     assert discard_unread_body(Body(Stalled())) is False
     assert time.monotonic() - started < 5
+
+
+# ---------------------------------------------------------------------------- who may forward
+
+
+def test_peer_trust_is_gunicorns_answer_kept_per_address():
+    from gunicorn.http import message
+
+    asked = []
+
+    def decide(ip, allow_list, networks):
+        asked.append(ip)
+        return ip == "10.0.0.1"
+
+    remembered = gunicorn_worker.remember_peer_trust(decide)
+    allow, networks = ["10.0.0.1"], []
+    assert remembered("10.0.0.1", allow, networks) is True
+    assert remembered("10.0.0.2", allow, networks) is False
+    assert remembered("10.0.0.1", allow, networks) is True
+    assert remembered("10.0.0.2", allow, networks) is False
+    assert asked == ["10.0.0.1", "10.0.0.2"]
+    # Another allow list is another question.
+    assert remembered("10.0.0.1", ["*"], networks) is True
+    assert asked == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
+    # The worker module installs it in place of gunicorn's, once.
+    assert isinstance(message._ip_in_allow_list, gunicorn_worker.RememberedTrust)
+    assert gunicorn_worker.remember_peer_trust(message._ip_in_allow_list) is message._ip_in_allow_list
+
+
+def test_remembered_trust_agrees_with_gunicorn_and_stays_bounded(monkeypatch):
+    from gunicorn.config import Config
+
+    cfg = Config()
+    cfg.set("forwarded_allow_ips", "127.0.0.1,10.1.0.0/16")
+    original = gunicorn_worker.message._ip_in_allow_list.decide
+    monkeypatch.setattr(gunicorn_worker, "REMEMBERED_PEERS", 8)
+    remembered = gunicorn_worker.remember_peer_trust(original)
+    addresses = ["127.0.0.1", "10.1.2.3", "10.2.0.1", "::1", "not-an-ip"] + [f"10.1.9.{i}" for i in range(20)]
+    for _ in range(2):
+        for ip in addresses:
+            expected = original(ip, cfg.forwarded_allow_ips, cfg.forwarded_allow_networks())
+            assert remembered(ip, cfg.forwarded_allow_ips, cfg.forwarded_allow_networks()) is expected
+    assert 0 < len(remembered.answers) <= 8
+
+
+def test_the_deploy_conf_parses_http_with_gunicorns_c_parser():
+    # gunicorn-h1c is a dependency: with http_parser "auto" gunicorn uses it (~20 % more heartbeats).
+    from pathlib import Path
+
+    from gunicorn.config import Config
+    from gunicorn.http.message import _check_fast_parser
+
+    cfg = Config()
+    conf = Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"
+    source = {"__file__": str(conf)}
+    exec(compile(conf.read_text(), str(conf), "exec"), source)
+    for name, value in source.items():
+        if name in cfg.settings:
+            cfg.set(name, value)
+    assert _check_fast_parser(cfg)
