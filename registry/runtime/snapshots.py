@@ -169,8 +169,16 @@ def _run_here(function: Callable[[], Exported]) -> Exported:
     return function()
 
 
+# Snapshots may take at most 1/WRITE_BUDGET of the node's time: the interval is stretched to
+# WRITE_BUDGET times the last write's duration when that is longer. At 10,000 instances a write
+# takes ~0.1 s and the 5 s interval stands; at 100,000 one takes 1-2 s, and writing every 5 s cost
+# the node a third of its core (bench/README.md, "Side by side", 100,000 instances).
+WRITE_BUDGET = 20
+
+
 class WarmRestart:
-    """One node's snapshots: restore at start, write every ``interval_ms`` and at a clean stop."""
+    """One node's snapshots: restore at start, write every ``interval_ms`` (stretched so that writing
+    takes at most 1/WRITE_BUDGET of the time, never past half the usable age) and at a clean stop."""
 
     def __init__(
         self,
@@ -286,8 +294,16 @@ class WarmRestart:
         self._thread = threading.Thread(target=self._loop, name="warm-restart", daemon=True)
         self._thread.start()
 
+    def next_interval_ms(self) -> int:
+        """The wait before the next write: ``interval_ms``, or WRITE_BUDGET times the last write's
+        duration when longer, but never more than half of ``max_age_ms`` (or ``interval_ms`` if that
+        is longer still), so the latest snapshot stays young enough to restore."""
+        last = self.last_write
+        stretched = max(self.interval_ms, int(last.took_ms * WRITE_BUDGET)) if last is not None else 0
+        return min(max(self.interval_ms, stretched), max(self.interval_ms, self.max_age_ms // 2))
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_ms / 1000):
+        while not self._stop.wait(self.next_interval_ms() / 1000):
             self.write()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -323,6 +339,7 @@ class WarmRestart:
             "last_write_ms_ago": None if last is None else now - last.at,
             "last_write_bytes": None if last is None else last.bytes,
             "last_write_took_ms": None if last is None else round(last.took_ms, 1),
+            "interval_ms": self.next_interval_ms(),
             "write_failures": self.failures,
             "last_error": self.last_error,
         }

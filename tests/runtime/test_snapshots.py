@@ -502,3 +502,43 @@ def test_nodes_do_not_restore_or_write_unless_started(eureka_options, clock, tmp
     assert list(tmp_path.iterdir()) == []
     eureka_options["warm_restart"] = False
     assert build_node(eureka_options, clock=clock).warm_restart is None
+
+
+def periodic(tmp_path, interval_ms: int) -> WarmRestart:
+    return WarmRestart(fleet(), FileStore(tmp_path / FILE_NAME), lambda: T0, interval_ms, max_age_ms=90_000)
+
+
+def test_the_interval_stretches_so_that_writing_takes_at_most_a_twentieth_of_the_time(tmp_path):
+    from registry.runtime.snapshots import WRITE_BUDGET, WriteReport
+
+    keeper = periodic(tmp_path, interval_ms=5_000)
+    assert keeper.next_interval_ms() == 5_000, "no write yet: the configured interval"
+    keeper.last_write = WriteReport(T0, 1000, 10_000, took_ms=120.0)  # 10,000 instances
+    assert keeper.next_interval_ms() == 5_000
+    keeper.last_write = WriteReport(T0, 1000, 100_000, took_ms=1_500.0)  # 100,000 instances
+    assert keeper.next_interval_ms() == 1_500 * WRITE_BUDGET == 30_000
+    assert keeper.status(T0)["interval_ms"] == 30_000
+    # Never so long that the latest snapshot would be too old to restore.
+    keeper.last_write = WriteReport(T0, 1000, 300_000, took_ms=4_000.0)
+    assert keeper.next_interval_ms() == 45_000
+    # A configured interval longer than that is kept as it is.
+    slow = periodic(tmp_path, interval_ms=60_000)
+    slow.last_write = WriteReport(T0, 1000, 300_000, took_ms=4_000.0)
+    assert slow.next_interval_ms() == 60_000
+
+
+def test_the_loop_waits_the_stretched_interval(tmp_path):
+    from registry.runtime.snapshots import WriteReport
+
+    waits = []
+    keeper = periodic(tmp_path, interval_ms=5_000)
+    keeper.last_write = WriteReport(T0, 1000, 100_000, took_ms=2_000.0)
+
+    class StopAfterOneWait:
+        def wait(self, seconds):
+            waits.append(seconds)
+            return True
+
+    keeper._stop = StopAfterOneWait()
+    keeper._loop()
+    assert waits == [40.0]
