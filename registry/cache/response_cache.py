@@ -115,6 +115,8 @@ class CacheCounters:
     read_write_hits: int = 0
     builds: int = 0
     build_seconds: float = 0.0
+    # Cache syncs that left a changed key's read-only copy as it was (SYNC_BUDGET).
+    syncs_deferred: int = 0
 
 
 class ReadOnlyTier:
@@ -156,6 +158,13 @@ class ReadOnlyTier:
         return None
 
 
+# A cache sync rebuilds a changed key at most once per SYNC_BUDGET times that key's last build time
+# (and at most once a sync, as always). Builds of 10,000 instances take tens of ms, so nothing changes
+# there; at 100,000 a full ``GET apps`` takes ~0.3 s, and rebuilding it at every 1 s sync while a
+# fleet registers cost the node a third of its time (bench/README.md, "Side by side", 100,000).
+SYNC_BUDGET = 10
+
+
 class ResponseCache:
     def __init__(
         self,
@@ -178,6 +187,9 @@ class ResponseCache:
         self._generation = 0
         self._build_locks: dict[CacheKey, threading.Lock] = {}
         self.counters = CacheCounters()
+        # Per key: how long its last build took (ms), and when a sync last refreshed its copy.
+        self._build_ms: dict[CacheKey, float] = {}
+        self._synced_at: dict[CacheKey, int] = {}
 
     def get(self, key: CacheKey, now: int, gzip: bool = False) -> Payload:
         if self._use_read_only:
@@ -204,10 +216,12 @@ class ResponseCache:
                 self.counters.read_write_hits += 1
                 return payload
             generation = self._generation
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.thread_time()
             payload = Payload(self._build(key), now)
             self.counters.builds += 1
             self.counters.build_seconds += time.perf_counter() - started
+            # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly.
+            self._build_ms[key] = (time.thread_time() - started_cpu) * 1000
             with self._lock:
                 # A write that landed while we built may not be in this payload: serve it once, keep nothing.
                 if generation == self._generation:
@@ -233,16 +247,30 @@ class ResponseCache:
                         pop(CacheKey(VIP, name, fmt, compact), None)
                         pop(CacheKey(SVIP, name, fmt, compact), None)
 
+    def _defer(self, key: CacheKey, now: int) -> bool:
+        """Whether this sync leaves ``key``'s read-only copy as it is: it changed (its read-write copy
+        is gone) and was refreshed less than SYNC_BUDGET times its build time ago."""
+        if key in self._read_write:
+            return False
+        refreshed = self._synced_at.get(key)
+        return refreshed is not None and now - refreshed < SYNC_BUDGET * self._build_ms.get(key, 0.0)
+
     def sync(self, now: int) -> int:
-        """The cache-sync job: refresh every read-only entry from the read-write tier."""
+        """The cache-sync job: refresh every read-only entry from the read-write tier (a costly key
+        at most once per SYNC_BUDGET times its build time)."""
         keys = self.read_only.keys()
         for key in keys:
+            if self._defer(key, now):
+                self.counters.syncs_deferred += 1
+                continue
+            self._synced_at[key] = now
             payload = self._load(key, now)
             # Unchanged payloads are not stored again: a remote tier would otherwise be sent every
             # payload (10 MB for 10,000 instances) each interval, changed or not.
             if not self.read_only.holds(key, payload):
                 self.read_only.put(key, payload)
-        # Readers in other processes measure staleness by this confirmation (registry/reader/).
+        # Readers in other processes measure staleness by this confirmation (registry/reader/). A
+        # deferred key is confirmed too: it is what the node itself serves until its next rebuild.
         self.read_only.confirm(keys, now)
         return len(keys)
 
@@ -250,6 +278,7 @@ class ResponseCache:
         with self._lock:
             self._generation += 1
             self._read_write.clear()
+            self._synced_at.clear()
             self.read_only.clear()
         if self._on_clear is not None:
             self._on_clear()

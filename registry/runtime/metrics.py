@@ -358,6 +358,12 @@ class NodeCollector(Collector):
             count_value=counters.builds,
             sum_value=counters.build_seconds,
         )
+        yield CounterMetricFamily(
+            "eureka_response_cache_syncs_deferred",
+            "Cache syncs that left a changed payload's read-only copy for a later sync, because its "
+            "last build took more than a tenth of the time since its last refresh.",
+            value=counters.syncs_deferred,
+        )
         keys = GaugeMetricFamily("eureka_response_cache_keys", "Payloads held, by tier.", labels=["tier"])
         stats = cache.stats()
         keys.add_metric(["read_only"], stats["read_only_keys"])

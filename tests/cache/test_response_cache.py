@@ -223,3 +223,56 @@ def test_the_redis_tier_publishes_everything_again_after_an_outage():
     clock[0] += 5_000
     cache.sync(clock[0])
     assert "eureka:ro:apps:json:0:" in client.hashes and tier.healthy
+
+
+class SlowBuilder(CountingBuilder):
+    """Each build "takes" ``cost_s`` seconds of the CPU clock the cache reads (time.thread_time)."""
+
+    def __init__(self, monkeypatch, cost_s: float):
+        super().__init__()
+        self.clock = [0.0]
+        self.cost_s = cost_s
+        from registry.cache import response_cache
+
+        monkeypatch.setattr(response_cache.time, "thread_time", lambda: self.clock[0])
+
+    def __call__(self, key):
+        self.clock[0] += self.cost_s
+        return super().__call__(key)
+
+
+def test_a_costly_key_is_rebuilt_by_the_sync_at_most_once_per_ten_build_times(monkeypatch):
+    from registry.cache.response_cache import SYNC_BUDGET
+
+    builder = SlowBuilder(monkeypatch, cost_s=0.25)  # 100,000 instances' GET apps: 0.2-0.4 s
+    cache = ResponseCache(builder, expire_ms=180_000)
+    key = CacheKey(APPS, "", "xml")
+    cache.get(key, T0)
+    assert SYNC_BUDGET * 250 == 2500
+    # Every second a change, and a sync: the copy is refreshed at once, then no sooner than 2.5 s later.
+    refreshed = []
+    for second in range(1, 11):
+        builder.version = second
+        cache.invalidate("ORDERS", [])
+        cache.sync(T0 + second * 1000)
+        served = cache.get(key, T0 + second * 1000 + 1).body
+        refreshed.append(int(served.rsplit(b"v", 1)[1]))
+    assert refreshed == [1, 1, 1, 4, 4, 4, 7, 7, 7, 10]
+    assert cache.counters.syncs_deferred == 6
+    assert builder.calls.count(key) == 5
+
+
+def test_a_cheap_key_is_rebuilt_at_every_sync_and_an_unchanged_one_never(monkeypatch):
+    builder = SlowBuilder(monkeypatch, cost_s=0.0625)  # 10,000 instances: tens of ms
+    cache = ResponseCache(builder, expire_ms=180_000)
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, T0)
+    for second in range(1, 6):
+        builder.version = second
+        cache.invalidate("ORDERS", [])
+        cache.sync(T0 + second * 1000)
+        assert cache.get(key, T0 + second * 1000 + 1).body.endswith(f"v{second}".encode())
+    builds = builder.calls.count(key)
+    for second in range(6, 9):
+        cache.sync(T0 + second * 1000)
+    assert builder.calls.count(key) == builds and cache.counters.syncs_deferred == 0
