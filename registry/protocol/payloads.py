@@ -302,7 +302,16 @@ def _applications(
         tail = b"</applications>"
         empty = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
         head = empty[: -len(tail)]
-    joined = Joined(b"".join((head, separator.join(f.body for f in fragments), tail)))
+    # One join of every piece: each copy of a 100,000-instance registry (99 MB of JSON) costs ~100 ms
+    # here, and joining the fragments first, then head and tail around them, made one more.
+    pieces = [head]
+    for number, fragment in enumerate(fragments):
+        if number and separator:
+            pieces.append(separator)
+        pieces.append(fragment.body)
+    pieces.append(tail)
+    # (Joined is a bytes subclass, so this is a copy too; it carries the chunks for gzip.)
+    joined = Joined(b"".join(pieces))
     joined.chunks = lambda: chunk_cache.chunks(head, fragments, separator, tail)
     return joined
 
