@@ -279,6 +279,7 @@ class ResponseCache:
             self._generation += 1
             self._read_write.clear()
             self._synced_at.clear()
+            self._build_ms.clear()
             self.read_only.clear()
         if self._on_clear is not None:
             self._on_clear()

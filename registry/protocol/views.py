@@ -74,16 +74,12 @@ class EurekaView(APIView):
     def get_renderers(self):
         return self._renderers
 
-    # Likewise the negotiator, and its answer: with one passthrough renderer there is nothing to
-    # choose (views pick JSON or XML themselves: response_format), so DRF's negotiation is skipped.
+    # Likewise the negotiator (stateless; it picks the one passthrough renderer, and views choose
+    # JSON or XML themselves: response_format).
     _negotiator = EurekaContentNegotiation()
 
     def get_content_negotiator(self):
         return self._negotiator
-
-    def perform_content_negotiation(self, request, force=False):
-        renderer = self._renderers[0]
-        return renderer, renderer.media_type
 
     def perform_authentication(self, request):
         # DRF authenticates eagerly by reading request.user; with no authenticators that would only

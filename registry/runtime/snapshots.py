@@ -298,9 +298,8 @@ class WarmRestart:
         """The wait before the next write: ``interval_ms``, or WRITE_BUDGET times the last write's
         duration when longer, but never more than half of ``max_age_ms`` (or ``interval_ms`` if that
         is longer still), so the latest snapshot stays young enough to restore."""
-        last = self.last_write
-        stretched = max(self.interval_ms, int(last.took_ms * WRITE_BUDGET)) if last is not None else 0
-        return min(max(self.interval_ms, stretched), max(self.interval_ms, self.max_age_ms // 2))
+        stretched = int(self.last_write.took_ms * WRITE_BUDGET) if self.last_write is not None else 0
+        return max(self.interval_ms, min(stretched, self.max_age_ms // 2))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.next_interval_ms() / 1000):
