@@ -147,9 +147,11 @@ def one_round(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         stop = threading.Event()
         churn = Churn(server.port, args.churn, 10, args.churn * 60, stop)
         pids = ",".join(map(str, server.pids()))
-        extra = ("-duration", str(args.duration), "-warmup", "0")
+        extra = ("-duration", str(args.duration + args.settle), "-warmup", "0")
+        # --settle: the renews' first seconds run but are not timed (churn and readers start at once).
+        timed = ("-duration", str(args.duration), "-warmup", str(args.settle))
         renew = loadgen(
-            url, "renew", args.n, args.apps, "-rate", str(args.rate), "-c", "16", "-server-pid", pids, *extra
+            url, "renew", args.n, args.apps, "-rate", str(args.rate), "-c", "16", "-server-pid", pids, *timed
         )
         readers = [
             loadgen(url, mode, args.n, args.apps, "-rate", str(rate), "-c", "4", *extra)
@@ -157,14 +159,14 @@ def one_round(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
             if rate > 0
         ]
         churn.start()
-        found = metrics_of(renew, timeout=args.duration + 120)
+        found = metrics_of(renew, timeout=args.settle + args.duration + 120)
         stop.set()
         churn.join(10)
         for reader in readers:
-            reader_metrics = metrics_of(reader, timeout=args.duration + 120)
+            reader_metrics = metrics_of(reader, timeout=args.settle + args.duration + 120)
             found[f"reader_errors_{reader.args[4]}"] = reader_metrics.get("errors", 0)
             found[f"reader_req/s_{reader.args[4]}"] = reader_metrics.get("req/s", 0)
-        found["churn_ops/s"] = churn.done / args.duration
+        found["churn_ops/s"] = churn.done / (args.settle + args.duration)
         found["churn_failed"] = churn.failed
         return found
     finally:
@@ -183,6 +185,13 @@ def main() -> int:
     parser.add_argument("--full-rate", type=int, default=2, help="GET apps per second")
     parser.add_argument("--cache-ms", type=int, default=1_000, help="read-only cache refresh interval")
     parser.add_argument("--duration", type=float, default=30)
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0,
+        help="seconds of renews (with churn and readers) before the timed ones: 0 times the first "
+        "payload builds after the fleet registered too",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     build_loadgen()
@@ -203,7 +212,8 @@ def main() -> int:
     print(
         f"\n{args.n} instances in {args.apps} apps, renews paced at {args.rate}/s, churn {args.churn} + "
         f"{args.churn}/s, GET apps/delta {args.delta_rate}/s, GET apps {args.full_rate}/s, cache refresh "
-        f"{args.cache_ms} ms, {args.duration:.0f} s per round; medians over {args.rounds} rounds"
+        f"{args.cache_ms} ms, {args.duration:.0f} s timed per round after {args.settle:g} s; medians over "
+        f"{args.rounds} rounds"
     )
     print(f"{'renews/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}   (max of each round)")
 

@@ -62,8 +62,8 @@ def post_worker_init(worker):
     listening = [tuple(sock.getsockname()[:2]) for sock in worker.sockets]
     node = get_node()
     # Warm restart: the last snapshot is restored before the node serves and before its start-up
-    # sync (which then merges the peers' copies in); under gevent, snapshots are encoded in a native
-    # thread (10,000 instances take ~150 ms of CPU: bench/README.md, "Warm restart").
+    # sync (which then merges the peers' copies in); under gevent, a snapshot's gzip and file write
+    # run in a native thread (they release the GIL), its encoding in paced slices on the loop.
     if node.warm_restart is not None:
         from gunicorn.workers.ggevent import GeventWorker as _GeventWorker
 
@@ -74,15 +74,24 @@ def post_worker_init(worker):
         node.start_warm_restart()
     node.start_cluster(listening)
 
-    # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering.
+    # What loading the application made (modules, settings, URL patterns) lives as long as the process:
+    # out of the collector's full walks from the start, not from the GC policy's first freeze
+    # (registry/runtime/gc_policy.py; before it, each full collection walked them for ~30 ms).
+    if node.gc_policy is not None and "freeze_gc" in node.jobs:
+        node.gc_policy.run_at_start()
+
+    # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering, and
+    # let long payload builds pause every few milliseconds for the loop (registry/cache/pacing.py).
     from gunicorn.workers.ggevent import GeventWorker
 
     if isinstance(worker, GeventWorker):
         import gevent
 
+        from registry.cache.pacing import gevent_pause, set_pause
         from registry.cache.response_cache import compress, set_compressor
 
         set_compressor(lambda data: gevent.get_hub().threadpool.apply(compress, (data,)))
+        set_pause(gevent_pause())
 
 
 def worker_exit(server, worker):

@@ -232,8 +232,9 @@ EUREKA = {
     "response_cache_auto_expiration_ms": 1000
     * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
     "use_read_only_response_cache": env_bool("EUREKA_USE_READ_ONLY_RESPONSE_CACHE", True),
-    # Python's garbage collector (registry/runtime/gc_policy.py): every interval, young generations
-    # collected and survivors frozen, so full collections stop walking every lease; 0 switches it off.
+    # Python's garbage collector (registry/runtime/gc_policy.py): every interval (and at once after bulk
+    # changes), young generations collected and survivors frozen, so full collections stop walking
+    # every lease; 0 switches it off.
     "gc_freeze_interval_ms": env_int("EUREKA_GC_FREEZE_INTERVAL_MS", 60_000, minimum=0),
     "gc_full_collection_interval_ms": env_int("EUREKA_GC_FULL_COLLECTION_INTERVAL_MS", 3_600_000, minimum=1),
     # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
@@ -416,7 +417,8 @@ CELERY_BEAT_SCHEDULE = {
         "sync_response_cache": EUREKA["response_cache_update_interval_ms"],
         "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
         "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
-        "freeze_gc": EUREKA["gc_freeze_interval_ms"],
+        # The GC policy looks each second whether a freeze is due (registry/runtime/gc_policy.py).
+        "freeze_gc": 1_000 if EUREKA["gc_freeze_interval_ms"] else 0,
         "prune_webhook_deliveries": EUREKA["webhooks"]["prune_interval_ms"],
     }.items()
     if interval

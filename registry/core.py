@@ -850,7 +850,12 @@ class Registry:
 
     # ------------------------------------------------------------------------- warm restart
 
-    def export_state(self, now: int, saved_form: Callable[[InstanceInfo], object] | None = None) -> dict:
+    def export_state(
+        self,
+        now: int,
+        saved_form: Callable[[InstanceInfo], object] | None = None,
+        saved_change: Callable[[Change], object] | None = None,
+    ) -> dict:
         """Everything a restarted node needs to go on where this one stopped, as plain JSON-ready
         data: every lease (the whole instance record and the lease's times), the override map with
         its last-access times, the self-preservation numbers and the change log. Not the delta queue:
@@ -859,7 +864,8 @@ class Registry:
         Under the lock only references are copied (instance records are immutable), so a writer
         waits for one pass over the map, not for the encoding. ``saved_form`` turns a record into
         what is saved of it (default ``instance_row``); the snapshot writer passes one that remembers
-        the encoded form of records it has seen, since most do not change between two snapshots.
+        the encoded form of records it has seen, since most do not change between two snapshots;
+        ``saved_change`` does the same for change-log entries (default ``Change.as_dict``).
         """
         to_row = saved_form or instance_row
         with self._lock:
@@ -892,7 +898,7 @@ class Registry:
             "expected_clients": expected_clients,
             "renews_threshold": renews_threshold,
             "renews_last_minute": renews_last_minute,
-            "changes": exported(*change_log),
+            "changes": exported(*change_log, saved_change),
         }
 
     def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:

@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from registry.cache.pacing import PACER
+
 APPS = "apps"
 DELTA = "delta"
 APP = "app"
@@ -216,12 +218,14 @@ class ResponseCache:
                 self.counters.read_write_hits += 1
                 return payload
             generation = self._generation
-            started, started_cpu = time.perf_counter(), time.thread_time()
+            started, started_cpu, paused_cpu = time.perf_counter(), time.thread_time(), PACER.paused_cpu()
             payload = Payload(self._build(key), now)
             self.counters.builds += 1
             self.counters.build_seconds += time.perf_counter() - started
-            # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly.
-            self._build_ms[key] = (time.thread_time() - started_cpu) * 1000
+            # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly;
+            # nor is what other greenlets ran while the build paused (pacing.py).
+            own_cpu = time.thread_time() - started_cpu - (PACER.paused_cpu() - paused_cpu)
+            self._build_ms[key] = max(own_cpu, 0.0) * 1000
             with self._lock:
                 # A write that landed while we built may not be in this payload: serve it once, keep nothing.
                 if generation == self._generation:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from registry.cache.pacing import PACER
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Joined, deflate_chunk
 from registry.core import Registry, reconcile_hashcode
 from registry.jsonbytes import dumps_to_keep
@@ -172,6 +173,7 @@ class PayloadBuilder:
         if cache is None:
             cache = self._instances.setdefault((fmt, compact), {})
         expire_ms = self.expire_ms
+        tick = PACER.tick
         bodies = []
         for view in views:
             key = (view.instance.app, view.instance.instance_id)
@@ -184,6 +186,8 @@ class PayloadBuilder:
                 lifetime = expire_ms - _jitter.randrange(expire_ms // 2 + 1)
                 cached = cache[key] = _InstanceBytes(view, now + lifetime, body)
                 self.instances_serialized += 1
+                # 10-50 us an instance: a fleet's worth would hold the event loop (pacing.py).
+                tick()
             bodies.append(cached.body)
         return bodies
 
@@ -234,7 +238,12 @@ class PayloadBuilder:
     def applications(self, fmt: str, compact: bool) -> bytes:
         """``GET apps``: the fragments of every application, in the registry's order."""
         self._sweep(self.clock())
-        fragments = [f for f in (self.fragment(app, fmt, compact) for app in self.registry.app_names()) if f]
+        fragments = []
+        for app in self.registry.app_names():
+            fragment = self.fragment(app, fmt, compact)
+            if fragment is not None:
+                fragments.append(fragment)
+            PACER.tick()
         statuses: Counter = Counter()
         for fragment in fragments:
             statuses.update(fragment.statuses)
@@ -259,6 +268,7 @@ class PayloadBuilder:
                 body = self._application(app, views, fmt, compact, now)
                 fresh[app] = (version, Fragment(app, body, Counter(), now))
                 self.delta_fragments_built += 1
+                PACER.tick()
         self._delta_fragments[variant] = fresh
         fragments = [fragment for _, fragment in fresh.values()]
         chunk_cache = self._chunk_caches.setdefault(("delta", *variant), _ChunkCache())

@@ -23,7 +23,7 @@ from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
 from registry.protocol.payloads import PayloadBuilder
-from registry.runtime.gc_policy import GcPolicy
+from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
 from registry.runtime.jobs import JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
@@ -105,7 +105,8 @@ class Node:
     def __post_init__(self) -> None:
         if self.gc_policy is None:
             full_every_ms = int(self.options.get("gc_full_collection_interval_ms", 3_600_000))
-            self.gc_policy = GcPolicy(full_every_ms, self.started_at)
+            freeze_every_ms = int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000
+            self.gc_policy = GcPolicy(full_every_ms, self.started_at, freeze_every_ms)
         if not self.options.get("gc_freeze_interval_ms", 60_000):
             # Switched off: Python's own collection schedule, as any process.
             self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}
@@ -166,7 +167,9 @@ class Node:
             "sync_response_cache": int(self.options["response_cache_update_interval_ms"]),
             "prune_delta_queue": config.delta_retention_timer_interval_ms,
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
-            "freeze_gc": int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000,
+            # The GC policy freezes every gc_freeze_interval_ms, or sooner after bulk changes: it looks
+            # each second.
+            "freeze_gc": CHECK_INTERVAL_MS,
             "prune_webhook_deliveries": int(
                 self.options.get("webhooks", {}).get("prune_interval_ms", 3_600_000)
             ),

@@ -36,8 +36,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from registry.cache.pacing import PACER
+from registry.changes import Change
 from registry.core import BadSnapshot, Registry, instance_row
-from registry.instances import InstanceInfo
 from registry.jsonbytes import dumps_to_keep
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,10 @@ def redis_key(namespace: str) -> str:
 
 
 class SnapshotStore(Protocol):
-    """Where one node's snapshot is kept: ``save`` replaces it whole, ``load`` gives None when none."""
+    """Where one node's snapshot is kept: ``save`` replaces it whole, ``load`` gives None when none;
+    ``saves_off_loop`` says whether ``save`` may run in a native thread (the writer's runner)."""
+
+    saves_off_loop: bool
 
     def save(self, data: bytes) -> None: ...
 
@@ -63,6 +67,9 @@ class SnapshotStore(Protocol):
 
 
 class FileStore:
+    # Its write and fsync block the calling thread without the GIL: the writer runs them off the loop.
+    saves_off_loop = True
+
     def __init__(self, path: Path):
         self.path = Path(path)
 
@@ -95,6 +102,9 @@ class FileStore:
 
 
 class RedisStore:
+    # Its client's socket is the event loop's (gevent): the writer saves from the serving thread.
+    saves_off_loop = False
+
     def __init__(self, client: Any, key: str):
         self.client = client
         self.key = key
@@ -109,8 +119,13 @@ class RedisStore:
         return f"Redis key {self.key}"
 
 
+def compressed(document: bytes) -> bytes:
+    """A snapshot's JSON as it is stored (zlib releases the GIL while it compresses)."""
+    return gzip.compress(document, compresslevel=GZIP_LEVEL, mtime=0)
+
+
 def encode(state: dict) -> bytes:
-    return gzip.compress(orjson.dumps(state), compresslevel=GZIP_LEVEL, mtime=0)
+    return compressed(orjson.dumps(state))
 
 
 def decode(data: bytes) -> Any:
@@ -124,26 +139,32 @@ def decode(data: bytes) -> Any:
 
 
 class EncodedRows:
-    """Each instance record's saved form, encoded once and reused while the record stays the same.
+    """Each immutable object's saved form (an instance record's row, a change-log entry), encoded
+    once and reused while the object is kept.
 
     Records are immutable and a lease swaps its record on every change, so the same object means the
     same bytes; between two snapshots of 10,000 instances few change (renewals only move lease
-    times, which are saved apart), and re-encoding them all costs the event loop ~200 ms of CPU
-    (bench/README.md, "Warm restart"). Each snapshot keeps the rows it used, so what is held is one
-    snapshot's worth of records and bytes.
+    times, which are saved apart), and re-encoding them all costs ~200 ms of CPU (bench/README.md,
+    "Warm restart"); change-log entries never change at all. Each snapshot keeps the rows it used,
+    so what is held is one snapshot's worth of objects and bytes.
+
+    The writer encodes in the serving thread, between requests: every row gives a long build a
+    chance to let the event loop have its turn (registry/cache/pacing.py).
     """
 
-    def __init__(self) -> None:
-        self._rows: dict[int, tuple[InstanceInfo, orjson.Fragment]] = {}
-        self._used: dict[int, tuple[InstanceInfo, orjson.Fragment]] = {}
+    def __init__(self, saved_form: Callable[[Any], object] = instance_row) -> None:
+        self._saved_form = saved_form
+        self._rows: dict[int, tuple[object, orjson.Fragment]] = {}
+        self._used: dict[int, tuple[object, orjson.Fragment]] = {}
 
-    def __call__(self, instance: InstanceInfo) -> orjson.Fragment:
-        key = id(instance)
+    def __call__(self, item: object) -> orjson.Fragment:
+        key = id(item)
         row = self._rows.get(key)
-        # The record itself is kept with its bytes: an id is only reused once its object is gone.
-        if row is None or row[0] is not instance:
-            row = (instance, orjson.Fragment(dumps_to_keep(instance_row(instance))))
+        # The object itself is kept with its bytes: an id is only reused once its object is gone.
+        if row is None or row[0] is not item:
+            row = (item, orjson.Fragment(dumps_to_keep(self._saved_form(item))))
         self._used[key] = row
+        PACER.tick()
         return row[1]
 
     def rotate(self) -> None:
@@ -161,11 +182,13 @@ class WriteReport:
 
 
 # Runs a function off the event loop and returns its result (gunicorn.conf.py sets gevent's threadpool).
-Exported = tuple[int, bytes, int]
-Runner = Callable[[Callable[[], Exported]], Exported]
+# Only work that releases the GIL goes there: gzip, and a file store's write and fsync. Python code in a
+# native thread would hold the GIL in 5 ms slices while the event loop waits for one at every socket
+# call (measured: 40-60 ms heartbeat stalls at every snapshot of 10,000 instances).
+Runner = Callable[[Callable[[], Any]], Any]
 
 
-def _run_here(function: Callable[[], Exported]) -> Exported:
+def _run_here(function: Callable[[], Any]) -> Any:
     return function()
 
 
@@ -193,7 +216,7 @@ class WarmRestart:
         self.clock = clock
         self.interval_ms = interval_ms
         self.max_age_ms = max_age_ms
-        # Set under gevent so that encoding 10,000 instances does not hold up heartbeats.
+        # Set under gevent so that compressing and writing a snapshot does not hold up heartbeats.
         self.runner: Runner = _run_here
         self.restored: int | None = None
         self.refused: str | None = None
@@ -202,7 +225,8 @@ class WarmRestart:
         self.last_error: str | None = None
         self._failing = False
         self._write_lock = threading.Lock()
-        self._rows = EncodedRows()
+        self._rows = EncodedRows(instance_row)
+        self._changes = EncodedRows(Change.as_dict)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.started = False
@@ -248,11 +272,16 @@ class WarmRestart:
         """Save a snapshot now; None when it failed (logged once per run of failures)."""
         with self._write_lock:
             try:
-                # Only the copy and the encoding go through the runner (a native thread under gevent):
-                # the store's socket belongs to the event loop, which a native thread cannot use.
+                # The copy and the JSON here, in the serving thread, paced; gzip (and a file's write)
+                # through the runner, in a native thread under gevent; a Redis store's socket belongs
+                # to the event loop, which a native thread cannot use.
                 started = time.perf_counter()
-                now, data, leases = self.runner(self._export)
-                self.store.save(data)
+                now, document, leases = self._export()
+                data = self.runner(lambda: compressed(document))
+                if self.store.saves_off_loop:
+                    self.runner(lambda: self.store.save(data))
+                else:
+                    self.store.save(data)
                 report = WriteReport(now, len(data), leases, (time.perf_counter() - started) * 1000)
             except Exception as exc:
                 self.failures += 1
@@ -273,15 +302,17 @@ class WarmRestart:
             self.last_write = report
             return report
 
-    def _export(self) -> Exported:
-        """The snapshot as bytes: (taken at, data, leases in it)."""
+    def _export(self) -> tuple[int, bytes, int]:
+        """The snapshot as JSON, not yet compressed: (taken at, document, leases in it)."""
         now = self.clock()
         try:
-            state = self.registry.export_state(now, self._rows)
-            data = encode(state)
+            state = self.registry.export_state(now, self._rows, self._changes)
+            # Rows and entries are already encoded (orjson fragments): this is mostly a copy.
+            document = orjson.dumps(state)
         finally:
             self._rows.rotate()
-        return now, data, len(state["leases"])
+            self._changes.rotate()
+        return now, document, len(state["leases"])
 
     # ----------------------------------------------------------------------------- lifecycle
 

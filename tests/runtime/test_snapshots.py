@@ -422,6 +422,61 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
     assert len(kept) == 4
 
 
+def test_change_log_entries_are_encoded_once_and_the_restored_log_is_the_saved_one(tmp_path):
+    now = [T0 + 7 * SEC]
+    registry = fleet()
+    store = FileStore(tmp_path / FILE_NAME)
+    writer = keeper(registry, store, now)
+    writer.write()
+    encoded = dict(writer._changes._rows)
+    assert len(encoded) == len(registry.changes.copy()[1]) > 0
+    registry.register(inst("BILLING", 6), now[0])
+    now[0] += SEC
+    writer.write()
+    again = writer._changes._rows
+    # Every entry of the first snapshot is still in the log: its bytes are reused, the new one added.
+    assert sum(1 for key, row in again.items() if encoded.get(key) is row) == len(encoded)
+    assert len(again) == len(encoded) + 1
+
+    restored = Registry(RegistryConfig(**FAST), now[0])
+    restored.restore_state(decode(store.load()), now[0])
+    assert restored.changes.copy()[1] == registry.changes.copy()[1]
+
+
+def test_gzip_and_a_files_write_run_off_the_loop_a_redis_write_on_it(tmp_path):
+    """A native thread may run what releases the GIL (gzip, a file's write and fsync), not a socket of
+    the event loop's: the Redis store saves from the calling thread."""
+    now = [T0 + 7 * SEC]
+
+    class LoopStore:
+        saves_off_loop = False
+
+        def __init__(self):
+            self.data = None
+
+        def save(self, data):
+            self.data = data
+
+        def load(self):
+            return self.data
+
+        def describe(self):
+            return "Redis key eureka:snapshot"
+
+    for store, off_loop in ((FileStore(tmp_path / FILE_NAME), 2), (LoopStore(), 1)):
+        writer = keeper(fleet(), store, now)
+        ran = []
+
+        def runner(function, ran=ran):
+            ran.append(function)
+            return function()
+
+        writer.runner = runner
+        assert writer.write() is not None
+        assert len(ran) == off_loop
+        assert decode(store.load())["format"] == SNAPSHOT_FORMAT
+
+
 def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_path, caplog):
     now = [T0 + 7 * SEC]
     store = RedisStore(FakeRedis(), "eureka:snapshot")
@@ -441,6 +496,8 @@ def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_p
 
 def test_a_store_that_fails_is_logged_once_and_the_node_goes_on(caplog):
     class Unreachable:
+        saves_off_loop = False
+
         def save(self, data):
             raise ConnectionError("Redis is down")
 

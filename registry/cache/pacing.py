@@ -1,0 +1,85 @@
+"""Long payload builds give the event loop a turn. Plain Python, no Django.
+
+Under gevent every greenlet shares one thread, and nothing preempts a greenlet that computes: a build
+that serializes 10,000 instances (about 100 ms of JSON, 500 ms of XML, the first time after a fleet
+registers or after their bytes expire) would hold every heartbeat that arrives meanwhile. So builders
+call ``PACER.tick()`` as they go (after each application, after each instance they serialize); once a
+slice of ``slice_ms`` has passed since the loop last had a turn, the tick calls ``pause`` (under gevent,
+``gevent_pause``: the loop polls its sockets and runs the greenlets that are ready, then the build goes
+on). A build then costs the same
+CPU, in slices, and heartbeats wait one slice at most instead of the whole build.
+
+Without a pause (threads, tests, management commands) a tick only reads the clock: threads are
+preempted by the interpreter anyway.
+
+What the pauses let others run is not the build's own cost: ``paused_cpu()`` is the CPU time this
+thread spent inside pauses, which the response cache subtracts when it times a build.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# A slice of a few milliseconds: heartbeats take ~0.5 ms of CPU each, so a turn of the loop between
+# slices serves those that arrived meanwhile, and a 500 ms build is paused ~100 times (each pause costs
+# a greenlet switch there and back, a few microseconds).
+SLICE_MS = 5.0
+
+
+class Pacer:
+    def __init__(self, slice_ms: float = SLICE_MS, clock: Callable[[], float] = time.perf_counter):
+        self.pause: Callable[[], None] | None = None
+        self.slice_s = slice_ms / 1000
+        self._clock = clock
+        self._turn_at = clock()
+        self._paused_cpu = 0.0
+        self.pauses = 0
+
+    def tick(self) -> None:
+        """Called by a build between two pieces of work: pause if the current slice is used up."""
+        if self.pause is None:
+            return
+        if self._clock() - self._turn_at < self.slice_s:
+            return
+        started = time.thread_time()
+        self.pause()
+        self._paused_cpu += time.thread_time() - started
+        self.pauses += 1
+        # Whoever resumes starts a new slice: the loop has just had its turn.
+        self._turn_at = self._clock()
+
+    def paused_cpu(self) -> float:
+        """CPU seconds this process's serving thread spent in pauses (other greenlets' work)."""
+        return self._paused_cpu
+
+
+PACER = Pacer()
+
+
+def set_pause(pause: Callable[[], None] | None) -> None:
+    """What a build does when its slice is used up (None: never pauses)."""
+    PACER.pause = pause
+    PACER._turn_at = PACER._clock()
+
+
+# ``gevent.sleep(0)`` is not enough: it only queues the greenlet behind the loop's callbacks, and the
+# loop runs up to 50 callbacks before it polls its sockets again, so a build that pauses every 5 ms
+# would run ~250 ms between two polls. A timer, however short, expires only after a poll.
+GEVENT_PAUSE_S = 0.000_01
+
+
+def gevent_pause() -> Callable[[], None]:
+    """The pause for a gevent server: a turn of the event loop, in the serving thread only (a build
+    in a native thread is preempted by the interpreter and must not touch the loop)."""
+    import gevent
+    from gevent.monkey import get_original
+
+    thread_ident = get_original("_thread", "get_ident")
+    serving_thread = thread_ident()
+
+    def pause() -> None:
+        if thread_ident() == serving_thread:
+            gevent.sleep(GEVENT_PAUSE_S)
+
+    return pause
