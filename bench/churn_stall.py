@@ -11,7 +11,7 @@ registered by the Go load generator, then for ``--duration`` seconds at once:
 
 That is the performance issue's "paced 1,000 renews/s with churn and clients fetching deltas" (target:
 renew max ≤ 50 ms). Each of ``--rounds`` starts a fresh node (as bench/compare.py does: its own data
-directory). The node's read-only cache refreshes every ``--cache-ms`` (1,000: the ``fast`` timings'
+directory). The node's read-only cache refreshes every ``--cache-ms`` (500: the ``fast`` timings'
 default). Loopback only, bounded in time, every process stopped at the end. Printed, not asserted.
 
   .venv/bin/python bench/churn_stall.py                      # about 3 minutes
@@ -183,7 +183,7 @@ def main() -> int:
     parser.add_argument("--churn", type=int, default=10, help="registrations and cancels per second, each")
     parser.add_argument("--delta-rate", type=int, default=20, help="GET apps/delta per second")
     parser.add_argument("--full-rate", type=int, default=2, help="GET apps per second")
-    parser.add_argument("--cache-ms", type=int, default=1_000, help="read-only cache refresh interval")
+    parser.add_argument("--cache-ms", type=int, default=500, help="read-only cache refresh interval")
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument(
         "--settle",

@@ -9,7 +9,7 @@ cancel is then looked for at peer B, three ways, and timed from the moment A ans
 * apps         B's served ``GET /eureka/apps`` (gzip JSON, B's read-only response cache);
 * delta        B's served ``GET /eureka/apps/delta`` (same cache): what polling clients see.
 
-The served views change once per cache refresh (``EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS``, 1 s by
+The served views change once per cache refresh (``EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS``, 500 ms by
 default), so their lag is the replication lag plus up to one refresh interval. Watching them has a
 cost at B: like any full-fetching reader, it makes B rebuild its 10,000-instance payloads every
 refresh; ``--views replication`` watches B's map only. The watching runs in a process of its own
@@ -1029,7 +1029,7 @@ def main() -> int:
         help="follow every k-th change in B's map (default 5: each is polled every --live-poll-ms, and "
         "many polls would load B themselves)",
     )
-    parser.add_argument("--cache-ms", type=int, default=1000, help="EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS")
+    parser.add_argument("--cache-ms", type=int, default=500, help="EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS")
     parser.add_argument(
         "--no-read-only-cache",
         dest="read_only_cache",

@@ -226,8 +226,10 @@ EUREKA = {
             "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not _FAST
         ),
     },
+    # 500 ms: with replication's ~0.2 s, a peer serves a change within a second (bench/README.md,
+    # "Replication"); builds are paced and from pieces, so refreshing this often is cheap.
     "response_cache_update_interval_ms": env_int(
-        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 1_000 if _FAST else 30_000, minimum=1
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 500 if _FAST else 30_000, minimum=1
     ),
     "response_cache_auto_expiration_ms": 1000
     * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
