@@ -146,3 +146,104 @@ def test_the_deploy_conf_parses_http_with_gunicorns_c_parser():
         if name in cfg.settings:
             cfg.set(name, value)
     assert _check_fast_parser(cfg)
+
+
+def test_one_errors_stream_per_worker_writes_where_gunicorns_would_even_after_the_log_reopens(tmp_path):
+    import logging
+
+    from gunicorn.config import Config
+    from gunicorn.http import wsgi
+
+    cfg = Config()
+    cfg.set("errorlog", str(tmp_path / "error.log"))
+    logger = logging.getLogger("gunicorn.error")
+    first = logging.FileHandler(tmp_path / "error.log")
+    logger.addHandler(first)
+    try:
+        errors = wsgi.base_environ(cfg)["wsgi.errors"]
+        assert wsgi.base_environ(cfg)["wsgi.errors"] is errors, "built once, not per request"
+        assert errors.streams == gunicorn_worker._GunicornErrors(cfg).streams
+        errors.write("before\n")
+        # A log reopen (SIGUSR1) swaps the handler's stream: the shared object follows it.
+        first.stream.close()
+        first.stream = open(tmp_path / "reopened.log", "a")  # noqa: SIM115 - the handler owns it
+        errors.write("after\n")
+    finally:
+        logger.removeHandler(first)
+        first.close()
+    assert (tmp_path / "error.log").read_text() == "before\n"
+    assert (tmp_path / "reopened.log").read_text() == "after\n"
+
+
+def test_the_date_header_is_gunicorns_formatted_once_a_second():
+    from gunicorn import util
+
+    formatted = []
+
+    def format_date(timestamp):
+        formatted.append(timestamp)
+        return gunicorn_worker._gunicorn_http_date(timestamp)
+
+    now = [1_796_000_000.2]
+    date = gunicorn_worker.HttpDatePerSecond(format_date, clock=lambda: now[0])
+    assert date() == gunicorn_worker._gunicorn_http_date(1_796_000_000.2)
+    now[0] = 1_796_000_000.9
+    assert date() == gunicorn_worker._gunicorn_http_date(1_796_000_000.9)
+    now[0] = 1_796_000_001.0
+    assert date() == "Mon, 30 Nov 2026 00:53:21 GMT" == gunicorn_worker._gunicorn_http_date(now[0])
+    assert formatted == [1_796_000_000, 1_796_000_001]
+    assert date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
+    assert isinstance(util.http_date, gunicorn_worker.HttpDatePerSecond)
+
+
+class PartialSocket:
+    """A socket whose send takes at most ``take`` bytes at a time."""
+
+    def __init__(self, take: int):
+        self.take = take
+        self.sent = bytearray()
+        self.calls = []
+
+    def send(self, data):
+        self.calls.append("send")
+        part = bytes(data[: self.take])
+        self.sent += part
+        return len(part)
+
+    def sendall(self, data):
+        self.calls.append("sendall")
+        self.sent += bytes(data)
+
+    def getsockopt(self, *args):
+        self.calls.append("getsockopt")
+        return 65536
+
+
+def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_goes_by_sendall():
+    from gunicorn import util
+
+    whole = PartialSocket(take=1 << 20)
+    util.write(whole, b"HTTP/1.1 200 OK\r\n\r\n")
+    assert whole.calls == ["send"] and bytes(whole.sent) == b"HTTP/1.1 200 OK\r\n\r\n"
+
+    partial = PartialSocket(take=5)
+    util.write(partial, b"0123456789abcdef")
+    assert partial.calls == ["send", "sendall"] and bytes(partial.sent) == b"0123456789abcdef"
+
+    large = PartialSocket(take=1 << 20)
+    util.write(large, b"x" * (gunicorn_worker.SMALL_WRITE + 1))
+    assert large.calls == ["sendall"] and len(large.sent) == gunicorn_worker.SMALL_WRITE + 1
+
+    chunked = PartialSocket(take=1 << 20)
+    util.write(chunked, b"abc", chunked=True)
+    assert bytes(chunked.sent) == b"3\r\nabc\r\n"
+
+
+def test_the_worker_reads_its_keepalive_and_h2c_settings_once():
+    from gunicorn.config import Config
+
+    cfg = Config()
+    cfg.set("keepalive", 75)
+    worker = gunicorn_worker.RegistryWorker(0, 0, [], None, 30, cfg, log=None)
+    assert worker.keepalive_s == 75 and worker.h2c_upgrades is False
+    assert worker._try_h2c_upgrade(None, None, None, None, ("127.0.0.1", 1)) is False
