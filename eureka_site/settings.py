@@ -419,8 +419,6 @@ CELERY_BEAT_SCHEDULE = {
         "sync_response_cache": EUREKA["response_cache_update_interval_ms"],
         "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
         "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
-        # The GC policy looks each second whether a freeze is due (registry/runtime/gc_policy.py).
-        "freeze_gc": 1_000 if EUREKA["gc_freeze_interval_ms"] else 0,
         "prune_webhook_deliveries": EUREKA["webhooks"]["prune_interval_ms"],
     }.items()
     if interval

@@ -52,6 +52,10 @@ def prune_webhook_deliveries(node: JobTarget, now: int) -> object:
     return relay.prune() if relay is not None else None
 
 
+# Jobs about the serving process itself, not the registry: its own scheduler runs them in both modes
+# (the GC policy looks every second; through Celery beat that was a task and a control request each).
+LOCAL_JOBS = frozenset({"freeze_gc"})
+
 # job name -> function; the interval of each comes from Node.job_intervals().
 Job = Callable[[JobTarget, int], object]
 

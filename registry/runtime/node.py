@@ -24,7 +24,7 @@ from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
 from registry.protocol.payloads import PayloadBuilder
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
-from registry.runtime.jobs import JOBS, Job
+from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
@@ -181,8 +181,11 @@ class Node:
         self.start_webhooks()
         if self.scheduler is None:
             intervals = self.job_intervals()
-            run = self._watchdog_run if watchdog else self._run_scheduled
-            jobs = [ScheduledJob(name, intervals[name], partial(run, name)) for name in self.jobs]
+            jobs = []
+            for name in self.jobs:
+                # As a watchdog only the overdue jobs, but the process's own jobs always.
+                run = self._watchdog_run if watchdog and name not in LOCAL_JOBS else self._run_scheduled
+                jobs.append(ScheduledJob(name, intervals[name], partial(run, name)))
             self.scheduler = EmbeddedScheduler(jobs, self.clock)
             self.scheduler.start()
             if not watchdog:

@@ -66,11 +66,25 @@ def test_watchdog_runs_only_overdue_jobs(node, clock):
     assert record.runs == 1, "just ran: no longer overdue"
 
 
+def test_with_celery_driving_the_jobs_the_node_still_runs_its_own_gc_policy(node, clock):
+    """The GC policy is about the serving process: its own scheduler runs it every second in both
+    modes, while the registry's jobs wait for Celery beat (the watchdog runs them only when overdue)."""
+    scheduler = node.start_scheduler(watchdog=True)
+    try:
+        scheduler.stop()  # driven by hand below, on the fake clock
+        clock.advance(node.job_intervals()["freeze_gc"])
+        scheduler.run_due(clock.now)
+    finally:
+        node.stop_scheduler()
+    assert (node.job_records["freeze_gc"].runs, node.job_records["freeze_gc"].last_source) == (1, "scheduler")
+    assert node.job_records["evict"].runs == 0, "on time: Celery beat is expected to run it"
+
+
 def test_beat_schedule_covers_every_job_and_expires_before_the_next_run(settings):
-    from registry.runtime.jobs import JOBS
+    from registry.runtime.jobs import JOBS, LOCAL_JOBS
 
     schedule = settings.CELERY_BEAT_SCHEDULE
-    assert {entry["args"][0] for entry in schedule.values()} == set(JOBS)
+    assert {entry["args"][0] for entry in schedule.values()} == set(JOBS) - LOCAL_JOBS
     for entry in schedule.values():
         assert entry["task"] == "registry.tasks.run_node_job"
         assert 0 < entry["options"]["expires"] < entry["schedule"]
