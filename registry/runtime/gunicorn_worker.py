@@ -148,6 +148,8 @@ def write_small_at_once(sock, data, chunked=False):
     did not take (gevent's ``sendall`` asks the socket for its buffer size at every call)."""
     if chunked or len(data) > SMALL_WRITE:
         return _gunicorn_write(sock, data, chunked)
+    if not data:  # an empty body: nothing to send (gunicorn's sendall makes no call either)
+        return
     sent = sock.send(data)
     if sent < len(data):
         sock.sendall(memoryview(data)[sent:])

@@ -234,6 +234,10 @@ def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_goes_by_sendall
     util.write(large, b"x" * (gunicorn_worker.SMALL_WRITE + 1))
     assert large.calls == ["sendall"] and len(large.sent) == gunicorn_worker.SMALL_WRITE + 1
 
+    empty = PartialSocket(take=1 << 20)
+    util.write(empty, b"")
+    assert empty.calls == [], "an empty body costs no system call"
+
     chunked = PartialSocket(take=1 << 20)
     util.write(chunked, b"abc", chunked=True)
     assert bytes(chunked.sent) == b"3\r\nabc\r\n"
