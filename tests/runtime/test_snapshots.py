@@ -393,12 +393,18 @@ def test_the_keeper_writes_a_snapshot_a_restarted_keeper_restores(tmp_path):
     assert status["restored_instances"] == 4 and status["restored_snapshot_age_ms"] == 3 * SEC
 
 
-def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest_reused(tmp_path):
+def first_snapshot(tmp_path) -> tuple[list[int], Registry, FileStore, WarmRestart]:
+    """A fleet's keeper after its first write to a file: (its clock, the registry, the store, it)."""
     now = [T0 + 7 * SEC]
     registry = fleet()
     store = FileStore(tmp_path / FILE_NAME)
     writer = keeper(registry, store, now)
     writer.write()
+    return now, registry, store, writer
+
+
+def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest_reused(tmp_path):
+    now, registry, store, writer = first_snapshot(tmp_path)
     first = decode(store.load())
     reused = dict(writer._rows._rows)
     registry.update_metadata("ORDERS", "host1:orders:8080", {"zone": "b"}, now[0])
@@ -423,11 +429,7 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
 
 
 def test_change_log_entries_are_encoded_once_and_the_restored_log_is_the_saved_one(tmp_path):
-    now = [T0 + 7 * SEC]
-    registry = fleet()
-    store = FileStore(tmp_path / FILE_NAME)
-    writer = keeper(registry, store, now)
-    writer.write()
+    now, registry, store, writer = first_snapshot(tmp_path)
     encoded = dict(writer._changes._rows)
     assert len(encoded) == len(registry.changes.copy()[1]) > 0
     registry.register(inst("BILLING", 6), now[0])
