@@ -41,7 +41,9 @@ def test_between_freezes_a_run_only_counts_and_leaves_the_collector_alone():
     gc.collect(1)
     gc.collect(1)  # now in the old generation: a few thousand objects, below the bulk mark
     assert policy.run(T0 + 61_000) == {"collection": None, "collected": 0}
-    assert gc.get_freeze_count() == frozen
+    # Nothing frozen since. (Another thread, a test server's handler finishing, may free a frozen
+    # object meanwhile: the count can only have fallen.)
+    assert gc.get_freeze_count() <= frozen
     assert policy.run(T0 + 120_000)["collection"] == "young"
     assert gc.get_freeze_count() > frozen + len(kept) // 2
 
