@@ -77,7 +77,7 @@ def post_worker_init(worker):
     # What loading the application made (modules, settings, URL patterns) lives as long as the process:
     # out of the collector's full walks from the start, not from the GC policy's first freeze
     # (registry/runtime/gc_policy.py; before it, each full collection walked them for ~30 ms).
-    if node.gc_policy is not None and "freeze_gc" in node.jobs:
+    if "freeze_gc" in node.jobs:
         node.gc_policy.run_at_start()
 
     # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering, and
