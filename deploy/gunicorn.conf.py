@@ -88,9 +88,9 @@ def post_worker_init(worker):
         import gevent
 
         from registry.cache.pacing import gevent_pause, set_pause
-        from registry.cache.response_cache import compress, set_compressor
+        from registry.cache.response_cache import set_offload
 
-        set_compressor(lambda data: gevent.get_hub().threadpool.apply(compress, (data,)))
+        set_offload(lambda function, data: gevent.get_hub().threadpool.apply(function, (data,)))
         set_pause(gevent_pause())
 
 

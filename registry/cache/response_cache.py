@@ -37,26 +37,58 @@ class CacheKey:
     compact: bool = False
 
 
+# A payload at least this large keeps only its gzip copy once it has one, unless its key is served
+# uncompressed: at 100,000 instances ``GET apps`` is 79 MB of JSON (110 MB of XML) beside a 5 MB gzip
+# copy, and clients of every generation ask for gzip (bench/README.md, "Side by side", memory).
+PLAIN_KEEP_BYTES = 1024 * 1024
+
+
 class Payload:
-    """Serialized bytes for one key; ``body is None`` means "not found" (served as an empty 404)."""
+    """Serialized bytes for one key; not ``found`` means "not found" (served as an empty 404).
 
-    __slots__ = ("body", "built_at", "_gzipped", "_lock")
+    ``body`` is the uncompressed bytes, ``gzipped()`` their gzip copy, made once. A large payload
+    that nobody has asked for uncompressed (``keep_plain`` false) drops its uncompressed bytes when
+    its gzip copy is made; should a client then ask for them, they are decompressed once and kept.
+    """
 
-    def __init__(self, body: bytes | None, built_at: int, gzipped: bytes | None = None):
-        self.body = body
+    __slots__ = ("_body", "built_at", "_gzipped", "_lock", "keep_plain")
+
+    def __init__(
+        self, body: bytes | None, built_at: int, gzipped: bytes | None = None, keep_plain: bool = True
+    ):
+        self._body = body
         self.built_at = built_at
         self._gzipped = gzipped
         self._lock = threading.Lock()
+        self.keep_plain = keep_plain
 
     @property
     def found(self) -> bool:
-        return self.body is not None or self._gzipped is not None
+        return self._body is not None or self._gzipped is not None
+
+    @property
+    def body(self) -> bytes | None:
+        body = self._body
+        if body is None and self._gzipped is not None:
+            with self._lock:
+                if self._body is None:
+                    self.keep_plain = True
+                    self._body = _offload[0](gzip.decompress, self._gzipped)
+                body = self._body
+        return body
+
+    @property
+    def holds_plain(self) -> bool:
+        """Whether the uncompressed bytes are in memory now (for tests and metrics)."""
+        return self._body is not None
 
     def gzipped(self) -> bytes:
         if self._gzipped is None:
             with self._lock:
                 if self._gzipped is None:
-                    self._gzipped = _compressor[0](self.body or b"")
+                    self._gzipped = _offload[0](compress, self._body or b"")
+                    if not self.keep_plain and len(self._body or b"") >= PLAIN_KEEP_BYTES:
+                        self._body = None
         return self._gzipped
 
 
@@ -92,14 +124,22 @@ def compress(data: bytes) -> bytes:
     return b"".join((_GZIP_HEADER, *chunks(), _FINAL_EMPTY_BLOCK, trailer))
 
 
-# How payloads are gzipped. Under gevent the server replaces it with one that runs ``compress`` in a
-# native thread (zlib releases the GIL): gzipping a 7 MB registry then no longer holds the event loop,
-# and heartbeats are answered meanwhile (deploy/gunicorn.conf.py, post_worker_init).
-_compressor: list[Callable[[bytes], bytes]] = [compress]
+# How payloads are gzipped and gunzipped: ``run(function, data)``. Under gevent the server replaces it
+# with one that runs the function in a native thread (zlib releases the GIL): gzipping a 7 MB registry
+# then no longer holds the event loop, and heartbeats are answered meanwhile (deploy/gunicorn.conf.py,
+# post_worker_init).
+Offload = Callable[[Callable[[bytes], bytes], bytes], bytes]
 
 
-def set_compressor(compressor: Callable[[bytes], bytes]) -> None:
-    _compressor[0] = compressor
+def run_here(function: Callable[[bytes], bytes], data: bytes) -> bytes:
+    return function(data)
+
+
+_offload: list[Offload] = [run_here]
+
+
+def set_offload(run: Offload) -> None:
+    _offload[0] = run
 
 
 Builder = Callable[[CacheKey], "bytes | None"]
@@ -166,6 +206,9 @@ class ReadOnlyTier:
 # fleet registers cost the node a third of its time (bench/README.md, "Side by side", 100,000).
 SYNC_BUDGET = 10
 
+# How many keys read uncompressed are remembered (PLAIN_KEEP_BYTES); past it the memory starts afresh.
+MAX_PLAIN_KEYS = 4096
+
 
 class ResponseCache:
     def __init__(
@@ -192,8 +235,14 @@ class ResponseCache:
         # Per key: how long its last build took (ms), and when a sync last refreshed its copy.
         self._build_ms: dict[CacheKey, float] = {}
         self._synced_at: dict[CacheKey, int] = {}
+        # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.
+        self._plain_keys: set[CacheKey] = set()
 
     def get(self, key: CacheKey, now: int, gzip: bool = False) -> Payload:
+        if not gzip and key not in self._plain_keys:
+            if len(self._plain_keys) >= MAX_PLAIN_KEYS:  # any app name can be asked for
+                self._plain_keys.clear()
+            self._plain_keys.add(key)
         if self._use_read_only:
             payload = self.read_only.get(key, gzip)
             if payload is None:
@@ -219,7 +268,7 @@ class ResponseCache:
                 return payload
             generation = self._generation
             started, started_cpu, paused_cpu = time.perf_counter(), time.thread_time(), PACER.paused_cpu()
-            payload = Payload(self._build(key), now)
+            payload = Payload(self._build(key), now, keep_plain=key in self._plain_keys)
             self.counters.builds += 1
             self.counters.build_seconds += time.perf_counter() - started
             # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly;

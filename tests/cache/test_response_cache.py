@@ -132,27 +132,79 @@ def test_concurrent_misses_on_one_key_build_once():
     assert builder.calls == [key]
 
 
-def test_payloads_are_gzipped_by_the_configured_compressor_once():
-    import gzip
-
+def test_payloads_are_gzipped_and_gunzipped_by_the_configured_offload_once():
     from registry.cache import response_cache
-    from registry.cache.response_cache import Payload, compress, set_compressor
+    from registry.cache.response_cache import PLAIN_KEEP_BYTES, Payload, run_here, set_offload
 
     calls = []
 
-    def recording(data: bytes) -> bytes:
-        calls.append(len(data))
-        return compress(data)
+    def recording(function, data: bytes) -> bytes:
+        calls.append((function.__name__, len(data)))
+        return function(data)
 
-    set_compressor(recording)
+    set_offload(recording)
     try:
-        payload = Payload(b'{"applications":{}}' * 100, 0)
-        assert gzip.decompress(payload.gzipped()) == payload.body
-        assert payload.gzipped() is payload.gzipped()
-        assert calls == [len(payload.body)]
+        small = Payload(b'{"applications":{}}' * 100, 0)
+        assert gzip.decompress(small.gzipped()) == small.body
+        assert small.gzipped() is small.gzipped()
+        assert calls == [("compress", len(small.body))]
+        calls.clear()
+        text = b"<application>" * (PLAIN_KEEP_BYTES // 10)
+        large = Payload(text, 0, keep_plain=False)
+        large.gzipped()
+        assert large.body == text
+        assert large.body is large.body, "decompressed once, then kept"
+        assert calls == [("compress", len(text)), ("decompress", len(large.gzipped()))]
     finally:
-        set_compressor(compress)
-    assert response_cache._compressor[0] is compress
+        set_offload(run_here)
+    assert response_cache._offload[0] is run_here
+
+
+def large_payload_cache():
+    from registry.cache.response_cache import PLAIN_KEEP_BYTES
+
+    builder = CountingBuilder()
+
+    def build(key):
+        return builder(key) * (PLAIN_KEEP_BYTES // 10)
+
+    return ResponseCache(build, expire_ms=180_000), builder
+
+
+def test_a_large_payload_read_only_gzipped_keeps_only_its_gzip_copy():
+    cache, _ = large_payload_cache()
+    key = CacheKey(APPS, "", "json")
+    payload = cache.get(key, T0, gzip=True)
+    assert payload.holds_plain, "uncompressed until the gzip copy exists"
+    zipped = payload.gzipped()
+    assert not payload.holds_plain
+    assert payload.found
+    assert payload.body == gzip.decompress(zipped), "still served uncompressed when asked"
+    assert payload.holds_plain
+
+
+def test_a_key_read_uncompressed_keeps_its_uncompressed_bytes_across_rebuilds():
+    cache, builder = large_payload_cache()
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, T0, gzip=False).gzipped()
+    assert cache.get(key, T0, gzip=True).holds_plain
+    builder.version = 1
+    cache.invalidate("ORDERS", [])
+    cache.sync(T0 + 1)
+    rebuilt = cache.get(key, T0 + 2, gzip=True)
+    assert rebuilt.body.endswith(b"v1")
+    rebuilt.gzipped()
+    assert rebuilt.holds_plain
+    other = CacheKey(DELTA, "", "json")
+    cache.get(other, T0 + 3, gzip=True).gzipped()
+    assert not cache.get(other, T0 + 3, gzip=True).holds_plain, "only the key read uncompressed keeps them"
+
+
+def test_small_payloads_keep_their_uncompressed_bytes():
+    cache, _ = make()
+    payload = cache.get(CacheKey(APPS, "", "json"), T0, gzip=True)
+    payload.gzipped()
+    assert payload.holds_plain
 
 
 class CountingTier(ReadOnlyTier):

@@ -194,6 +194,52 @@ def test_instance_bytes_of_cancelled_instances_are_swept_after_they_expire():
     assert len(builder._instances[("json", False)]) == registry.size(), "only live instances are kept"
 
 
+def entries_of(builder, app: str, fmt: str = "json"):
+    return {k[1]: e for k, e in builder._instances[(fmt, False)].items() if k[0] == app}
+
+
+@pytest.mark.parametrize("fmt", ["json", "xml"])
+def test_instance_bytes_are_views_of_their_apps_fragment_and_keep_no_old_fragment_alive(fmt):
+    clock, registry, builder = populated(seed=8, instances=30)
+    builder.build(CacheKey(APPS, "", fmt))
+    app, instances = registry.instances()[0]
+    first = builder.fragment(app, fmt, False).body
+    entries = entries_of(builder, app, fmt)
+    assert len(entries) == len(instances)
+    assert all(isinstance(e.body, memoryview) and e.body.obj is first for e in entries.values()), "no own copy"
+    gone = instances[0].instance_id
+    registry.cancel(app, gone, clock.advance(1))
+    registry.update_metadata(app, instances[1].instance_id, {"build": "2"}, clock.advance(1))
+    assert builder.build(CacheKey(APPS, "", fmt)) == build_payload(registry, CacheKey(APPS, "", fmt))
+    second = builder.fragment(app, fmt, False).body
+    assert second is not first
+    entries = entries_of(builder, app, fmt)
+    assert not any(isinstance(e.body, memoryview) and e.body.obj is first for e in entries.values()), (
+        "an entry still holds the old fragment"
+    )
+    assert isinstance(entries[gone].body, bytes), "the cancelled instance's bytes are its own again"
+    assert all(entries[i.instance_id].body.obj is second for i in registry.instances()[0][1])
+
+
+def test_a_delta_holding_every_instance_of_an_app_is_joined_from_the_apps_fragment_itself():
+    clock, registry, builder = populated(seed=9, instances=30)
+    builder.build(CacheKey(APPS, "", "json"))
+    delta_key = CacheKey(DELTA, "", "json")
+    assembled = builder.build(delta_key)
+    assert without_version(assembled) == without_version(build_payload(registry, delta_key))
+    reused = [
+        app
+        for app, (_, part) in builder._delta_fragments[("json", False)].items()
+        if part.body is builder.fragment(app, "json", False).body
+    ]
+    assert sorted(reused) == sorted(registry.app_names()), "every app registered in the delta window"
+    app, instances = registry.instances()[0]
+    registry.cancel(app, instances[0].instance_id, clock.advance(1))
+    assert without_version(builder.build(delta_key)) == without_version(build_payload(registry, delta_key))
+    part = builder._delta_fragments[("json", False)][app][1]
+    assert part.body is not builder.fragment(app, "json", False).body, "the DELETED record is not in the app"
+
+
 def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
     clock, registry, builder = populated(seed=7, instances=5)
     key = CacheKey(DELTA, "", "json")
