@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from registry.cache.pacing import PACER
 from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
@@ -265,6 +266,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         cache.invalidate(app, vips)
 
     registry = Registry(config, clock(), on_change=on_change)
+    registry.pause = PACER.tick
     builder = PayloadBuilder(registry, clock, expire_ms)
     cache = ResponseCache(
         builder.build,

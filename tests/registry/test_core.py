@@ -350,6 +350,29 @@ def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
     assert registry.evict(T0 + 380 * SEC) == [("ORDERS", "host0:orders:8080")]
 
 
+def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile(monkeypatch):
+    import registry.core as core
+
+    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
+    registry, _ = make_registry(enable_self_preservation=False)
+    fill(registry, 10, T0)
+    late = T0 + 100 * SEC
+    turns = []
+
+    def renew_meanwhile():
+        # What the event loop may run between two steps: a heartbeat, and a lease replaced whole.
+        turns.append(len(turns))
+        if len(turns) == 1:
+            registry.renew("ORDERS", "host0:orders:8080", late)
+            registry.register(inst(n=1), late)
+
+    registry.pause = renew_meanwhile
+    run = registry.run_eviction(late)
+    assert len(turns) == 3, "10 leases, a turn every 3"
+    assert run.expired == 8, "the renewed lease and the re-registered one are not expired"
+    assert not {("ORDERS", "host0:orders:8080"), ("ORDERS", "host1:orders:8080")} & set(run.evicted)
+
+
 def test_evicted_leases_lose_override_and_show_deleted_in_delta():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 1, T0)
