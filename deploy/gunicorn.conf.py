@@ -79,6 +79,10 @@ def post_worker_init(worker):
     # (registry/runtime/gc_policy.py; before it, each full collection walked them for ~30 ms).
     if "freeze_gc" in node.jobs:
         node.gc_policy.run_at_start()
+    # Freed payloads and snapshots go back to the system instead of staying in glibc's heap and arenas.
+    from registry.runtime import memory
+
+    memory.tune()
 
     # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering, and
     # let long payload builds pause every few milliseconds for the loop (registry/cache/pacing.py).

@@ -19,6 +19,8 @@ each, one every second or two, in the first minute after 10,000 instances regist
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Callable
 
 # Unfrozen objects in the old generation that make a freeze due at once: a full collection walks
 # ~3-5 million objects a second here, so 20,000 cost it a few milliseconds; counting them (one list
@@ -30,11 +32,18 @@ CHECK_INTERVAL_MS = 1_000
 
 class GcPolicy:
     def __init__(
-        self, full_every_ms: int, now: int, freeze_every_ms: int = 60_000, bulk_objects: int = BULK_OBJECTS
+        self,
+        full_every_ms: int,
+        now: int,
+        freeze_every_ms: int = 60_000,
+        bulk_objects: int = BULK_OBJECTS,
+        trim: Callable[[], bool] | None = None,
     ):
         self.full_every_ms = full_every_ms
         self.freeze_every_ms = freeze_every_ms
         self.bulk_objects = bulk_objects
+        # After a collection, what it freed may go back to the system (registry/runtime/memory.py).
+        self.trim = trim
         self._last_full = now
         self._last_freeze = now
 
@@ -53,7 +62,12 @@ class GcPolicy:
             return {"collection": None, "collected": 0}
         gc.freeze()
         self._last_freeze = now
-        return {"collection": kind, "collected": collected}
+        result = {"collection": kind, "collected": collected}
+        if self.trim is not None:
+            started = time.perf_counter()
+            result["trimmed"] = self.trim()
+            result["trim_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        return result
 
     def run_at_start(self) -> None:
         """Once the application is loaded, before it serves: everything there is now stays."""

@@ -24,6 +24,7 @@ from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
 from registry.protocol.payloads import PayloadBuilder
+from registry.runtime import memory
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
 from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
@@ -107,7 +108,7 @@ class Node:
         if self.gc_policy is None:
             full_every_ms = int(self.options.get("gc_full_collection_interval_ms", 3_600_000))
             freeze_every_ms = int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000
-            self.gc_policy = GcPolicy(full_every_ms, self.started_at, freeze_every_ms)
+            self.gc_policy = GcPolicy(full_every_ms, self.started_at, freeze_every_ms, trim=memory.trim)
         if not self.options.get("gc_freeze_interval_ms", 60_000):
             # Switched off: Python's own collection schedule, as any process.
             self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}

@@ -68,3 +68,20 @@ def test_a_full_collection_runs_once_per_period_and_frees_frozen_cycles():
     full = policy.run(T0 + 3_600_000)
     assert full["collection"] == "full" and full["collected"] >= 1
     assert policy.run(T0 + 3_660_000)["collection"] == "young"
+
+
+def test_memory_goes_back_to_the_system_after_collections_only():
+    trims = []
+    policy = GcPolicy(
+        full_every_ms=3_600_000,
+        now=T0,
+        freeze_every_ms=60_000,
+        bulk_objects=10**9,
+        trim=lambda: trims.append(1) or True,
+    )
+    assert policy.run(T0 + 1_000) == {"collection": None, "collected": 0}
+    assert trims == []
+    result = policy.run(T0 + 61_000)
+    assert result["collection"] == "young"
+    assert result["trimmed"] is True
+    assert trims == [1]
