@@ -200,6 +200,16 @@ class ReadOnlyTier:
         return None
 
 
+def _vip_names(vips: Iterable[str | None]) -> set[str]:
+    """The cache names a change's raw vip strings touch: each whole string and each of its parts."""
+    names: set[str] = set()
+    for raw in vips:
+        if raw:
+            names.add(raw)
+            names.update(raw.split(","))
+    return names
+
+
 # A cache sync rebuilds a changed key at most once per SYNC_BUDGET times that key's last build time
 # (and at most once a sync, as always). Builds of 10,000 instances take tens of ms, so nothing changes
 # there; at 100,000 a full ``GET apps`` takes ~0.3 s, and rebuilding it at every 1 s sync while a
@@ -283,22 +293,26 @@ class ResponseCache:
 
     def invalidate(self, app: str, vips: Iterable[str | None]) -> None:
         """Drop what a change to ``app`` (with these raw vip / secure-vip strings) makes stale."""
-        names: set[str] = set()
-        for raw in vips:
-            if raw:
-                names.add(raw)
-                names.update(raw.split(","))
         with self._lock:
             self._generation += 1
-            pop = self._read_write.pop
-            for fmt in FORMATS:
-                for compact in (False, True):
-                    pop(CacheKey(APPS, "", fmt, compact), None)
-                    pop(CacheKey(DELTA, "", fmt, compact), None)
-                    pop(CacheKey(APP, app, fmt, compact), None)
-                    for name in names:
-                        pop(CacheKey(VIP, name, fmt, compact), None)
-                        pop(CacheKey(SVIP, name, fmt, compact), None)
+            # The read-write tier holds only what was built since the last write, a few keys at most:
+            # looking at those is cheaper than naming every key the change could touch (every write
+            # runs this under the registry's lock).
+            if not self._read_write:
+                return
+            names: set[str] | None = None
+            for key in list(self._read_write):
+                entity = key.entity
+                if entity in (APP, VIP, SVIP):
+                    if entity == APP:
+                        if key.name != app:
+                            continue
+                    else:
+                        if names is None:
+                            names = _vip_names(vips)
+                        if key.name not in names:
+                            continue
+                self._read_write.pop(key, None)
 
     def _defer(self, key: CacheKey, now: int) -> bool:
         """Whether this sync leaves ``key``'s read-only copy as it is: it changed (its read-write copy
