@@ -8,10 +8,12 @@ payload-sized blocks come from the heap, whose freed middle is never returned. M
 instances (bench/README.md, "Side by side", memory): after registering, fetching and the fetch phases
 the node held 892 MB, of which ~600 MB were live objects.
 
-So, where the C library is glibc: ``tune()`` (at worker start) caps the arenas at two and fixes the
-mapping threshold at 128 KB, so a large block is unmapped when freed; ``trim()`` (after the GC
-policy's collections, at most once a minute) returns the free pages of the heap. Elsewhere both are
-no-ops and say so.
+So, where the C library is glibc: ``tune()`` (at worker start) caps the arenas at two, and ``trim()``
+(after each of the GC policy's collections, at most once a second and usually once a minute) returns
+the heap's free pages, wherever they are in it. Tried and not kept: fixing the mapping threshold at
+128 KB, so that every large block is mapped and unmapped on its own: it saved as much memory, but
+each payload build then paid for fresh zeroed pages, and heartbeats under churn took p99 33-35 ms
+instead of 20-23 ms (churn_stall.py, alternated runs). Elsewhere both are no-ops and say so.
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ import logging
 
 logger = logging.getLogger(__name__)
 
-# mallopt parameters (malloc.h).
-M_MMAP_THRESHOLD = -3
+# mallopt parameter (malloc.h) and its value here.
 M_ARENA_MAX = -8
-MMAP_THRESHOLD_BYTES = 128 * 1024
 ARENAS = 2
 
 
@@ -42,16 +42,13 @@ _LIBC = _glibc()
 
 
 def tune() -> bool:
-    """Set the allocator up for a long-lived process with large short-lived blocks; False when the C
-    library is not glibc (nothing done)."""
+    """Cap the allocator's arenas; False when the C library is not glibc (nothing done)."""
     if _LIBC is None:
         logger.info("memory: the C library is not glibc; its allocator keeps its defaults")
         return False
-    ok = bool(_LIBC.mallopt(M_ARENA_MAX, ARENAS)) and bool(
-        _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    )
+    ok = bool(_LIBC.mallopt(M_ARENA_MAX, ARENAS))
     if not ok:
-        logger.warning("memory: mallopt refused the arena or mapping settings")
+        logger.warning("memory: mallopt refused the arena cap")
     return ok
 
 

@@ -206,7 +206,8 @@ def test_instance_bytes_are_views_of_their_apps_fragment_and_keep_no_old_fragmen
     first = builder.fragment(app, fmt, False).body
     entries = entries_of(builder, app, fmt)
     assert len(entries) == len(instances)
-    assert all(isinstance(e.body, memoryview) and e.body.obj is first for e in entries.values()), "no own copy"
+    views = [isinstance(e.body, memoryview) and e.body.obj is first for e in entries.values()]
+    assert all(views), "no own copy"
     gone = instances[0].instance_id
     registry.cancel(app, gone, clock.advance(1))
     registry.update_metadata(app, instances[1].instance_id, {"build": "2"}, clock.advance(1))

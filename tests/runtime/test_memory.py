@@ -25,7 +25,7 @@ def test_a_freed_large_block_leaves_the_process():
 
     memory.tune()
     before = resident_mb()
-    blocks = [bytes(200_000) + bytes([n % 256]) for n in range(500)]  # 100 MB, above the mapping threshold
+    blocks = [bytes(200_000) + bytes([n % 256]) for n in range(500)]  # 100 MB in blocks of 200 KB
     assert resident_mb() - before > 80
     del blocks
     memory.trim()
