@@ -14,7 +14,6 @@ resident memory and what the step added. No server, no sockets, no timing: one r
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
 import os
 import sys
@@ -64,25 +63,17 @@ def main() -> None:
     from registry.protocol.codecs import build_instance
     from registry.runtime import memory
     from registry.runtime.node import build_node
-    from tests.factories import instance_body
+    from tests.factories import fleet_member
 
     memory.tune()
     step = Steps()
     print(f"{'step':<44} {'resident':>11} {'added':>11}")
     step("Django loaded")
     node = build_node(settings.EUREKA)
-    template = instance_body(app="APP", host="10.0.0.1", instance_id="x")["instance"]
     now = node.clock()
     for k in range(args.n):
-        raw = copy.deepcopy(template)
-        app = f"APP-{k % args.apps}"
-        raw.update(
-            app=app,
-            instanceId=f"i-{k}",
-            hostName=f"host-{k}",
-            ipAddr=f"10.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}",
-        )
-        node.registry.register(build_instance(raw, now, path_app=app), now)
+        raw = fleet_member(k, args.apps)
+        node.registry.register(build_instance(raw, now, path_app=raw["app"]), now)
     step(f"{args.n:,} instances registered")
     for fmt in ("json", "xml"):
         for entity, name in ((APPS, "GET apps"), (DELTA, "GET apps/delta")):

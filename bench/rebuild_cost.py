@@ -20,7 +20,6 @@ a minute of CPU. Printed, not asserted.
 from __future__ import annotations
 
 import argparse
-import copy
 import random
 import statistics
 import subprocess
@@ -41,7 +40,7 @@ def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: 
     from registry.protocol.codecs import build_instance
     from registry.protocol.payloads import PayloadBuilder, build_payload
     from registry.runtime.gc_policy import GcPolicy
-    from tests.factories import instance_body
+    from tests.factories import fleet_member
 
     rng = random.Random(seed)
     now = [1_796_000_000_000]
@@ -49,18 +48,10 @@ def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: 
     registry = Registry(RegistryConfig(), now[0], on_change=lambda app, vips: holder[0].invalidate(app))
     builder = PayloadBuilder(registry, lambda: now[0], 180_000)
     holder.append(builder)
-    template = instance_body(app="APP", host="10.0.0.1", instance_id="x")["instance"]
 
     def add(k: int) -> None:
-        raw = copy.deepcopy(template)
-        app = f"APP-{k % apps}"
-        raw.update(
-            app=app,
-            instanceId=f"i-{k}",
-            hostName=f"host-{k}",
-            ipAddr=f"10.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}",
-        )
-        registry.register(build_instance(raw, now[0], path_app=app), now[0])
+        raw = fleet_member(k, apps)
+        registry.register(build_instance(raw, now[0], path_app=raw["app"]), now[0])
 
     for k in range(n):
         add(k)

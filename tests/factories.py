@@ -42,3 +42,12 @@ def instance_body(
         body["lastDirtyTimestamp"] = str(last_dirty)
     body.update(copy.deepcopy(extra))
     return {"instance": body}
+
+
+def fleet_member(k: int, apps: int) -> dict[str, Any]:
+    """Instance number ``k`` of a benchmark fleet spread over ``apps`` applications (``APP-0``...),
+    each with a host name and address of its own."""
+    app = f"APP-{k % apps}"
+    body = instance_body(app=app, host="10.0.0.1", instance_id=f"i-{k}", vip="app")["instance"]
+    body.update(hostName=f"host-{k}", ipAddr=f"10.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}")
+    return body

@@ -302,16 +302,12 @@ class ResponseCache:
                 return
             names: set[str] | None = None
             for key in list(self._read_write):
-                entity = key.entity
-                if entity in (APP, VIP, SVIP):
-                    if entity == APP:
-                        if key.name != app:
-                            continue
-                    else:
-                        if names is None:
-                            names = _vip_names(vips)
-                        if key.name not in names:
-                            continue
+                if key.entity == APP and key.name != app:
+                    continue
+                if key.entity in (VIP, SVIP):
+                    names = _vip_names(vips) if names is None else names
+                    if key.name not in names:
+                        continue
                 self._read_write.pop(key, None)
 
     def _defer(self, key: CacheKey, now: int) -> bool:

@@ -232,9 +232,8 @@ class PayloadBuilder:
         fmt: str,
         compact: bool,
     ) -> None:
-        """Point each instance's kept bytes at its place in ``body``, the app's new fragment. An
-        instance that was in the app's previous fragment but is not in this one gets its own copy
-        back, so no entry keeps an old fragment alive."""
+        """Point each instance's kept bytes at its place in ``body``, the app's new fragment, and
+        ``_release`` those of the previous fragment that are not in this one."""
         whole = memoryview(body)
         members = []
         for entry, piece in zip(entries, bodies, strict=True):
