@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from node_db import node_database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,7 +137,7 @@ def start_node(workdir: Path, port: int, concurrency: int) -> subprocess.Popen:
         **os.environ,
         "EUREKA_HEALTH_CHECKS": "true",
         "EUREKA_HEALTH_CHECK_CONCURRENCY": str(concurrency),
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "DATABASE_URL": node_database_url(workdir),
         "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",
     }

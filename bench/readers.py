@@ -39,6 +39,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from node_db import node_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
@@ -166,7 +167,7 @@ def start_topology(workdir: Path) -> Topology:
         "EUREKA_CONTROL_SECRET": "bench-readers-secret",
         "EUREKA_CONTROL_URL": f"http://{HOST}:{node_port}",
         "SECRET_KEY": "bench-readers-secret-key",
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "DATABASE_URL": node_database_url(workdir),
         # Its own data directory and Redis: no warm-restart snapshot of another run is restored.
         "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",

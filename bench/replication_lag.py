@@ -66,6 +66,7 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 import psutil
+from node_db import node_database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the virtualenv running this script
@@ -217,7 +218,7 @@ def start_node(
     workdir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "DATABASE_URL": node_database_url(workdir),
         # A data directory per node: no node restores another's (or an earlier run's) snapshot.
         "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
+from node_db import node_database_url  # noqa: E402
 
 from registry.core import Registry, RegistryConfig  # noqa: E402
 from registry.protocol.codecs import build_instance  # noqa: E402
@@ -154,7 +155,7 @@ def start_node(port: int, data_dir: Path, env: dict[str, str]) -> subprocess.Pop
     full_env = {
         **os.environ,
         "EUREKA_DATA_DIR": str(data_dir),
-        "DATABASE_URL": f"sqlite:///{data_dir / 'db.sqlite3'}",
+        "DATABASE_URL": node_database_url(data_dir),
         "LOG_LEVEL": "INFO",
         **env,
     }
