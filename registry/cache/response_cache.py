@@ -107,11 +107,20 @@ class Joined(bytes):
     chunks: Callable[[], list[bytes]]
 
 
-def deflate_chunk(data: bytes) -> bytes:
+# Deflate looks back this far for repeats: a chunk primed with the last this-many bytes before it
+# compresses as well as if it were compressed in one stream with them.
+DEFLATE_WINDOW = 1 << zlib.MAX_WBITS
+
+
+def deflate_chunk(data: bytes, primer: bytes = b"") -> bytes:
     """``data`` as raw deflate blocks that end on a byte boundary and are not final: chunks made so
-    concatenate into one valid deflate stream. Each is compressed on its own; with deflate's 32 KB
-    window, pieces of tens of KB lose almost nothing to that."""
-    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    concatenate into one valid deflate stream. ``primer``, if given, must be the bytes that come
+    right before ``data`` in that stream (at most its last DEFLATE_WINDOW): the chunk may then refer
+    back into them, as the decoder has them in its window, and loses nothing to being cut."""
+    if primer:
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=primer)
+    else:
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
     return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
 
 

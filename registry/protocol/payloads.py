@@ -11,7 +11,8 @@ Payloads are assembled from serialized pieces instead of serializing the registr
 * ``GET apps`` joins the fragments of every application, and ``GET apps/delta`` the bytes of the
   instances in the delta queue, grouped by application as Eureka does;
 * the gzip copy of ``GET apps`` is joined from deflate chunks of runs of fragments (one standard
-  gzip stream), so after a change only the run holding it is compressed again.
+  gzip stream), so after a change only the run holding it (and, when the change is near its end, the
+  next, which refers back into it) is compressed again.
 
 So a rebuild costs in proportion to what changed: with 10,000 instances in 100 applications one change
 re-serializes one instance, and a delta of 18,000 changes is joined from bytes instead of serialized in
@@ -26,6 +27,7 @@ payload is computed from them, so a payload's hashcode always describes the inst
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 import zlib
@@ -36,7 +38,17 @@ from dataclasses import dataclass
 import orjson
 
 from registry.cache.pacing import PACER
-from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Joined, deflate_chunk
+from registry.cache.response_cache import (
+    APP,
+    APPS,
+    DEFLATE_WINDOW,
+    DELTA,
+    SVIP,
+    VIP,
+    CacheKey,
+    Joined,
+    deflate_chunk,
+)
 from registry.core import Registry, reconcile_hashcode
 from registry.jsonbytes import dumps_to_keep
 from registry.leases import LeaseView
@@ -57,10 +69,11 @@ class Fragment:
 
 
 # Gzip of ``GET apps`` is joined from deflate chunks of runs of fragments, each run about this long.
-# A chunk is compressed without the text before it, which costs some size each: chunks of one small
-# application made a 1,000-application registry's gzip 2.7 times larger; runs of 512 KB cost ~3 %
-# (10,000 instances), and after a change one run is compressed again (~8 ms instead of 70-90 ms).
-CHUNK_TARGET_BYTES = 512 * 1024
+# Each chunk is primed with the 32 KB before it, so short runs cost little size (unprimed, chunks of
+# one small application made a 1,000-application registry's gzip 2.7 times larger, and runs of 512 KB
+# cost ~3 %); priming costs CPU, a run's worth of it for runs under 32 KB. After a change its run and
+# often the next are compressed again: bench/README.md, "Payload rebuilds".
+CHUNK_TARGET_BYTES = 128 * 1024
 # A run may grow to this many times the target when no boundary comes (boundaries depend on names).
 CHUNK_MAX_FACTOR = 4
 
@@ -84,29 +97,70 @@ def _runs(fragments: list[Fragment]) -> list[list[Fragment]]:
     return [run for run in runs if run]
 
 
+def _ending(run: list[Fragment], separator: bytes, leading: bool) -> bytes:
+    """The last DEFLATE_WINDOW bytes of a run's text (``leading``: it starts with a separator)."""
+    pieces: list[bytes | memoryview] = []
+    size = 0
+    for position in range(len(run) - 1, -1, -1):
+        body = run[position].body
+        pieces.append(body)
+        size += len(body)
+        if position or leading:
+            pieces.append(separator)
+            size += len(separator)
+        if size >= DEFLATE_WINDOW:
+            break
+    pieces.reverse()
+    return b"".join(pieces)[-DEFLATE_WINDOW:]
+
+
+def _seal(primer: bytes) -> bytes:
+    return hashlib.blake2b(primer, digest_size=16).digest() if primer else b""
+
+
 class _ChunkCache:
-    """Deflate chunks of runs of fragments, kept while the runs are in the latest payload. An entry
-    holds its fragments, so their ids in its key cannot be reused while it exists."""
+    """Deflate chunks of runs of fragments, kept while the runs are in the latest payload.
+
+    Every chunk but the first is primed with the end of the run before it (``deflate_chunk``), so
+    cutting the stream into runs costs almost nothing in size, and a chunk stays valid only while
+    that end is unchanged too: a change compresses its own run again, and the next run when the
+    change reached the last DEFLATE_WINDOW bytes of its run. An entry holds its run's fragments and
+    those of the run before it, so the ids compared cannot be reused while it exists."""
 
     def __init__(self):
-        self._chunks: dict[tuple, tuple[tuple[Fragment, ...], bytes]] = {}
+        # (first?, ids of the run) -> (run, run before it, seal of the primer used, chunk)
+        self._chunks: dict[tuple, tuple[tuple[Fragment, ...], tuple[Fragment, ...], bytes, bytes]] = {}
         self.deflated_runs = 0
 
     def chunks(self, head: bytes, fragments: list[Fragment], separator: bytes, tail: bytes) -> list[bytes]:
         parts = [deflate_chunk(head)]
-        kept: dict[tuple, tuple[tuple[Fragment, ...], bytes]] = {}
-        for n, run in enumerate(_runs(fragments)):
+        kept: dict[tuple, tuple[tuple[Fragment, ...], tuple[Fragment, ...], bytes, bytes]] = {}
+        before: tuple[Fragment, ...] = ()
+        for n, fragments_of_run in enumerate(_runs(fragments)):
+            run = tuple(fragments_of_run)
             key = (n == 0, *map(id, run))
             entry = self._chunks.get(key)
-            if entry is None or any(a is not b for a, b in zip(entry[0], run, strict=True)):
+            if entry is not None and not _same(entry[0], run):
+                entry = None
+            if entry is not None and not _same(entry[1], before):
+                # The run before changed; its end (this chunk's primer) may not have.
+                primer = _ending(list(before), separator, n > 1) if n else b""
+                entry = (run, before, entry[2], entry[3]) if _seal(primer) == entry[2] else None
+            if entry is None:
+                primer = _ending(list(before), separator, n > 1) if n else b""
                 data = (separator if n else b"") + separator.join(f.body for f in run)
-                entry = (tuple(run), deflate_chunk(data))
+                entry = (run, before, _seal(primer), deflate_chunk(data, primer))
                 self.deflated_runs += 1
             kept[key] = entry
-            parts.append(entry[1])
+            parts.append(entry[3])
+            before = run
         parts.append(deflate_chunk(tail))
         self._chunks = kept
         return parts
+
+
+def _same(these: tuple[Fragment, ...], those: tuple[Fragment, ...]) -> bool:
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
 
 
 class _InstanceBytes:
