@@ -41,3 +41,7 @@ REPLICATION_ACTIONS = frozenset(
         REPLICATE_DELETE_STATUS_OVERRIDE,
     }
 )
+
+# ``DiscoveryIdentity-Name`` of requests a Eureka server makes (Eureka's ``EurekaServerIdentity``);
+# clients send ``DefaultClient``.
+SERVER_IDENTITY = "DefaultServer"

@@ -257,7 +257,11 @@ class ResponseCache:
         # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.
         self._plain_keys: set[CacheKey] = set()
 
-    def get(self, key: CacheKey, now: int, gzip: bool = False) -> Payload:
+    def get(self, key: CacheKey, now: int, gzip: bool = False, enlist: bool = True) -> Payload:
+        """The payload readers get for ``key``. A key enters the read-only tier on its first read, and
+        from then on every cache sync keeps it fresh (rebuilt and gzipped after each change). A read
+        with ``enlist=False`` does not enter it: for a one-time read, such as a peer's start-up sync,
+        which would otherwise have the node rebuild its whole registry at every sync for good."""
         if not gzip and key not in self._plain_keys:
             if len(self._plain_keys) >= MAX_PLAIN_KEYS:  # any app name can be asked for
                 self._plain_keys.clear()
@@ -267,7 +271,8 @@ class ResponseCache:
             if payload is None:
                 self.counters.read_only_misses += 1
                 payload = self._load(key, now)
-                self.read_only.put(key, payload)
+                if enlist:
+                    self.read_only.put(key, payload)
             else:
                 self.counters.read_only_hits += 1
             return payload

@@ -13,6 +13,7 @@ import httpx
 import orjson
 
 from registry.cluster.peers import Peer
+from registry.constants import SERVER_IDENTITY
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 
@@ -43,7 +44,7 @@ class PeerTransport:
             headers={
                 "Accept": "application/json",
                 "Accept-Encoding": "gzip",
-                "DiscoveryIdentity-Name": "DefaultServer",
+                "DiscoveryIdentity-Name": SERVER_IDENTITY,
                 "DiscoveryIdentity-Version": "1.0",
                 "User-Agent": identity,
             },

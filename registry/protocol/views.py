@@ -124,7 +124,10 @@ def _cached(request, entity: str, name: str = "") -> HttpResponse:
         return empty(403)
     fmt = response_format(request)
     key = CacheKey(entity, name, fmt, wants_compact(request))
-    return payload_response(request, node.cache.get(key, now, wants_gzip(request)), fmt)
+    # A Eureka server's read (a peer's start-up sync) is served without enlisting the key for the
+    # cache sync: it is not read again, and keeping it fresh would cost a full rebuild per change.
+    enlist = request.headers.get("DiscoveryIdentity-Name") != c.SERVER_IDENTITY
+    return payload_response(request, node.cache.get(key, now, wants_gzip(request), enlist), fmt)
 
 
 def _instance_response(request, view, status: int = 200) -> HttpResponse:

@@ -328,3 +328,22 @@ def test_a_cheap_key_is_rebuilt_at_every_sync_and_an_unchanged_one_never(monkeyp
     for second in range(6, 9):
         cache.sync(T0 + second * 1000)
     assert builder.calls.count(key) == builds and cache.counters.syncs_deferred == 0
+
+
+def test_a_read_that_does_not_enlist_its_key_is_served_but_never_refreshed_by_the_sync():
+    cache, builder = make()
+    key = CacheKey(APPS, "", "json")
+    assert cache.get(key, T0, enlist=False).body.endswith(b"v0")
+    assert cache.read_only.keys() == []
+    builder.version = 1
+    cache.invalidate("ORDERS", ["orders"])
+    assert cache.sync(T0 + 1) == 0, "nothing to keep fresh"
+    assert builder.calls == [key]
+    # Read again without enlisting: the read-write tier's payload, as fresh as a miss can be.
+    assert cache.get(key, T0 + 2, enlist=False).body.endswith(b"v1")
+    # A reader that enlists it: from now on the sync keeps it fresh.
+    assert cache.get(key, T0 + 3).body.endswith(b"v1")
+    builder.version = 2
+    cache.invalidate("ORDERS", ["orders"])
+    assert cache.sync(T0 + 4) == 1
+    assert cache.get(key, T0 + 5, enlist=False).body.endswith(b"v2"), "an enlisted copy is served as is"

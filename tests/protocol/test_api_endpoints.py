@@ -82,6 +82,29 @@ def test_get_apps_lists_every_registered_instance(api, orders, prefix, slash, fm
     assert version == "1"
 
 
+@pytest.fixture
+def with_read_only_tier(eureka_options):
+    eureka_options["use_read_only_response_cache"] = True
+
+
+def test_a_peer_servers_read_is_answered_without_enlisting_the_key_for_the_cache_sync(
+    with_read_only_tier, api, orders, node
+):
+    """A peer's start-up sync reads ``GET apps`` once; enlisting it would have this node rebuild and
+    gzip its whole registry at every cache sync from then on."""
+    as_peer = {"HTTP_ACCEPT": "application/json", "HTTP_DISCOVERYIDENTITY_NAME": "DefaultServer"}
+    from_peer = api.get("/eureka/apps/", **as_peer)
+    assert from_peer.status_code == 200
+    assert [app["name"] for app in json.loads(from_peer.content)["applications"]["application"]] == ["ORDERS"]
+    assert node.cache.read_only.keys() == []
+    from_client = api.get(
+        "/eureka/apps/", HTTP_ACCEPT="application/json", HTTP_DISCOVERYIDENTITY_NAME="DefaultClient"
+    )
+    assert from_client.content == from_peer.content
+    enlisted = node.cache.read_only.keys()
+    assert [key.entity for key in enlisted] == ["apps"]
+
+
 @VARIANTS
 def test_get_delta_lists_the_recent_registrations(api, orders, prefix, slash, fmt):
     response = api.get(f"{prefix}apps/delta{slash}", **headers(fmt))
