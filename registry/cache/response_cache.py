@@ -224,6 +224,8 @@ def _vip_names(vips: Iterable[str | None]) -> set[str]:
 # there; at 100,000 a full ``GET apps`` takes ~0.3 s, and rebuilding it at every 1 s sync while a
 # fleet registers cost the node a third of its time (bench/README.md, "Side by side", 100,000).
 SYNC_BUDGET = 10
+# The build times a key's cost is judged by (ResponseCache.build_cost_ms).
+BUILD_TIMES_KEPT = 3
 
 # How many keys read uncompressed are remembered (PLAIN_KEEP_BYTES); past it the memory starts afresh.
 MAX_PLAIN_KEYS = 4096
@@ -252,7 +254,7 @@ class ResponseCache:
         self._build_locks: dict[CacheKey, threading.Lock] = {}
         self.counters = CacheCounters()
         # Per key: how long its last build took (ms), and when a sync last refreshed its copy.
-        self._build_ms: dict[CacheKey, float] = {}
+        self._build_ms: dict[CacheKey, tuple[float, ...]] = {}
         self._synced_at: dict[CacheKey, int] = {}
         # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.
         self._plain_keys: set[CacheKey] = set()
@@ -298,7 +300,8 @@ class ResponseCache:
             # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly;
             # nor is what other greenlets ran while the build paused (pacing.py).
             own_cpu = time.thread_time() - started_cpu - (PACER.paused_cpu() - paused_cpu)
-            self._build_ms[key] = max(own_cpu, 0.0) * 1000
+            recent = (*self._build_ms.get(key, ())[1 - BUILD_TIMES_KEPT :], max(own_cpu, 0.0) * 1000)
+            self._build_ms[key] = recent
             with self._lock:
                 # A write that landed while we built may not be in this payload: serve it once, keep nothing.
                 if generation == self._generation:
@@ -330,7 +333,12 @@ class ResponseCache:
         if key in self._read_write:
             return False
         refreshed = self._synced_at.get(key)
-        return refreshed is not None and now - refreshed < SYNC_BUDGET * self._build_ms.get(key, 0.0)
+        return refreshed is not None and now - refreshed < SYNC_BUDGET * self.build_cost_ms(key)
+
+    def build_cost_ms(self, key: CacheKey) -> float:
+        """What building ``key`` costs: the least of its last BUILD_TIMES_KEPT builds' CPU times, so
+        that one slow build (a collection of the GC inside it) does not hold the key back for long."""
+        return min(self._build_ms.get(key, (0.0,)))
 
     def sync(self, now: int) -> int:
         """The cache-sync job: refresh every read-only entry from the read-write tier (a costly key

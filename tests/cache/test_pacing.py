@@ -129,7 +129,7 @@ def test_what_others_ran_during_pauses_is_not_counted_as_the_builds_cost(monkeyp
         cache.get(key, 0)
     finally:
         set_pause(None)
-    assert cache._build_ms[key] == pytest.approx(10.0)
+    assert cache.build_cost_ms(key) == pytest.approx(10.0)
 
 
 def test_under_gevent_a_paused_build_lets_ready_greenlets_run_before_it_finishes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from registry.cache.redis_tier import RedisReadOnlyTier
@@ -328,6 +329,24 @@ def test_a_cheap_key_is_rebuilt_at_every_sync_and_an_unchanged_one_never(monkeyp
     for second in range(6, 9):
         cache.sync(T0 + second * 1000)
     assert builder.calls.count(key) == builds and cache.counters.syncs_deferred == 0
+
+
+def test_one_slow_build_does_not_hold_a_cheap_key_back(monkeypatch):
+    """A build that a GC collection or a busy machine made slow once is not the key's cost: judged by
+    it, the key would be left stale for ten times that long."""
+    builder = SlowBuilder(monkeypatch, cost_s=0.02)  # 10,000 instances: tens of ms
+    cache = ResponseCache(builder, expire_ms=180_000)
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, T0)
+    builder.cost_s = 0.4  # once
+    for step in range(1, 7):
+        builder.version = step
+        cache.invalidate("ORDERS", [])
+        cache.sync(T0 + step * 500)
+        builder.cost_s = 0.02
+        assert cache.get(key, T0 + step * 500 + 1).body.endswith(f"v{step}".encode()), step
+    assert cache.counters.syncs_deferred == 0
+    assert cache.build_cost_ms(key) == pytest.approx(20.0)
 
 
 def test_a_read_that_does_not_enlist_its_key_is_served_but_never_refreshed_by_the_sync():
