@@ -795,11 +795,17 @@ def report_lag(args, renewers, writer, seen, sampler, loaded_s, client_cpu, obse
             events = [e for e in events if view in e.followed]
             lags = [(e.seen[view] - e.done) * 1000 for e in events if view in e.seen]
             print(ms_row(f"{LABELS[view]} {kind}", lags, len(events)))
-    cycles = [c * 1000 for c in seen["cycles"].get("replication", [])] or [0.0]
+
+    def took(view: str) -> str:
+        cycles = [c * 1000 for c in seen["cycles"].get(view, [])] or [0.0]
+        return f"p50 {statistics.median(cycles):.0f} ms, p99 {percentile(cycles, 99):.0f} ms"
+
+    # A poll that takes longer than its interval delays the next: a lag includes up to one poll.
+    served_polls = "; ".join(f"{view} {took(view)}" for view in ("apps", "delta") if view in seen["cycles"])
     print(
-        f"(live GETs of what is pending every {args.live_poll_ms} ms, 4 at a time: a round took p50 "
-        f"{statistics.median(cycles):.0f} ms, p99 {percentile(cycles, 99):.0f} ms; served views polled every "
-        f"{args.poll_ms} ms; "
+        f"(live GETs of what is pending every {args.live_poll_ms} ms, 4 at a time: a round took "
+        f"{took('replication')}; served views polled every {args.poll_ms} ms, a poll took "
+        f"{served_polls or '-'}; "
         + (
             f"B's cache refresh every {args.cache_ms} ms"
             if args.read_only_cache
@@ -816,7 +822,8 @@ def report_lag(args, renewers, writer, seen, sampler, loaded_s, client_cpu, obse
         if gaps:
             print(
                 f"  B's {view} payload changed {len(changes)} times, "
-                f"every {statistics.median(gaps):.0f} ms (median)"
+                f"every {statistics.median(gaps):.0f} ms (median), p99 {percentile(gaps, 99):.0f} ms, "
+                f"longest {max(gaps):.0f} ms"
             )
     report_queues(sampler.samples, sorted(t for r in renewers for t in r.times))
 
