@@ -253,7 +253,7 @@ class ResponseCache:
         self._generation = 0
         self._build_locks: dict[CacheKey, threading.Lock] = {}
         self.counters = CacheCounters()
-        # Per key: how long its last build took (ms), and when a sync last refreshed its copy.
+        # Per key: how long its last few builds took (ms of CPU), and when a sync last refreshed its copy.
         self._build_ms: dict[CacheKey, tuple[float, ...]] = {}
         self._synced_at: dict[CacheKey, int] = {}
         # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.

@@ -19,6 +19,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
 from registry.cache.response_cache import Payload
+from registry.constants import SERVER_IDENTITY
 from registry.protocol.codecs import JSON, XML, BadInput, parse_long
 
 CONTENT_TYPES = {JSON: "application/json", XML: "application/xml"}
@@ -63,6 +64,11 @@ def wants_gzip(request: HttpRequest) -> bool:
 
 def wants_compact(request: HttpRequest) -> bool:
     return request.META.get("HTTP_X_EUREKA_ACCEPT", "").lower() == "compact"
+
+
+def from_peer_server(request: HttpRequest) -> bool:
+    """Whether a Eureka server made the request (``DiscoveryIdentity-Name: DefaultServer``)."""
+    return request.META.get("HTTP_DISCOVERYIDENTITY_NAME") == SERVER_IDENTITY
 
 
 def is_replication(request: HttpRequest) -> bool:

@@ -97,8 +97,9 @@ def _runs(fragments: list[Fragment]) -> list[list[Fragment]]:
     return [run for run in runs if run]
 
 
-def _ending(run: list[Fragment], separator: bytes, leading: bool) -> bytes:
-    """The last DEFLATE_WINDOW bytes of a run's text (``leading``: it starts with a separator)."""
+def _ending(run: tuple[Fragment, ...], separator: bytes, leading: bool) -> bytes:
+    """The last DEFLATE_WINDOW bytes of a run's text (``leading``: it starts with a separator); empty
+    for no run (the first run's primer: the head before it changes with every payload)."""
     pieces: list[bytes | memoryview] = []
     size = 0
     for position in range(len(run) - 1, -1, -1):
@@ -142,12 +143,14 @@ class _ChunkCache:
             entry = self._chunks.get(key)
             if entry is not None and not _same(entry[0], run):
                 entry = None
+            primer = None
             if entry is not None and not _same(entry[1], before):
                 # The run before changed; its end (this chunk's primer) may not have.
-                primer = _ending(list(before), separator, n > 1) if n else b""
+                primer = _ending(before, separator, n > 1)
                 entry = (run, before, entry[2], entry[3]) if _seal(primer) == entry[2] else None
             if entry is None:
-                primer = _ending(list(before), separator, n > 1) if n else b""
+                if primer is None:
+                    primer = _ending(before, separator, n > 1)
                 data = (separator if n else b"") + separator.join(f.body for f in run)
                 entry = (run, before, _seal(primer), deflate_chunk(data, primer))
                 self.deflated_runs += 1

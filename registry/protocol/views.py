@@ -28,6 +28,7 @@ from registry.protocol.http import (
     PassthroughRenderer,
     RequestRefused,
     empty,
+    from_peer_server,
     is_replication,
     parse_timestamp,
     payload_response,
@@ -126,8 +127,8 @@ def _cached(request, entity: str, name: str = "") -> HttpResponse:
     key = CacheKey(entity, name, fmt, wants_compact(request))
     # A Eureka server's read (a peer's start-up sync) is served without enlisting the key for the
     # cache sync: it is not read again, and keeping it fresh would cost a full rebuild per change.
-    enlist = request.headers.get("DiscoveryIdentity-Name") != c.SERVER_IDENTITY
-    return payload_response(request, node.cache.get(key, now, wants_gzip(request), enlist), fmt)
+    payload = node.cache.get(key, now, wants_gzip(request), enlist=not from_peer_server(request))
+    return payload_response(request, payload, fmt)
 
 
 def _instance_response(request, view, status: int = 200) -> HttpResponse:
