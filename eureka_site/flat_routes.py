@@ -18,7 +18,7 @@ earlier route would have.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, ResolverMatch
@@ -37,6 +37,13 @@ class _Route:
     app_names: tuple[str | None, ...]
     namespaces: tuple[str | None, ...]
     route: str
+    # What ResolverMatch.__init__ derives from the fields above (view_name, app_name, _func_path...),
+    # the same for every match of the route: derived once here, copied into each match.
+    derived: dict = field(default_factory=dict)
+    # The names of the route's own level: what Django reports as captured_kwargs.
+    own_names: tuple[str, ...] = ()
+    # Whether the captured names alone make the kwargs (no level has default kwargs).
+    plain: bool = False
 
 
 class NotFlat(Exception):
@@ -93,17 +100,36 @@ def _flatten(
         all_names = [name for level in levels for name in level[0]] + list(names)
         if len(all_names) != len(set(all_names)):
             raise NotFlat(f"a group name is captured twice on the way to {body!r}")
+        all_levels = levels + ((names, dict(entry.default_args)),)
+        extra_kwargs = {**extra, **entry.default_args}
+        template = ResolverMatch(
+            entry.callback,
+            (),
+            {},
+            entry.pattern.name,
+            list(app_names),
+            list(namespaces),
+            _join_route(route, str(entry.pattern)),
+        )
+        derived = {
+            name: value
+            for name, value in vars(template).items()
+            if name not in _PER_MATCH and not isinstance(value, list)
+        }
         out.append(
             _Route(
                 regex=re.compile(source),
                 full=full,
                 callback=entry.callback,
-                levels=levels + ((names, dict(entry.default_args)),),
-                extra_kwargs={**extra, **entry.default_args},
+                levels=all_levels,
+                extra_kwargs=extra_kwargs,
                 url_name=entry.pattern.name,
                 app_names=app_names,
                 namespaces=namespaces,
-                route=_join_route(route, str(entry.pattern)),
+                route=template.route,
+                derived=derived,
+                own_names=names,
+                plain=not any(defaults for _, defaults in all_levels),
             )
         )
 
@@ -138,21 +164,38 @@ class FlatRoutes:
             if match is None:
                 continue
             found = match.groupdict()
-            kwargs: dict = {}
-            captured: dict = {}
-            for names, defaults in route.levels:
-                captured = {name: found[name] for name in names if found[name] is not None}
-                kwargs.update(captured)
-                kwargs.update(defaults)
-            return ResolverMatch(
-                route.callback,
-                (),
-                kwargs,
-                route.url_name,
-                list(route.app_names),
-                list(route.namespaces),
-                route.route,
-                captured_kwargs=captured,
-                extra_kwargs=dict(route.extra_kwargs),
-            )
+            if route.plain:
+                # Group names are unique across levels (checked when flattening), so with no defaults
+                # the kwargs are simply what matched.
+                kwargs = {name: value for name, value in found.items() if value is not None}
+                captured = {name: found[name] for name in route.own_names if found[name] is not None}
+            else:
+                kwargs = {}
+                captured = {}
+                for names, defaults in route.levels:
+                    captured = {name: found[name] for name in names if found[name] is not None}
+                    kwargs.update(captured)
+                    kwargs.update(defaults)
+            return _match(route, kwargs, captured)
         return None
+
+
+# ResolverMatch attributes that differ between two matches of one route (or are lists, fresh in each).
+_PER_MATCH = frozenset({"args", "kwargs", "captured_kwargs", "extra_kwargs", "tried"})
+
+
+def _match(route: _Route, kwargs: dict, captured: dict) -> ResolverMatch:
+    """The ResolverMatch Django builds for this route and these kwargs. Its __init__ derives names and
+    paths from the route's fixed parts (a tenth of a heartbeat's application time); those are copied
+    from the route's template instead, and the rest is set as __init__ sets it."""
+    resolved = ResolverMatch.__new__(ResolverMatch)
+    attributes = resolved.__dict__
+    attributes.update(route.derived)
+    attributes["args"] = ()
+    attributes["kwargs"] = kwargs
+    attributes["tried"] = None
+    attributes["captured_kwargs"] = captured
+    attributes["extra_kwargs"] = dict(route.extra_kwargs)
+    attributes["app_names"] = [name for name in route.app_names if name]
+    attributes["namespaces"] = [name for name in route.namespaces if name]
+    return resolved

@@ -79,6 +79,11 @@ def _assert_same(urlconf, routes, path):
         return
     for field in FIELDS:
         assert getattr(flat, field) == getattr(expected, field), (path, field)
+    # Every attribute Django's match has, derived ones included (the flat match copies them from the
+    # route's template); "tried" only Django's resolver fills in.
+    assert vars(flat).keys() == vars(expected).keys(), path
+    for field in vars(expected).keys() - {"tried"}:
+        assert getattr(flat, field) == getattr(expected, field), (path, field)
 
 
 @pytest.mark.parametrize("urlconf", [PROTOCOL_URLCONF, READER_URLCONF])
@@ -142,6 +147,18 @@ def test_default_kwargs_override_captured_ones_as_in_django():
     expected = get_resolver(_Defaults).resolve("/eureka/apps/ORDERS/")
     assert match.kwargs == expected.kwargs == {"app": "X", "fmt": "json"}
     assert match.captured_kwargs == expected.captured_kwargs == {"app": "ORDERS"}
+    assert match.view_name == expected.view_name == "app"
+
+
+def test_each_match_has_its_own_mutable_parts():
+    routes = FlatRoutes(PROTOCOL_URLCONF)
+    first = routes.resolve("/eureka/apps/ORDERS/i-1")
+    first.kwargs["app"] = "changed"
+    first.extra_kwargs["x"] = 1
+    first.namespaces.append("changed")
+    second = routes.resolve("/eureka/apps/ORDERS/i-1")
+    assert second.kwargs == {"app": "ORDERS", "instance_id": "i-1"}
+    assert second.extra_kwargs == {} and second.namespaces == ["eureka"]
 
 
 @pytest.mark.parametrize(
@@ -164,9 +181,26 @@ def test_query_values_read_as_django_get_reads_them(query):
     assert values == {key: request.GET.get(key) for key in request.GET}
 
 
-def test_too_many_query_parameters_are_a_bad_request(settings):
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab=&%+;2C\u00e9\u00c3\u00a9", max_size=24))
+def test_any_query_string_reads_as_django_get_reads_it(query):
+    # Plain ASCII strings take query_values' fast path, the rest parse_qsl: both must agree with Django.
+    request = RequestFactory().put("/eureka/apps/A/i")
+    request.META["QUERY_STRING"] = query
+    assert query_values(request) == {key: request.GET.get(key) for key in request.GET}
+
+
+@pytest.mark.parametrize("query", ["a=1&b=2&c=3&d=4", "a=1&b=%202&c=3&d=4"])
+def test_too_many_query_parameters_are_a_bad_request(settings, query):
     settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
     request = RequestFactory().put("/eureka/apps/A/i")
-    request.META["QUERY_STRING"] = "a=1&b=2&c=3&d=4"
+    request.META["QUERY_STRING"] = query
     with pytest.raises(BadInput, match="More than 3 query parameters"):
         query_values(request)
+
+
+def test_no_field_limit_reads_every_field(settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = None
+    request = RequestFactory().put("/eureka/apps/A/i")
+    request.META["QUERY_STRING"] = "&".join(f"k{i}=v" for i in range(2000))
+    assert len(query_values(request)) == 2000
