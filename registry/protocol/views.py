@@ -30,6 +30,7 @@ from registry.protocol.http import (
     empty,
     from_peer_server,
     is_replication,
+    meta,
     parse_timestamp,
     payload_response,
     query_values,
@@ -171,7 +172,7 @@ class ApplicationView(EurekaView):
         node.registry.register(instance, now, replicated)
         if not replicated:
             node.registration_sources.record(
-                instance.app, instance.instance_id, request.META.get("REMOTE_ADDR", "")
+                instance.app, instance.instance_id, meta(request).get("REMOTE_ADDR", "")
             )
         return empty(204)
 
