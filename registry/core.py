@@ -28,7 +28,7 @@ from .changes import (
     exported,
 )
 from .instances import DataCenterInfo, InstanceInfo, freeze
-from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate
+from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
 
 MINUTE_MS = 60_000
 
@@ -786,15 +786,21 @@ class Registry:
         # heartbeat for ~75 ms. What it found is checked again under the lock: a lease renewed or
         # replaced meanwhile is not evicted.
         found: list[tuple[str, str, Lease]] = []
-        scanned = 0
+        unpaused = 0
         for app in apps:
             with self._lock:
                 leases = list(self._apps.get(app, {}).items())
-            for instance_id, lease in leases:
-                if lease.is_expired(now, timing, compensation):
-                    found.append((app, instance_id, lease))
-                scanned += 1
-                if scanned % EVICTION_SCAN_STEP == 0:
+            # In slices of at most EVICTION_SCAN_STEP, with a turn for others after every
+            # EVICTION_SCAN_STEP leases scanned (an application may hold many thousands).
+            for start in range(0, len(leases), EVICTION_SCAN_STEP):
+                part = leases[start : start + EVICTION_SCAN_STEP]
+                found.extend(
+                    (app, instance_id, lease)
+                    for instance_id, lease in expired_among(part, now, timing, compensation)
+                )
+                unpaused += len(part)
+                if unpaused >= EVICTION_SCAN_STEP:
+                    unpaused = 0
                     self.pause()
         with self._lock:
             expired = [

@@ -71,6 +71,32 @@ class Lease:
         )
 
 
+def expired_among(
+    leases: list[tuple[str, Lease]], now: int, eureka_timing: bool, additional_ms: int = 0
+) -> list[tuple[str, Lease]]:
+    """The (id, lease) pairs whose lease ``is_expired``, for a whole application at once.
+
+    Eviction asks this of every lease every pass; two method calls per lease made a pass over
+    100,000 leases cost ~50 ms. The same rule as ``is_expired`` in one expression: ``now > update +
+    duration + additional`` read as ``now - additional > update + duration``, where ``update`` is the
+    renewal time plus, with Eureka's timing and once renewed, one more duration (the test compares
+    the two on random leases).
+    """
+    limit = now - additional_ms
+    if eureka_timing:
+        return [
+            (key, lease)
+            for key, lease in leases
+            if lease.eviction_ts > 0
+            or limit > lease.last_renewal_ts + (2 * lease.duration_ms if lease.renewed else lease.duration_ms)
+        ]
+    return [
+        (key, lease)
+        for key, lease in leases
+        if lease.eviction_ts > 0 or limit > lease.last_renewal_ts + lease.duration_ms
+    ]
+
+
 class LeaseView(NamedTuple):
     """A tuple, not a frozen dataclass: payload builds make one per instance (18,000 for a busy delta)
     while holding the registry lock, and a tuple is several times cheaper to create."""

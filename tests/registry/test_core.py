@@ -9,7 +9,7 @@ import pytest
 from registry import constants as c
 from registry.core import Registry, RegistryConfig, Renew, reconcile_hashcode, resolve_status
 from registry.instances import InstanceInfo
-from registry.leases import Lease, MeasuredRate
+from registry.leases import Lease, MeasuredRate, expired_among
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -288,6 +288,24 @@ def test_exact_expiry_is_one_duration_after_the_last_renewal():
     lease.renew(T0 + 30 * SEC)
     assert not lease.is_expired(T0 + 120 * SEC, eureka_timing=False)
     assert lease.is_expired(T0 + 120 * SEC + 1, eureka_timing=False)
+
+
+@pytest.mark.parametrize("eureka_timing", [False, True])
+def test_expired_among_answers_as_is_expired_for_each_lease(eureka_timing):
+    # Eviction's bulk form of the rule: the same answer on leases of every kind, at the boundaries.
+    rng = random.Random(7)
+    leases = []
+    for n in range(3000):
+        lease = Lease(inst(n=n), rng.choice([1, 30, 90]) * SEC, T0)
+        if rng.random() < 0.6:
+            lease.renew(T0 + rng.randrange(0, 200) * SEC)
+        if rng.random() < 0.05:
+            lease.cancel(T0 + rng.randrange(0, 200) * SEC)
+        leases.append((f"i-{n}", lease))
+    for now in [T0, T0 + 90 * SEC, T0 + 90 * SEC + 1, T0 + 181 * SEC, T0 + 300 * SEC, T0 + 600 * SEC]:
+        for additional in [0, 1, 45 * SEC]:
+            expected = [pair for pair in leases if pair[1].is_expired(now, eureka_timing, additional)]
+            assert expired_among(leases, now, eureka_timing, additional) == expected, (now, additional)
 
 
 def test_eureka_timing_expires_a_renewed_lease_after_twice_the_duration():
