@@ -18,7 +18,7 @@ earlier route would have.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, ResolverMatch
@@ -28,22 +28,24 @@ from django.urls.resolvers import RegexPattern, ResolverMatch
 class _Route:
     regex: re.Pattern
     full: bool  # the endpoint ends in "$": the whole path must match, as Django's fullmatch
-    callback: object
     # Per level, outermost first: the names that level captures and its default kwargs. Django
     # merges them in this order, later levels winning.
     levels: tuple[tuple[tuple[str, ...], dict], ...]
-    extra_kwargs: dict
-    url_name: str | None
-    app_names: tuple[str | None, ...]
-    namespaces: tuple[str | None, ...]
-    route: str
-    # What ResolverMatch.__init__ derives from the fields above (view_name, app_name, _func_path...),
-    # the same for every match of the route: derived once here, copied into each match.
-    derived: dict = field(default_factory=dict)
     # The names of the route's own level: what Django reports as captured_kwargs.
-    own_names: tuple[str, ...] = ()
+    own_names: tuple[str, ...]
     # Whether the captured names alone make the kwargs (no level has default kwargs).
-    plain: bool = False
+    plain: bool
+    extra_kwargs: dict
+    # The names ResolverMatch lists (empty ones left out), copied into a fresh list for each match.
+    app_names: tuple[str, ...]
+    namespaces: tuple[str, ...]
+    # What is the same in every match of the route (the view, url_name, route, view_name, app_name,
+    # _func_path...), taken once from a ResolverMatch Django built for it, copied into each match.
+    derived: dict
+
+    @property
+    def url_name(self) -> str | None:
+        return self.derived["url_name"]
 
 
 class NotFlat(Exception):
@@ -120,16 +122,13 @@ def _flatten(
             _Route(
                 regex=re.compile(source),
                 full=full,
-                callback=entry.callback,
                 levels=all_levels,
-                extra_kwargs=extra_kwargs,
-                url_name=entry.pattern.name,
-                app_names=app_names,
-                namespaces=namespaces,
-                route=template.route,
-                derived=derived,
                 own_names=names,
                 plain=not any(defaults for _, defaults in all_levels),
+                extra_kwargs=extra_kwargs,
+                app_names=tuple(template.app_names),
+                namespaces=tuple(template.namespaces),
+                derived=derived,
             )
         )
 
@@ -196,6 +195,6 @@ def _match(route: _Route, kwargs: dict, captured: dict) -> ResolverMatch:
     attributes["tried"] = None
     attributes["captured_kwargs"] = captured
     attributes["extra_kwargs"] = dict(route.extra_kwargs)
-    attributes["app_names"] = [name for name in route.app_names if name]
-    attributes["namespaces"] = [name for name in route.namespaces if name]
+    attributes["app_names"] = list(route.app_names)
+    attributes["namespaces"] = list(route.namespaces)
     return resolved

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, TypeVar
 
 from .instances import InstanceInfo
 
 LEASE_EXPIRY_EXACT = "exact"
 LEASE_EXPIRY_EUREKA = "eureka"
+
+K = TypeVar("K")
 
 
 class Lease:
@@ -56,9 +59,8 @@ class Lease:
         return self.last_renewal_ts
 
     def is_expired(self, now: int, eureka_timing: bool, additional_ms: int = 0) -> bool:
-        if self.eviction_ts > 0:
-            return True
-        return now > self.last_update_ts(eureka_timing) + self.duration_ms + additional_ms
+        # One definition of expiry: eviction's bulk form (expired_among) on this lease alone.
+        return bool(expired_among(((None, self),), now, eureka_timing, additional_ms))
 
     def view(self, eureka_timing: bool) -> LeaseView:
         """The lease fields a payload needs, copied so they can be rendered outside the lock."""
@@ -72,15 +74,15 @@ class Lease:
 
 
 def expired_among(
-    leases: list[tuple[str, Lease]], now: int, eureka_timing: bool, additional_ms: int = 0
-) -> list[tuple[str, Lease]]:
-    """The (id, lease) pairs whose lease ``is_expired``, for a whole application at once.
+    leases: Sequence[tuple[K, Lease]], now: int, eureka_timing: bool, additional_ms: int = 0
+) -> list[tuple[K, Lease]]:
+    """The (key, lease) pairs whose lease has expired at ``now``, in their order: cancelled, or
+    ``now > last_update_ts + duration + additional_ms`` (``last_update_ts``: the renewal time plus,
+    with Eureka's timing and once renewed, one more duration).
 
-    Eviction asks this of every lease every pass; two method calls per lease made a pass over
-    100,000 leases cost ~50 ms. The same rule as ``is_expired`` in one expression: ``now > update +
-    duration + additional`` read as ``now - additional > update + duration``, where ``update`` is the
-    renewal time plus, with Eureka's timing and once renewed, one more duration (the test compares
-    the two on random leases).
+    The rule is written once, here, as one expression over many leases: eviction asks it of every
+    lease every pass, and two method calls per lease made a pass over 100,000 leases cost ~50 ms.
+    ``Lease.is_expired`` asks it of one lease.
     """
     limit = now - additional_ms
     if eureka_timing:

@@ -9,8 +9,8 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 
 from registry.access import accounts, roles
+from registry.protocol.http import is_replication
 
-REPLICATION_HEADER = "HTTP_X_NETFLIX_DISCOVERY_REPLICATION"
 REALM = 'Basic realm="eureka", charset="UTF-8"'
 
 
@@ -62,7 +62,7 @@ class RolePermission(BasePermission):
         user = request.user
         needed = roles.required_permission(
             request.method,
-            request.META.get(REPLICATION_HEADER) == "true",
+            is_replication(request),
             getattr(view, "replication_endpoint", False),
         )
         if user is None:

@@ -291,8 +291,9 @@ def test_exact_expiry_is_one_duration_after_the_last_renewal():
 
 
 @pytest.mark.parametrize("eureka_timing", [False, True])
-def test_expired_among_answers_as_is_expired_for_each_lease(eureka_timing):
-    # Eviction's bulk form of the rule: the same answer on leases of every kind, at the boundaries.
+def test_expired_among_keeps_the_expired_leases_in_order(eureka_timing):
+    # Expiry as Eureka states it (a lease's last update plus its duration, plus the compensation, is
+    # in the past, or it was cancelled), on leases of every kind and at the boundaries.
     rng = random.Random(7)
     leases = []
     for n in range(3000):
@@ -304,7 +305,12 @@ def test_expired_among_answers_as_is_expired_for_each_lease(eureka_timing):
         leases.append((f"i-{n}", lease))
     for now in [T0, T0 + 90 * SEC, T0 + 90 * SEC + 1, T0 + 181 * SEC, T0 + 300 * SEC, T0 + 600 * SEC]:
         for additional in [0, 1, 45 * SEC]:
-            expected = [pair for pair in leases if pair[1].is_expired(now, eureka_timing, additional)]
+            expected = [
+                (key, lease)
+                for key, lease in leases
+                if lease.eviction_ts > 0
+                or now > lease.last_update_ts(eureka_timing) + lease.duration_ms + additional
+            ]
             assert expired_among(leases, now, eureka_timing, additional) == expected, (now, additional)
 
 
