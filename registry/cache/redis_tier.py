@@ -97,6 +97,9 @@ class RedisHealth:
 
 
 class RedisReadOnlyTier(ReadOnlyTier):
+    # Readers (registry/reader/) read Redis without the node: every key stays refreshed.
+    sees_every_read = False
+
     def __init__(self, client: Redis, namespace: str, clock: Callable[[], int]):
         super().__init__()  # the in-process copy, served while Redis is unreachable
         self._redis = client

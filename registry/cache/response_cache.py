@@ -168,10 +168,17 @@ class CacheCounters:
     build_seconds: float = 0.0
     # Cache syncs that left a changed key's read-only copy as it was (SYNC_BUDGET).
     syncs_deferred: int = 0
+    # Changed keys that a sync took out of the read-only tier instead of rebuilding, as nobody had
+    # read them since the sync before (ResponseCache.sync).
+    syncs_dropped: int = 0
 
 
 class ReadOnlyTier:
     """Where the read-only tier lives. This one is a dict in the process; see ``redis_tier``."""
+
+    # Whether every read of this tier goes through the cache (``ResponseCache.get``). Readers in other
+    # processes read a remote tier directly, so the node cannot tell that a key there is unread.
+    sees_every_read = True
 
     def __init__(self):
         self._payloads: dict[CacheKey, Payload] = {}
@@ -182,6 +189,10 @@ class ReadOnlyTier:
 
     def put(self, key: CacheKey, payload: Payload) -> None:
         self._payloads[key] = payload
+
+    def discard(self, key: CacheKey) -> None:
+        """Stop serving ``key``: its next read misses and builds it afresh."""
+        self._payloads.pop(key, None)
 
     def holds(self, key: CacheKey, payload: Payload) -> bool:
         """Whether readers already get exactly ``payload`` for ``key`` (then a sync has nothing to do)."""
@@ -239,10 +250,15 @@ class ResponseCache:
         use_read_only: bool = True,
         read_only: ReadOnlyTier | None = None,
         on_clear: Callable[[], None] | None = None,
+        keep_formats: Callable[[set[tuple[str, bool]]], None] | None = None,
     ):
         self._build = build
-        # What the builder keeps of its own (serialized fragments) goes with the cache.
+        # What the builder keeps of its own (serialized fragments) goes with the cache: all of it on
+        # ``clear``, and a format's pieces once no key of that format is served (``keep_formats``
+        # is told the (fmt, compact) variants that still are).
         self._on_clear = on_clear
+        self._keep_formats = keep_formats
+        self._formats_in_use: set[tuple[str, bool]] | None = None
         self._expire_ms = expire_ms
         self._use_read_only = use_read_only
         self._read_write: dict[CacheKey, Payload] = {}
@@ -258,12 +274,15 @@ class ResponseCache:
         self._synced_at: dict[CacheKey, int] = {}
         # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.
         self._plain_keys: set[CacheKey] = set()
+        # Keys read since the last sync (ResponseCache.sync).
+        self._read_keys: set[CacheKey] = set()
 
     def get(self, key: CacheKey, now: int, gzip: bool = False, enlist: bool = True) -> Payload:
         """The payload readers get for ``key``. A key enters the read-only tier on its first read, and
         from then on every cache sync keeps it fresh (rebuilt and gzipped after each change). A read
         with ``enlist=False`` does not enter it: for a one-time read, such as a peer's start-up sync,
         which would otherwise have the node rebuild its whole registry at every sync for good."""
+        self._read_keys.add(key)
         if not gzip and key not in self._plain_keys:
             if len(self._plain_keys) >= MAX_PLAIN_KEYS:  # any app name can be asked for
                 self._plain_keys.clear()
@@ -340,11 +359,32 @@ class ResponseCache:
         that one slow build (a collection of the GC inside it) does not hold the key back for long."""
         return min(self._build_ms.get(key, (0.0,)))
 
+    def _fresh(self, key: CacheKey, now: int) -> bool:
+        """Whether the read-write tier holds a payload of ``key`` that a read would be served as is."""
+        payload = self._read_write.get(key)
+        return payload is not None and now - payload.built_at < self._expire_ms
+
     def sync(self, now: int) -> int:
         """The cache-sync job: refresh every read-only entry from the read-write tier (a costly key
-        at most once per SYNC_BUDGET times its build time)."""
+        at most once per SYNC_BUDGET times its build time).
+
+        A key that changed and that nobody read since the last sync is taken out of the tier instead
+        of rebuilt, when every read of the tier comes through here (``sees_every_read``): its next
+        read misses and builds it, no staler than a refreshed copy. So a key is rebuilt at most once
+        per read instead of once per sync: the ``GET apps`` in XML that someone asked for once no
+        longer costs a rebuild at every sync while a fleet registers, and its serialized pieces go
+        (``keep_formats``). A key read at least once a sync is refreshed as before."""
+        read, self._read_keys = self._read_keys, set()
+        drop_unread = self.read_only.sees_every_read
         keys = self.read_only.keys()
+        kept = []
         for key in keys:
+            if drop_unread and key not in read and not self._fresh(key, now):
+                self.read_only.discard(key)
+                self._synced_at.pop(key, None)
+                self.counters.syncs_dropped += 1
+                continue
+            kept.append(key)
             if self._defer(key, now):
                 self.counters.syncs_deferred += 1
                 continue
@@ -356,8 +396,20 @@ class ResponseCache:
                 self.read_only.put(key, payload)
         # Readers in other processes measure staleness by this confirmation (registry/reader/). A
         # deferred key is confirmed too: it is what the node itself serves until its next rebuild.
-        self.read_only.confirm(keys, now)
-        return len(keys)
+        self.read_only.confirm(kept, now)
+        self._forget_unused_formats()
+        return len(kept)
+
+    def _forget_unused_formats(self) -> None:
+        """Tell the builder which formats are still served, when that changed since the last sync."""
+        if self._keep_formats is None:
+            return
+        with self._lock:
+            built = list(self._read_write)
+        in_use = {(key.fmt, key.compact) for key in (*self.read_only.keys(), *built)}
+        if in_use != self._formats_in_use:
+            self._formats_in_use = in_use
+            self._keep_formats(in_use)
 
     def clear(self) -> None:
         with self._lock:

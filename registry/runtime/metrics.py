@@ -364,6 +364,12 @@ class NodeCollector(Collector):
             "last build took more than a tenth of the time since its last refresh.",
             value=counters.syncs_deferred,
         )
+        yield CounterMetricFamily(
+            "eureka_response_cache_syncs_dropped",
+            "Changed payloads that a cache sync took out of the read-only tier instead of rebuilding, "
+            "as nobody had read them since the sync before; their next read builds them.",
+            value=counters.syncs_dropped,
+        )
         keys = GaugeMetricFamily("eureka_response_cache_keys", "Payloads held, by tier.", labels=["tier"])
         stats = cache.stats()
         keys.add_metric(["read_only"], stats["read_only_keys"])

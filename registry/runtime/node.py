@@ -275,6 +275,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         use_read_only=bool(options["use_read_only_response_cache"]),
         read_only=_read_only_tier(options, clock),
         on_clear=builder.clear,
+        keep_formats=builder.keep_formats,
     )
     holder.append((cache, builder))
     peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])

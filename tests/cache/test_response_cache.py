@@ -228,6 +228,8 @@ def test_a_sync_stores_only_the_payloads_that_changed():
     assert tier.stored == [orders, billing]
     cache.sync(T0 + 1)
     assert tier.stored == [orders, billing], "nothing changed: nothing stored again"
+    cache.get(orders, T0 + 1)
+    cache.get(billing, T0 + 1)
     builder.version = 1
     cache.invalidate("ORDERS", [])
     cache.sync(T0 + 2)
@@ -366,3 +368,77 @@ def test_a_read_that_does_not_enlist_its_key_is_served_but_never_refreshed_by_th
     cache.invalidate("ORDERS", ["orders"])
     assert cache.sync(T0 + 4) == 1
     assert cache.get(key, T0 + 5, enlist=False).body.endswith(b"v2"), "an enlisted copy is served as is"
+
+
+def test_a_changed_key_nobody_read_since_the_last_sync_leaves_the_tier_and_is_built_on_its_next_read():
+    cache, builder = make()
+    key = CacheKey(APPS, "", "xml")
+    cache.get(key, T0)
+    builder.version = 1
+    cache.invalidate("ORDERS", [])
+    assert cache.sync(T0 + 500) == 1, "read before this sync: refreshed"
+    assert builder.calls == [key, key]
+    builder.version = 2
+    cache.invalidate("ORDERS", [])
+    assert cache.sync(T0 + 1000) == 0, "changed and unread since the sync before: dropped, not rebuilt"
+    assert cache.read_only.keys() == [] and builder.calls == [key, key]
+    assert cache.counters.syncs_dropped == 1
+    assert cache.get(key, T0 + 1500).body.endswith(b"v2"), "its next read builds it, as fresh as can be"
+    assert cache.read_only.keys() == [key], "and enlists it again"
+
+
+def test_an_unread_key_that_did_not_change_stays_and_is_not_rebuilt():
+    cache, builder = make()
+    key = CacheKey(APP, "ORDERS", "json")
+    cache.get(key, T0)
+    for step in range(1, 5):
+        cache.sync(T0 + step * 500)
+    assert cache.read_only.keys() == [key] and builder.calls == [key]
+    assert cache.counters.syncs_dropped == 0
+    cache.sync(T0 + 180_000)
+    assert cache.read_only.keys() == [], "past the read-write tier's expiry it would be rebuilt: dropped"
+
+
+def test_a_key_read_between_every_two_syncs_is_refreshed_at_each():
+    cache, builder = make()
+    key = CacheKey(DELTA, "", "json")
+    cache.get(key, T0)
+    for step in range(1, 6):
+        builder.version = step
+        cache.invalidate("ORDERS", [])
+        cache.sync(T0 + step * 500)
+        assert cache.get(key, T0 + step * 500 + 1).body.endswith(f"v{step}".encode())
+    assert cache.counters.syncs_dropped == 0 and builder.calls.count(key) == 6
+
+
+def test_the_redis_tier_keeps_every_key_fresh_as_readers_elsewhere_read_it_unseen():
+    client = FlakyRedis()
+    tier = RedisReadOnlyTier(client, "eureka", lambda: T0)
+    builder = CountingBuilder()
+    cache = ResponseCache(builder, expire_ms=180_000, read_only=tier)
+    key = CacheKey(APPS, "", "json")
+    tier.put(key, cache._load(key, T0))
+    for step in range(1, 4):
+        builder.version = step
+        cache.invalidate("ORDERS", [])
+        assert cache.sync(T0 + step * 500) == 1
+        assert client.hashes["eureka:ro:apps:json:0:"]["body"].endswith(f"v{step}".encode())
+    assert cache.counters.syncs_dropped == 0
+
+
+def test_the_builder_is_told_which_formats_are_still_served_when_that_changes():
+    told: list[set] = []
+    builder = CountingBuilder()
+    cache = ResponseCache(builder, expire_ms=180_000, keep_formats=lambda formats: told.append(set(formats)))
+    xml, json = CacheKey(APPS, "", "xml"), CacheKey(DELTA, "", "json", compact=True)
+    cache.get(xml, T0)
+    cache.get(json, T0)
+    cache.sync(T0 + 500)
+    assert told == [{("xml", False), ("json", True)}]
+    cache.get(json, T0 + 600)
+    cache.sync(T0 + 1000)
+    assert len(told) == 1, "nothing changed: not told again"
+    cache.invalidate("ORDERS", [])
+    cache.get(json, T0 + 1100)
+    cache.sync(T0 + 1500)
+    assert told[-1] == {("json", True)}, "the XML key went unread after a change"

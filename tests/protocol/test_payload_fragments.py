@@ -11,7 +11,7 @@ import re
 import pytest
 
 from registry import constants as c
-from registry.cache.response_cache import APP, APPS, DELTA, CacheKey
+from registry.cache.response_cache import APP, APPS, DELTA, CacheKey, compress
 from registry.core import Registry, RegistryConfig
 from registry.protocol.codecs import build_instance
 from registry.protocol.payloads import PayloadBuilder, build_payload
@@ -378,3 +378,22 @@ def test_the_delta_rebuilds_the_part_of_the_app_that_changed_or_lost_entries_onl
     assert [app] == [name for name, _ in registry.snapshot_delta().apps]
     assert without_version(builder.build(key)) == without_version(build_payload(registry, key))
     assert builder.delta_fragments_built == apps_in_delta + 2
+
+
+def test_the_pieces_of_a_format_no_longer_served_are_forgotten_and_rebuilt_exactly():
+    clock, registry, builder = populated(seed=7, instances=40)
+    for key in (*KEYS, *DELTA_KEYS):
+        builder.build(key)
+    builder.keep_formats({("json", False)})
+    assert set(builder._instances) == {("json", False)}
+    assert {key[1:] for key in builder._fragments} == {("json", False)}
+    assert {key[1:] for key in builder._shared} == {("json", False)}
+    assert {key[-2:] for key in builder._chunk_caches} == {("json", False)}
+    assert set(builder._delta_fragments) == {("json", False)}
+    built = builder.fragments_built
+    builder.build(KEYS[0])
+    assert builder.fragments_built == built, "the served format keeps its pieces"
+    for key in KEYS:
+        assembled = builder.build(key)
+        assert assembled == build_payload(registry, key)
+        assert gzip.decompress(compress(assembled)) == assembled, "gzipped from fresh chunks"

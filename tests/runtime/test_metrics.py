@@ -217,6 +217,7 @@ def test_response_cache_hits_misses_and_builds(api, eureka_options, clock):
     assert value(samples, "eureka_response_cache_build_seconds_sum") > 0
     assert value(samples, "eureka_response_cache_keys", tier="read_only") == 1
     assert value(samples, "eureka_response_cache_syncs_deferred_total") == 0
+    assert value(samples, "eureka_response_cache_syncs_dropped_total") == 0
     assert requests_timed(samples, "apps") - requests_timed(before, "apps") == 3
     # No Redis tier here, so no Redis health.
     assert value(samples, "eureka_redis_up") is None
