@@ -13,6 +13,11 @@ from eureka_site.handlers import RoutingApplication  # noqa: E402
 
 application = RoutingApplication()
 
+if settings.EUREKA["jobs_driver"] == "celery":
+    # Production mode: the node sends tasks (webhook deliveries, replication drains) through this
+    # app, so it must be the current one before the first is sent (eureka_site/__init__.py).
+    import eureka_site.celery  # noqa: E402, F401
+
 if settings.EUREKA["embedded_scheduler"]:
     from registry.runtime.node import get_node
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls, peer_hostname
-from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, queue_key
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
 from registry.cluster.transport import PeerTransport
@@ -60,6 +59,9 @@ class ClusterMember:
         capacity = int(options.get("replication_queue_size", 10_000))
         self.production = redis_client is not None and kick is not None
         if self.production:
+            # Only here: an embedded node does not load the Redis client at all.
+            from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, queue_key
+
             namespace = options.get("redis_namespace", "eureka")
 
             def outbox_factory(peer: Peer) -> NodeOutbox:
@@ -144,7 +146,7 @@ class ClusterMember:
         outbox = self.replicator.outboxes.get(key)
         if outbox is None:
             return
-        if isinstance(outbox, NodeOutbox):
+        if self.production:  # its outboxes are in Redis (NodeOutbox)
             outbox.queued_in_redis = queued
             outbox.lag_in_redis_ms = lag_ms
         if follow_ups is not None:
@@ -162,7 +164,7 @@ class ClusterMember:
         redis_down = [
             outbox.redis_down_since
             for outbox in self.replicator.outboxes.values()
-            if isinstance(outbox, NodeOutbox) and outbox.redis_down_since is not None
+            if self.production and outbox.redis_down_since is not None
         ]
         peers = []
         for key, peer in self.replicator.peers.items():
