@@ -12,6 +12,7 @@ import time
 import types
 
 import gevent
+import gevent.event
 import pytest
 from gunicorn.http.body import Body, ChunkedReader, LengthReader
 from gunicorn.http.unreader import IterUnreader
@@ -251,3 +252,81 @@ def test_the_worker_reads_its_keepalive_and_h2c_settings_once():
     worker = gunicorn_worker.RegistryWorker(0, 0, [], None, 30, cfg, log=None)
     assert worker.keepalive_s == 75 and worker.h2c_upgrades is False
     assert worker._try_h2c_upgrade(None, None, None, None, ("127.0.0.1", 1)) is False
+
+
+def keepalive_worker(seconds: float):
+    from gunicorn.config import Config
+
+    worker = gunicorn_worker.RegistryWorker(0, 0, [], None, 30, Config(), log=None)
+    worker.keepalive_s = seconds  # gunicorn's setting takes whole seconds; the wait reads this
+    worker.alive = True
+    return worker
+
+
+def test_a_connection_keeps_one_keepalive_wait_started_again_before_each_request():
+    worker = keepalive_worker(0.1)
+
+    def connection():
+        waits = []
+        for _ in range(3):  # requests 70 ms apart: 210 ms in all, each within the 100 ms keep-alive
+            wait = worker.timeout_ctx()
+            waits.append(wait)
+            with wait:
+                gevent.sleep(0.07)
+        started = time.monotonic()
+        with worker.timeout_ctx():
+            gevent.sleep(5)  # no next request: the keep-alive timeout ends the wait, quietly
+        return waits, time.monotonic() - started
+
+    greenlet = gevent.spawn(connection)
+    greenlet.join(3)
+    assert greenlet.successful(), greenlet.exception
+    waits, idle = greenlet.value
+    assert waits[0] is waits[1] is waits[2]
+    assert 0.09 < idle < 1.0
+    assert worker.waiting == {}
+
+
+def test_a_stop_ends_a_reused_keepalive_wait_at_once():
+    worker = keepalive_worker(30)
+    served = []
+
+    def connection():
+        with worker.timeout_ctx():
+            gevent.sleep(0.01)
+        served.append("first request")
+        with worker.timeout_ctx():
+            gevent.sleep(5)
+        served.append("wait ended")
+
+    greenlet = gevent.spawn(connection)
+    gevent.sleep(0.1)
+    started = time.monotonic()
+    worker._end_waits()
+    greenlet.join(3)
+    assert greenlet.successful(), greenlet.exception
+    assert served == ["first request", "wait ended"] and time.monotonic() - started < 1.0
+
+
+def test_a_request_that_comes_as_its_wait_is_ended_is_served():
+    """The sweeper's end of a wait reaches the greenlet later, from the event loop: if the next request
+    came in between, the connection is serving it, and nothing must be thrown into it."""
+    worker = keepalive_worker(30)
+    request_came = gevent.event.Event()
+    served = []
+
+    def connection():
+        with worker.timeout_ctx():
+            request_came.wait()
+        gevent.sleep(0.05)  # serving the request
+        served.append("request")
+
+    greenlet = gevent.spawn(connection)
+    gevent.sleep(0.01)
+    (wait,) = worker.waiting.values()
+    request_came.set()
+    worker._end_wait(greenlet, wait)  # ended at the same moment, as seen from the sweeper
+    greenlet.join(3)
+    worker.alive = False
+    assert greenlet.successful(), greenlet.exception
+    assert served == ["request"]
