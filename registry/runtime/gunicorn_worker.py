@@ -29,6 +29,10 @@ was formatted anew for every response (now once a second); and every write went 
 ``sendall``, which asks the socket for its buffer size (a system call) each time (a small write is
 now one ``send``, with ``sendall`` for whatever it did not take).
 
+The wait for a connection's next request arms no timer either: gunicorn made and closed a gevent
+``Timeout`` (a loop timer) for every request, ~4 % of a heartbeat's CPU. A wait here notes when it
+began, and one sweeper ends the waits past the keep-alive time (``_NextRequestWait``).
+
 It also bounds what is read after a response: gunicorn discards an unread request body before the
 next request on a keep-alive connection, however long that body is. Here a body left unread by more
 than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
