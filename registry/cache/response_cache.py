@@ -299,16 +299,21 @@ class ResponseCache:
             return payload
         return self._load(key, now)
 
-    def _load(self, key: CacheKey, now: int) -> Payload:
+    def _fresh(self, key: CacheKey, now: int) -> Payload | None:
+        """The read-write tier's payload of ``key`` if a read would be served it as is (not expired)."""
         payload = self._read_write.get(key)
-        if payload is not None and now - payload.built_at < self._expire_ms:
+        return payload if payload is not None and now - payload.built_at < self._expire_ms else None
+
+    def _load(self, key: CacheKey, now: int) -> Payload:
+        payload = self._fresh(key, now)
+        if payload is not None:
             self.counters.read_write_hits += 1
             return payload
         # One builder per key; concurrent readers of the same key wait for its result.
         build_lock = self._build_locks.setdefault(key, threading.Lock())
         with build_lock:
-            payload = self._read_write.get(key)
-            if payload is not None and now - payload.built_at < self._expire_ms:
+            payload = self._fresh(key, now)
+            if payload is not None:
                 self.counters.read_write_hits += 1
                 return payload
             generation = self._generation
@@ -359,11 +364,6 @@ class ResponseCache:
         that one slow build (a collection of the GC inside it) does not hold the key back for long."""
         return min(self._build_ms.get(key, (0.0,)))
 
-    def _fresh(self, key: CacheKey, now: int) -> bool:
-        """Whether the read-write tier holds a payload of ``key`` that a read would be served as is."""
-        payload = self._read_write.get(key)
-        return payload is not None and now - payload.built_at < self._expire_ms
-
     def sync(self, now: int) -> int:
         """The cache-sync job: refresh every read-only entry from the read-write tier (a costly key
         at most once per SYNC_BUDGET times its build time).
@@ -379,7 +379,7 @@ class ResponseCache:
         keys = self.read_only.keys()
         kept = []
         for key in keys:
-            if drop_unread and key not in read and not self._fresh(key, now):
+            if drop_unread and key not in read and self._fresh(key, now) is None:
                 self.read_only.discard(key)
                 self._synced_at.pop(key, None)
                 self.counters.syncs_dropped += 1

@@ -41,7 +41,6 @@ instead, so refusing a body never means reading it.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import sys
 import time
@@ -228,7 +227,8 @@ class _NextRequestWait:
             raise StopIteration("the worker is stopping")
         if worker.sweeper is None:
             worker.sweeper = gevent.spawn(worker.sweep_waits)
-        worker.waiting[gevent.getcurrent()] = (time.monotonic(), next(worker.wait_numbers))
+        # A new float per wait: the sweeper tells this wait from the connection's next by identity.
+        worker.waiting[gevent.getcurrent()] = time.monotonic()
         return self
 
     def __exit__(self, kind, value, traceback):
@@ -241,9 +241,8 @@ class RegistryWorker(GeventWorker):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Greenlets waiting for a connection's next request -> (since when, which wait).
+        # Greenlets waiting for a connection's next request -> when that wait began.
         self.waiting: dict = {}
-        self.wait_numbers = itertools.count()
         self.sweeper = None
         self._next_request_wait = _NextRequestWait(self)
         # Read once: gunicorn's settings are looked up through __getattr__ (about 1 us each), and
@@ -264,15 +263,15 @@ class RegistryWorker(GeventWorker):
         while self.alive:
             gevent.sleep(min(1.0, self.keepalive_s / 4))
             oldest = time.monotonic() - self.keepalive_s
-            for greenlet, wait in list(self.waiting.items()):
-                if wait[0] <= oldest:
-                    self._end_wait(greenlet, wait)
+            for greenlet, since in list(self.waiting.items()):
+                if since <= oldest:
+                    self._end_wait(greenlet, since)
 
-    def _end_wait(self, greenlet, wait) -> None:
+    def _end_wait(self, greenlet, since: float) -> None:
         # From the hub, and only if that greenlet is still in that same wait: had its request come
         # meanwhile, the exception would break the request instead.
         def end() -> None:
-            if self.waiting.get(greenlet) is wait:
+            if self.waiting.get(greenlet) is since:
                 greenlet.throw(NextRequestNotComing())
 
         gevent.get_hub().loop.run_callback(end)
@@ -283,8 +282,8 @@ class RegistryWorker(GeventWorker):
         gevent.spawn(self._end_waits)
 
     def _end_waits(self) -> None:
-        for greenlet, wait in list(self.waiting.items()):
-            self._end_wait(greenlet, wait)
+        for greenlet, since in list(self.waiting.items()):
+            self._end_wait(greenlet, since)
 
     def handle_error(self, req, client, addr, exc):
         super().handle_error(req, client, addr, exc)
