@@ -220,10 +220,6 @@ class ChangeLog:
                 self._dropped_through = last_id
 
 
-def exported(
-    last_id: int, entries: Iterable[Change], saved_form: Callable[[Change], object] | None = None
-) -> dict:
-    """A log as a snapshot saves it (``ChangeLog.restore`` reads it back); ``saved_form`` gives an
-    entry's saved form when not ``Change.as_dict`` (the snapshot writer's, which keeps it encoded)."""
-    to_saved = saved_form or Change.as_dict
-    return {"last_id": last_id, "entries": [to_saved(change) for change in entries]}
+def exported(last_id: int, entries: Iterable[Change]) -> dict:
+    """A log as a snapshot saves it (``ChangeLog.restore`` reads it back)."""
+    return {"last_id": last_id, "entries": [change.as_dict() for change in entries]}

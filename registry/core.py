@@ -33,8 +33,11 @@ from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired
 MINUTE_MS = 60_000
 
 # Warm restart (``Registry.export_state`` / ``restore_state``): the version of the saved shape. A
-# snapshot of any other version is refused, never guessed at.
-SNAPSHOT_FORMAT = 1
+# snapshot of any other version is refused, never guessed at. Format 2 saves the records and the
+# lease times as two lists (records change seldom, times at every renewal: the writer keeps the
+# records' encoded form); format 1, written before, paired them and is still read.
+SNAPSHOT_FORMAT = 2
+_READ_FORMATS = (1, SNAPSHOT_FORMAT)
 # Each instance is saved as a list of its InstanceInfo fields in this order (named once, in the
 # snapshot's header), then the lease's own fields below.
 _INSTANCE_FIELDS = tuple(f.name for f in fields(InstanceInfo))
@@ -880,28 +883,22 @@ class Registry:
 
     # ------------------------------------------------------------------------- warm restart
 
-    def export_state(
-        self,
-        now: int,
-        saved_form: Callable[[InstanceInfo], object] | None = None,
-        saved_change: Callable[[Change], object] | None = None,
-    ) -> dict:
-        """Everything a restarted node needs to go on where this one stopped, as plain JSON-ready
-        data: every lease (the whole instance record and the lease's times), the override map with
-        its last-access times, the self-preservation numbers and the change log. Not the delta queue:
-        a restored node starts with an empty delta, whose hashcode is then the full registry's.
+    def export_parts(self, now: int) -> SavedParts:
+        """What a snapshot saves, as references: the records by app, each lease's times (in the same
+        order), the overrides, the self-preservation numbers and the change log. Not the delta
+        queue: a restored node starts with an empty delta, whose hashcode is then the full
+        registry's.
 
-        Under the lock only references are copied (instance records are immutable), so a writer
-        waits for one pass over the map, not for the encoding. ``saved_form`` turns a record into
-        what is saved of it (default ``instance_row``); the snapshot writer passes one that remembers
-        the encoded form of records it has seen, since most do not change between two snapshots;
-        ``saved_change`` does the same for change-log entries (default ``Change.as_dict``).
-        """
-        to_row = saved_form or instance_row
+        Under the lock only references are copied (instance records and change-log entries are
+        immutable), so a writer waits for one pass over the map, not for the encoding: the snapshot
+        writer encodes them afterwards, reusing what it encoded of records and entries it has seen
+        (registry/runtime/snapshots.py)."""
         with self._lock:
-            leases = [
+            records = [
+                (app, [lease.instance for lease in leases.values()]) for app, leases in self._apps.items()
+            ]
+            lease_times = [
                 (
-                    lease.instance,
                     lease.duration_ms,
                     lease.registration_ts,
                     lease.last_renewal_ts,
@@ -909,27 +906,27 @@ class Registry:
                     lease.eviction_ts,
                     lease.service_up_ts,
                 )
-                for app_leases in self._apps.values()
-                for lease in app_leases.values()
+                for leases in self._apps.values()
+                for lease in leases.values()
             ]
             overrides = [[instance_id, *entry] for instance_id, entry in self._overrides.items()]
-            expected_clients, renews_threshold = self.expected_clients, self.renews_threshold
-            renews_last_minute = self._renews.count(now)
-            # The entries' dicts are built below, outside the lock (up to 200,000 of them).
-            change_log = self.changes.copy()
-        rows = [[to_row(instance), lease_values] for instance, *lease_values in leases]
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "saved_at": now,
-            "instance_fields": list(_INSTANCE_FIELDS),
-            "lease_fields": list(_LEASE_FIELDS),
-            "leases": rows,
-            "overrides": overrides,
-            "expected_clients": expected_clients,
-            "renews_threshold": renews_threshold,
-            "renews_last_minute": renews_last_minute,
-            "changes": exported(*change_log, saved_change),
-        }
+            header = {
+                "format": SNAPSHOT_FORMAT,
+                "saved_at": now,
+                "instance_fields": list(_INSTANCE_FIELDS),
+                "lease_fields": list(_LEASE_FIELDS),
+                "overrides": overrides,
+                "expected_clients": self.expected_clients,
+                "renews_threshold": self.renews_threshold,
+                "renews_last_minute": self._renews.count(now),
+            }
+            last_change_id, changes = self.changes.copy()
+        return SavedParts(header, records, lease_times, last_change_id, changes)
+
+    def export_state(self, now: int) -> dict:
+        """Everything a restarted node needs to go on where this one stopped (``export_parts``), as
+        plain JSON-ready data: what ``restore_state`` reads."""
+        return self.export_parts(now).as_state()
 
     def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
         """Take back what ``export_state`` saved (warm restart); returns how many instances.
@@ -1094,12 +1091,34 @@ class Registry:
             }
 
 
+@dataclass(frozen=True)
+class SavedParts:
+    """A snapshot's content as references (``Registry.export_parts``): ``header`` is plain data;
+    ``records`` the instance records by app, ``lease_times`` their leases' ``_LEASE_FIELDS`` in the
+    same order; ``changes`` the change log's entries."""
+
+    header: dict
+    records: list[tuple[str, list[InstanceInfo]]]
+    lease_times: list[tuple]
+    last_change_id: int
+    changes: list[Change]
+
+    def as_state(self) -> dict:
+        """The saved state as plain data (the snapshot writer writes the same JSON, in pieces)."""
+        return {
+            **self.header,
+            "records": [instance_row(instance) for _, instances in self.records for instance in instances],
+            "lease_times": [list(times) for times in self.lease_times],
+            "changes": exported(self.last_change_id, self.changes),
+        }
+
+
 def _parse_state(state: Mapping, now: int, max_age_ms: int | None) -> tuple[list[Lease], list, dict]:
     """``restore_state``'s step 1: the leases, overrides and numbers of a saved state, or BadSnapshot."""
     if not isinstance(state, Mapping):
         raise BadSnapshot(f"a snapshot is a JSON object, not {type(state).__name__}")
-    if state.get("format") != SNAPSHOT_FORMAT:
-        raise BadSnapshot(f"snapshot format {state.get('format')!r}, this node reads {SNAPSHOT_FORMAT}")
+    if state.get("format") not in _READ_FORMATS:
+        raise BadSnapshot(f"snapshot format {state.get('format')!r}, this node reads {_READ_FORMATS}")
     try:
         numbers = {
             name: _whole(state[name]) for name in ("saved_at", "expected_clients", "renews_last_minute")
@@ -1113,9 +1132,11 @@ def _parse_state(state: Mapping, now: int, max_age_ms: int | None) -> tuple[list
             raise BadSnapshot(f"unknown instance fields {sorted(unknown)}")
         if list(state["lease_fields"]) != list(_LEASE_FIELDS):
             raise BadSnapshot(f"lease fields {state['lease_fields']!r}, expected {list(_LEASE_FIELDS)}")
-        leases = [
-            _parse_lease(instance_fields, values, lease_values) for values, lease_values in state["leases"]
-        ]
+        if state["format"] == 1:
+            saved_leases = state["leases"]
+        else:
+            saved_leases = zip(state["records"], state["lease_times"], strict=True)
+        leases = [_parse_lease(instance_fields, values, times) for values, times in saved_leases]
         overrides = [_parse_override(entry) for entry in state["overrides"]]
         changes = state.get("changes", {})
         if not isinstance(changes, Mapping):

@@ -24,12 +24,15 @@ Plain Python (no Django); the node wires it (``registry/runtime/node.py``).
 from __future__ import annotations
 
 import gzip
+import io
+import itertools
 import logging
+import operator
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,7 +42,6 @@ import orjson
 from registry.cache.pacing import PACER
 from registry.changes import Change
 from registry.core import BadSnapshot, Registry, instance_row
-from registry.jsonbytes import dumps_to_keep
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ class RedisStore:
         return f"Redis key {self.key}"
 
 
-def compressed(document: bytes) -> bytes:
+def compressed(document: bytes | memoryview) -> bytes:
     """A snapshot's JSON as it is stored (zlib releases the GIL while it compresses)."""
     return gzip.compress(document, compresslevel=GZIP_LEVEL, mtime=0)
 
@@ -132,44 +134,95 @@ def decode(data: bytes) -> Any:
     """The saved state (gzip or plain JSON); ``BadSnapshot`` when it is neither."""
     try:
         if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
+            # A snapshot is thousands of gzip members: gzip.decompress copies the rest of the data at
+            # each one (seconds at 100,000 instances), the file reader reads through them in one pass.
+            data = gzip.GzipFile(fileobj=io.BytesIO(data)).read()
         return orjson.loads(data)
     except (OSError, EOFError, orjson.JSONDecodeError) as exc:
         raise BadSnapshot(f"not readable: {type(exc).__name__}: {exc}") from exc
 
 
-class EncodedRows:
-    """Each immutable object's saved form (an instance record's row, a change-log entry), encoded
-    once and reused while the object is kept.
+# Records are kept encoded by blocks of up to this many from one app (a change re-encodes its block);
+# change-log entries by blocks of this many consecutive ids (all but the newest block never change).
+RECORDS_PER_BLOCK = 500
+CHANGES_PER_BLOCK = 1_000
+# Lease times are encoded this many at a time, the event loop having a turn between two.
+TIMES_PER_PIECE = 10_000
 
-    Records are immutable and a lease swaps its record on every change, so the same object means the
-    same bytes; between two snapshots of 10,000 instances few change (renewals only move lease
-    times, which are saved apart), and re-encoding them all costs ~200 ms of CPU (bench/README.md,
-    "Warm restart"); change-log entries never change at all. Each snapshot keeps the rows it used,
-    so what is held is one snapshot's worth of objects and bytes.
 
-    The writer encodes in the serving thread, between requests: every row gives a long build a
-    chance to let the event loop have its turn (registry/cache/pacing.py).
+@dataclass(frozen=True, slots=True)
+class SavedBlock:
+    """Consecutive immutable objects (instance records, change-log entries) and their saved JSON, as
+    one gzip member."""
+
+    items: tuple
+    member: bytes
+
+    def holds(self, items: list) -> bool:
+        return len(items) == len(self.items) and all(map(operator.is_, items, self.items))
+
+
+# A snapshot is the concatenation of gzip members (RFC 1952, 2.2: it decompresses to the concatenation
+# of their contents); the separator between two blocks is a member of its own.
+_COMMA = SavedBlock((), compressed(b","))
+
+
+class SavedBlocks:
+    """The saved form of immutable objects, by blocks, each kept compressed while the block holds the
+    same objects.
+
+    Records are immutable and a lease swaps its record on every change, so the same objects mean the
+    same bytes; between two snapshots of 100,000 instances few change (renewals only move lease
+    times, saved apart), and re-encoding them all costs about a second of CPU; change-log entries
+    never change at all. A block is kept as its gzip member, ~10 times smaller than its JSON: kept as
+    JSON, the blocks of 100,000 instances and as many entries held ~100 MB between two snapshots
+    (bench/README.md, "Side by side"). Each snapshot keeps the blocks it used.
+
+    A block is encoded and compressed at once, in the serving thread (a few milliseconds; the loop
+    has a turn between two blocks, registry/cache/pacing.py): holding a whole registry's JSON until
+    a native thread compressed it raised the resident size by that much for good, as freed small
+    buffers are not given back to the system.
     """
 
-    def __init__(self, saved_form: Callable[[Any], object] = instance_row) -> None:
+    def __init__(self, saved_form: Callable[[Any], object]) -> None:
         self._saved_form = saved_form
-        self._rows: dict[int, tuple[object, orjson.Fragment]] = {}
-        self._used: dict[int, tuple[object, orjson.Fragment]] = {}
+        self._kept: dict[object, SavedBlock] = {}
+        self._used: dict[object, SavedBlock] = {}
+        self.encoded = 0  # objects encoded since the start (reused ones are not counted)
 
-    def __call__(self, item: object) -> orjson.Fragment:
-        key = id(item)
-        row = self._rows.get(key)
-        # The object itself is kept with its bytes: an id is only reused once its object is gone.
-        if row is None or row[0] is not item:
-            row = (item, orjson.Fragment(dumps_to_keep(self._saved_form(item))))
-        self._used[key] = row
+    def block(self, key: object, items: list) -> SavedBlock:
+        """The block ``key`` (stable across snapshots: an app and a position, a range of ids) as these
+        objects: the kept one when it holds the very same objects, else encoded now."""
+        block = self._kept.get(key)
+        if block is None or not block.holds(items):
+            saved_form = self._saved_form
+            # One buffer for the block, without its brackets: blocks are joined by commas.
+            body = orjson.dumps([saved_form(item) for item in items])
+            block = SavedBlock(tuple(items), compressed(memoryview(body)[1:-1]))
+            self.encoded += len(items)
+        self._used[key] = block
         PACER.tick()
-        return row[1]
+        return block
 
     def rotate(self) -> None:
-        """Forget the rows the snapshot just taken did not use (records replaced or gone)."""
-        self._rows, self._used = self._used, {}
+        """Forget the blocks the snapshot just taken did not use (apps gone, entries dropped)."""
+        self._kept, self._used = self._used, {}
+
+
+def _add_blocks(pieces: list, blocks: Iterable[SavedBlock]) -> None:
+    first = True
+    for block in blocks:
+        if not block.items:
+            continue
+        if not first:
+            pieces.append(_COMMA)
+        pieces.append(block)
+        first = False
+
+
+def _members(pieces: list[bytes | SavedBlock]) -> bytes:
+    """The snapshot: each piece as a gzip member (raw JSON compressed now, blocks as kept), joined."""
+    return b"".join(piece.member if isinstance(piece, SavedBlock) else compressed(piece) for piece in pieces)
 
 
 @dataclass(frozen=True)
@@ -199,6 +252,10 @@ def _run_here(function: Callable[[], Any]) -> Any:
 WRITE_BUDGET = 20
 
 
+def _change_block(change: Change) -> int:
+    return change.id // CHANGES_PER_BLOCK
+
+
 class WarmRestart:
     """One node's snapshots: restore at start, write every ``interval_ms`` (stretched so that writing
     takes at most 1/WRITE_BUDGET of the time, never past half the usable age) and at a clean stop."""
@@ -225,8 +282,8 @@ class WarmRestart:
         self.last_error: str | None = None
         self._failing = False
         self._write_lock = threading.Lock()
-        self._rows = EncodedRows(instance_row)
-        self._changes = EncodedRows(Change.as_dict)
+        self._records = SavedBlocks(instance_row)
+        self._changes = SavedBlocks(Change.as_dict)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.started = False
@@ -276,8 +333,8 @@ class WarmRestart:
                 # through the runner, in a native thread under gevent; a Redis store's socket belongs
                 # to the event loop, which a native thread cannot use.
                 started = time.perf_counter()
-                now, document, leases = self._export()
-                data = self.runner(lambda: compressed(document))
+                now, pieces, leases = self._export()
+                data = self.runner(lambda: _members(pieces))
                 if self.store.saves_off_loop:
                     self.runner(lambda: self.store.save(data))
                 else:
@@ -302,17 +359,43 @@ class WarmRestart:
             self.last_write = report
             return report
 
-    def _export(self) -> tuple[int, bytes, int]:
-        """The snapshot as JSON, not yet compressed: (taken at, document, leases in it)."""
+    def _export(self) -> tuple[int, list[bytes | SavedBlock], int]:
+        """The snapshot's JSON in pieces, to be compressed one gzip member each: (taken at, the
+        pieces, leases in it). Records and change-log entries come as blocks, reused where unchanged;
+        ``Registry.export_parts(now).as_state()`` is the same document as plain data."""
         now = self.clock()
+        parts = self.registry.export_parts(now)
         try:
-            state = self.registry.export_state(now, self._rows, self._changes)
-            # Rows and entries are already encoded (orjson fragments): this is mostly a copy.
-            document = orjson.dumps(state)
+            header = orjson.dumps(parts.header)
+            times = parts.lease_times
+            encoded_times = []
+            for start in range(0, len(times), TIMES_PER_PIECE):
+                encoded_times.append(orjson.dumps(times[start : start + TIMES_PER_PIECE])[1:-1])
+                PACER.tick()
+            pieces: list[bytes | SavedBlock] = [
+                header[:-1] + b',"lease_times":[' + b",".join(encoded_times) + b'],"records":['
+            ]
+            _add_blocks(
+                pieces,
+                (
+                    self._records.block((app, start), instances[start : start + RECORDS_PER_BLOCK])
+                    for app, instances in parts.records
+                    for start in range(0, len(instances), RECORDS_PER_BLOCK)
+                ),
+            )
+            pieces.append(b'],"changes":{"last_id":%d,"entries":[' % parts.last_change_id)
+            _add_blocks(
+                pieces,
+                (
+                    self._changes.block(first_id, list(entries))
+                    for first_id, entries in itertools.groupby(parts.changes, _change_block)
+                ),
+            )
+            pieces.append(b"]}}")
         finally:
-            self._rows.rotate()
+            self._records.rotate()
             self._changes.rotate()
-        return now, document, len(state["leases"])
+        return now, pieces, len(times)
 
     # ----------------------------------------------------------------------------- lifecycle
 

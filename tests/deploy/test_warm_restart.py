@@ -328,7 +328,7 @@ def test_after_a_kill_9_the_node_starts_from_its_last_periodic_snapshot(tmp_path
         register_all(port, instances)
         snapshot = tmp_path / FILE_NAME
         wait_until(
-            lambda: snapshot.exists() and len(decode(snapshot.read_bytes())["leases"]) == 300,
+            lambda: snapshot.exists() and len(decode(snapshot.read_bytes())["records"]) == 300,
             15,
             "a periodic snapshot of every instance",
         )
@@ -421,7 +421,7 @@ def test_in_production_mode_the_snapshot_is_a_redis_key_written_periodically_and
         register_all(port, instances)
         # Written by the node's own thread: no Celery process runs here.
         wait_until(
-            lambda: redis.exists(key) and len(decode(redis.get(key))["leases"]) == 200,
+            lambda: redis.exists(key) and len(decode(redis.get(key))["records"]) == 200,
             15,
             "a periodic snapshot in Redis",
         )
@@ -431,7 +431,7 @@ def test_in_production_mode_the_snapshot_is_a_redis_key_written_periodically_and
         stopping_ms = int(time.time() * 1000)
         stop_gracefully(first.process)
     at_stop = decode(redis.get(key))
-    assert len(at_stop["leases"]) == 201 and at_stop["saved_at"] >= stopping_ms - 50
+    assert len(at_stop["records"]) == 201 and at_stop["saved_at"] >= stopping_ms - 50
     assert not (tmp_path / FILE_NAME).exists()
 
     with running_server(tmp_path, env, port=port) as second:

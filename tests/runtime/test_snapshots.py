@@ -8,7 +8,9 @@ tests/deploy/test_warm_restart.py.
 from __future__ import annotations
 
 import copy
+import gzip
 import logging
+import zlib
 
 import orjson
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from registry import constants as c
 from registry.core import SNAPSHOT_FORMAT, BadSnapshot, Registry, RegistryConfig, Renew
 from registry.instances import DataCenterInfo, freeze
+from registry.runtime import snapshots
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.snapshots import (
     FILE_NAME,
@@ -71,6 +74,14 @@ def everything(registry: Registry, now: int) -> dict:
         # The ids themselves; a restarted log's next id is above them (see the change-log test).
         "changes": registry.changes.export()["entries"],
     }
+
+
+def same_but_the_delta(restored: dict, saved: dict) -> bool:
+    """``everything`` equal but the delta queue, which is not saved (a restored node's is empty)."""
+    return restored["stats"]["delta_queue_length"] == 0 and {
+        **restored,
+        "stats": {**restored["stats"], "delta_queue_length": None},
+    } == {**saved, "stats": {**saved["stats"], "delta_queue_length": None}}
 
 
 # ------------------------------------------------------------------------------ round trip
@@ -268,7 +279,7 @@ def assert_refused(
 def test_a_snapshot_of_another_format_is_refused():
     state = good_state()
     state["format"] = SNAPSHOT_FORMAT + 1
-    assert_refused(state, "snapshot format 2")
+    assert_refused(state, f"snapshot format {SNAPSHOT_FORMAT + 1}, this node reads")
     assert_refused([1, 2, 3], "a JSON object")
 
 
@@ -282,17 +293,19 @@ def test_a_snapshot_older_than_the_maximum_age_is_refused():
 @pytest.mark.parametrize(
     "corrupt",
     [
-        lambda s: s.pop("leases"),
+        lambda s: s.pop("records"),
+        lambda s: s.pop("lease_times"),
         lambda s: s.pop("saved_at"),
         lambda s: s.__setitem__("expected_clients", "10"),
-        lambda s: s["leases"][1][0].pop(),  # a short record
-        lambda s: s["leases"][2][1].__setitem__(2, None),  # a renewal time that is not a number
-        lambda s: s["leases"][0][0].__setitem__(1, 42),  # an app name that is not text
-        lambda s: s["leases"][3].append([]),
+        lambda s: s["records"][1].pop(),  # a short record
+        lambda s: s["lease_times"][2].__setitem__(2, None),  # a renewal time that is not a number
+        lambda s: s["records"][0].__setitem__(1, 42),  # an app name that is not text
+        lambda s: s["lease_times"].append([]),  # more lease times than records
+        lambda s: s["records"].pop(),  # fewer records than lease times
         lambda s: s["instance_fields"].append("hostname_typo"),
         lambda s: s["lease_fields"].reverse(),
         lambda s: s["overrides"].append(["only-an-id"]),
-        lambda s: s["leases"][0][0].__setitem__(15, ["not", "a", "map"]),  # metadata
+        lambda s: s["records"][0].__setitem__(15, ["not", "a", "map"]),  # metadata
         lambda s: s["changes"]["entries"][0].__setitem__("colour", "red"),
         lambda s: s["changes"].__setitem__("last_id", "many"),
         lambda s: s.__setitem__("changes", []),
@@ -307,7 +320,7 @@ def test_a_corrupt_snapshot_is_refused_whole(corrupt):
 def drop_instance_field(state: dict, name: str) -> dict:
     index = state["instance_fields"].index(name)
     del state["instance_fields"][index]
-    for values, _ in state["leases"]:
+    for values in state["records"]:
         del values[index]
     return state
 
@@ -327,6 +340,21 @@ def test_bytes_that_are_not_a_snapshot_are_refused_when_decoded():
         with pytest.raises(BadSnapshot, match="not readable"):
             decode(data)
     assert decode(orjson.dumps({"format": 1})) == {"format": 1}  # plain JSON is read too
+
+
+def test_a_snapshot_cut_short_between_or_inside_its_gzip_members_is_refused(tmp_path):
+    """A written snapshot is many gzip members: one cut after a whole member is still valid gzip, and
+    refused as JSON that ends early; one cut inside a member is refused as gzip."""
+    _, _, store, _ = first_snapshot(tmp_path)
+    data = store.load()
+    assert decode(data)["format"] == SNAPSHOT_FORMAT
+    decompressor = zlib.decompressobj(wbits=31)
+    decompressor.decompress(data)
+    first_member_end = len(data) - len(decompressor.unused_data)
+    assert 0 < first_member_end < len(data)
+    for cut in (first_member_end, first_member_end + 5, len(data) - 3):
+        with pytest.raises(BadSnapshot, match="not readable"):
+            decode(data[:cut])
 
 
 # -------------------------------------------------------------------------- stores and keeper
@@ -406,7 +434,8 @@ def first_snapshot(tmp_path) -> tuple[list[int], Registry, FileStore, WarmRestar
 def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest_reused(tmp_path):
     now, registry, store, writer = first_snapshot(tmp_path)
     first = decode(store.load())
-    reused = dict(writer._rows._rows)
+    blocks = dict(writer._records._kept)
+    encoded = writer._records.encoded
     registry.update_metadata("ORDERS", "host1:orders:8080", {"zone": "b"}, now[0])
     registry.renew("BILLING", "host4:billing:8080", now[0] + SEC)
     now[0] += 2 * SEC
@@ -421,24 +450,67 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
     }
     assert restored.lease("BILLING", "host4:billing:8080")[0].last_renewal_ts == T0 + 8 * SEC
     assert everything(restored, now[0])["apps"] == everything(registry, now[0])["apps"]
-    assert first["leases"] != second["leases"]
-    # Three of the four records were not encoded again; the replaced one was, and its old row is gone.
-    kept = writer._rows._rows
-    assert sum(1 for key, row in kept.items() if reused.get(key) is row) == 3
-    assert len(kept) == 4
+    assert first["records"] != second["records"] and first["lease_times"] != second["lease_times"]
+    # ORDERS' block (two records) was encoded again; BILLING's, whose lease only renewed, was reused.
+    kept = writer._records._kept
+    assert writer._records.encoded == encoded + 2
+    assert kept[("BILLING", 0)] is blocks[("BILLING", 0)]
+    assert kept[("ORDERS", 0)] is not blocks[("ORDERS", 0)]
+    # What is kept between two snapshots is each block's gzip member, not its JSON.
+    billing = [row for row in second["records"] if row[1] == "BILLING"]
+    assert orjson.loads(b"[" + gzip.decompress(kept[("BILLING", 0)].member) + b"]") == billing
+
+
+def test_the_snapshot_written_in_blocks_is_the_registrys_state_as_plain_data(tmp_path, monkeypatch):
+    """Blocks of 2 records and of 3 change-log entries: apps and the log span several blocks, some
+    reused and some encoded again, and the concatenated gzip members still decode to exactly
+    ``export_state`` (what ``restore_state`` reads)."""
+    monkeypatch.setattr(snapshots, "RECORDS_PER_BLOCK", 2)
+    monkeypatch.setattr(snapshots, "CHANGES_PER_BLOCK", 3)
+    monkeypatch.setattr(snapshots, "TIMES_PER_PIECE", 4)
+    now, registry, store, writer = first_snapshot(tmp_path)
+    assert decode(store.load()) == registry.export_state(now[0])
+    for number in range(6, 13):
+        registry.register(inst("ORDERS", number), now[0])
+    now[0] += SEC
+    writer.write()
+    assert decode(store.load()) == registry.export_state(now[0])
+    registry.cancel("ORDERS", "host7:orders:8080", now[0])
+    registry.set_status_override("BILLING", "host3:billing:8080", c.UP, now[0])
+    now[0] += SEC
+    writer.write()
+    state = decode(store.load())
+    assert state == registry.export_state(now[0])
+    assert state["format"] == SNAPSHOT_FORMAT and len(state["records"]) == len(state["lease_times"]) == 10
+
+    restored = Registry(RegistryConfig(**FAST), now[0])
+    assert restored.restore_state(state, now[0]) == 10
+    assert same_but_the_delta(everything(restored, now[0]), everything(registry, now[0]))
+
+
+def test_a_snapshot_of_the_previous_format_with_records_and_times_paired_is_still_restored():
+    """Format 1 (written before this version) saved ``leases`` as [record, lease times] pairs: a node
+    upgraded in place restarts warm from it."""
+    now = T0 + 7 * SEC
+    before = fleet()
+    state = round_trip(before.export_state(now))
+    records, times = state.pop("records"), state.pop("lease_times")
+    previous = {**state, "format": 1, "leases": [list(pair) for pair in zip(records, times, strict=True)]}
+
+    after = Registry(RegistryConfig(**FAST), now + SEC)
+    assert after.restore_state(previous, now + SEC) == 4
+    assert same_but_the_delta(everything(after, now + SEC), everything(before, now + SEC))
 
 
 def test_change_log_entries_are_encoded_once_and_the_restored_log_is_the_saved_one(tmp_path):
     now, registry, store, writer = first_snapshot(tmp_path)
-    encoded = dict(writer._changes._rows)
-    assert len(encoded) == len(registry.changes.copy()[1]) > 0
+    entries = len(registry.changes.copy()[1])
+    assert writer._changes.encoded == entries > 0
     registry.register(inst("BILLING", 6), now[0])
     now[0] += SEC
     writer.write()
-    again = writer._changes._rows
-    # Every entry of the first snapshot is still in the log: its bytes are reused, the new one added.
-    assert sum(1 for key, row in again.items() if encoded.get(key) is row) == len(encoded)
-    assert len(again) == len(encoded) + 1
+    # The new entry's block is encoded again (with the entries before it in its block), not the log.
+    assert entries < writer._changes.encoded <= entries + snapshots.CHANGES_PER_BLOCK
 
     restored = Registry(RegistryConfig(**FAST), now[0])
     restored.restore_state(decode(store.load()), now[0])
@@ -528,7 +600,7 @@ def test_a_clean_stop_writes_the_map_as_it_is_at_the_stop(tmp_path):
     registry.register(inst("LATE", 7), now[0])
     running.stop()
     state = decode(store.load())
-    assert len(state["leases"]) == 5 and state["saved_at"] == now[0]
+    assert len(state["records"]) == 5 and state["saved_at"] == now[0]
     running.stop()  # a second stop (worker_exit after a test's reset) writes nothing more
     assert decode(store.load()) == state
 
