@@ -12,11 +12,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.cache.pacing import PACER
 from registry.cache.response_cache import ReadOnlyTier, ResponseCache
-from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.findings import RegistrationSources
@@ -30,6 +29,9 @@ from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
+
+if TYPE_CHECKING:
+    from registry.cluster.member import ClusterMember
 
 logger = logging.getLogger(__name__)
 
@@ -333,6 +335,9 @@ def _cluster_member(
     registry: Registry, peers: PeerSet, options: dict[str, Any], clock: Callable[[], int]
 ) -> ClusterMember:
     """Embedded mode replicates from this process; production mode through Redis and Celery."""
+    # Here, not at the top: a node without peers does not load the peer transport's HTTP client.
+    from registry.cluster.member import ClusterMember
+
     if not options.get("redis_url") or options.get("jobs_driver") != "celery":
         return ClusterMember(registry, peers, options, clock)
     from registry.cache.redis_tier import connect

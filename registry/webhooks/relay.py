@@ -220,7 +220,8 @@ class WebhookRelay:
         self._wake_sender.set()
 
     def _deliver_loop(self) -> None:
-        client = sender.new_client(self.config)
+        # Made at the first pass with a subscription: a node with none never loads the HTTP client.
+        client = None
         try:
             while not self._stop.is_set():
                 self._wake_sender.wait(POLL_S)
@@ -228,6 +229,8 @@ class WebhookRelay:
                 if self._stop.is_set() or not self._active:
                     continue
                 try:
+                    if client is None:
+                        client = sender.new_client(self.config)
                     # Short passes, so a stop is noticed between them; more may be due: go on at once.
                     if sender.deliver_due(client, self.config, max_seconds=PASS_S):
                         self._wake_sender.set()
@@ -236,7 +239,8 @@ class WebhookRelay:
                 finally:
                     store.close_connection()
         finally:
-            client.close()
+            if client is not None:
+                client.close()
 
     # ---------------------------------------------------------------------------- upkeep
 

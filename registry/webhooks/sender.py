@@ -11,13 +11,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from django.utils import timezone
 
 from . import policy, store
 from .models import WebhookDelivery
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +50,10 @@ class DeliveryConfig:
 
 def new_client(config: DeliveryConfig) -> httpx.Client:
     # No redirects: a signed POST goes where it was subscribed, nowhere else. No environment proxies
-    # either: deliveries go straight to the receiver.
+    # either: deliveries go straight to the receiver. httpx is loaded here, by the first sender: a
+    # node without webhook deliveries does not hold it (~10 MB a process, tests/runtime/test_lazy_imports.py).
+    import httpx
+
     return httpx.Client(timeout=config.timeout_s, follow_redirects=False, trust_env=False)
 
 
@@ -100,6 +105,8 @@ def send_one(
     body = policy.encode(delivery.payload)
     headers = policy.headers(subscription.secret, int(time.time()), body, delivery.action, delivery.id)
     status_code: int | None = None
+    import httpx  # loaded already by new_client
+
     try:
         response = client.post(subscription.url, content=body, headers=headers)
         status_code = response.status_code

@@ -1,5 +1,6 @@
 """An embedded node does not load what only production mode uses (Celery, kombu, the Redis client):
-~15 MB a worker (bench/README.md, "Side by side", memory). A production node loads the project's Celery
+~15 MB a worker (bench/README.md, "Side by side", memory); nor, without peers and before a webhook
+delivery, the HTTP client (httpx, ~3 MB). A production node loads the project's Celery
 app before it serves, so the tasks it sends go to its broker."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, sys
 import eureka_site.wsgi
-loaded = sorted({name.split(".")[0] for name in sys.modules} & {"celery", "kombu", "redis"})
+loaded = sorted({name.split(".")[0] for name in sys.modules} & {"celery", "kombu", "redis", "httpx"})
 app = None
 if "eureka_site.celery" in sys.modules:
     import celery
@@ -39,7 +40,7 @@ def serving_process_imports(tmp_path: Path, **extra: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_an_embedded_node_loads_neither_celery_nor_the_redis_client(tmp_path):
+def test_an_embedded_node_loads_neither_celery_nor_the_redis_client_nor_an_http_client(tmp_path):
     found = serving_process_imports(tmp_path)
     assert found["loaded"] == []
     assert found["app"] is None
