@@ -33,6 +33,13 @@ The wait for a connection's next request arms no timer either: gunicorn made and
 ``Timeout`` (a loop timer) for every request, ~4 % of a heartbeat's CPU. A wait here notes when it
 began, and one sweeper ends the waits past the keep-alive time (``_NextRequestWait``).
 
+Connections take turns. A greenlet that has answered a request reads the next one at once, and if its
+client already sent it (a client that sends its next request as soon as it has an answer, a pipelined
+batch) that read does not go through the event loop: one connection is served again and again while
+the requests of the others wait (16 connections, closed loop: p50 0.3 ms, p99 ~40 ms). So a connection
+whose last request was read and answered without the loop polling once gives the loop a turn before
+it reads the next (``_NextRequestWait``); a connection whose requests come apart pays nothing.
+
 It also bounds what is read after a response: gunicorn discards an unread request body before the
 next request on a keep-alive connection, however long that body is. Here a body left unread by more
 than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
@@ -51,6 +58,9 @@ from gunicorn.http import message, wsgi
 from gunicorn.workers.ggevent import GeventWorker
 
 DRAIN_BYTES = 64 * 1024
+# How long a connection served twice within one turn of the event loop yields: any timer makes the
+# loop poll its sockets before it expires.
+FAIR_TURN_S = 0.000_01
 DRAIN_SECONDS = 2.0
 _READ_STEP = 8192
 
@@ -227,8 +237,20 @@ class _NextRequestWait:
             raise StopIteration("the worker is stopping")
         if worker.sweeper is None:
             worker.sweeper = gevent.spawn(worker.sweep_waits)
+        current = gevent.getcurrent()
+        loop = worker.event_loop
+        if loop is not None:
+            turns = worker.turns
+            if turns.get(current) == loop.iteration:
+                # This connection's last request was read and answered without the loop polling
+                # once. Its client's next request may be here already, and reading it now would serve
+                # this connection again and again while the others' requests wait (closed loop,
+                # 16 connections: p50 0.3 ms, p99 ~40 ms). A timer expires only after a poll: the
+                # connections whose requests came meanwhile are served first, one request each.
+                gevent.sleep(FAIR_TURN_S)
+            turns[current] = loop.iteration
         # A new float per wait: the sweeper tells this wait from the connection's next by identity.
-        worker.waiting[gevent.getcurrent()] = time.monotonic()
+        worker.waiting[current] = time.monotonic()
         return self
 
     def __exit__(self, kind, value, traceback):
@@ -249,6 +271,22 @@ class RegistryWorker(GeventWorker):
         # these were read for every request.
         self.keepalive_s = self.cfg.keepalive
         self.h2c_upgrades = getattr(self.cfg, "http2_cleartext", "off") in ("upgrade", "both")
+        # Connections' greenlets -> the loop iteration in which their last wait for a request began
+        # (``_NextRequestWait``); set once the loop runs (``run``).
+        self.turns: dict = {}
+        self.event_loop = None
+
+    def run(self):
+        # libev's loop counts its iterations (polls); another loop without that count: no turns.
+        loop = gevent.get_hub().loop
+        self.event_loop = loop if hasattr(loop, "iteration") else None
+        super().run()
+
+    def handle(self, listener, client, addr):
+        try:
+            super().handle(listener, client, addr)
+        finally:
+            self.turns.pop(gevent.getcurrent(), None)
 
     def _try_h2c_upgrade(self, listener, req, parser, client, addr):
         # gunicorn asks its settings whether an HTTP/1.1 request may upgrade to HTTP/2 (off by default).

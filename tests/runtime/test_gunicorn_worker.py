@@ -330,3 +330,92 @@ def test_a_request_that_comes_as_its_wait_is_ended_is_served():
     worker.alive = False
     assert greenlet.successful(), greenlet.exception
     assert served == ["request"]
+
+
+def fair_worker():
+    worker = keepalive_worker(30)
+    worker.event_loop = gevent.get_hub().loop  # as ``run`` sets it
+    return worker
+
+
+def busy(seconds: float) -> None:
+    """Serving a request: CPU, no switch to the event loop."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def test_a_connection_whose_next_request_is_always_there_lets_the_others_be_served_between_two():
+    """A client that sends its next request as soon as it has the answer (or pipelines them) would be
+    served again and again without the loop polling; the request of another connection, come in
+    the meantime, waits one request of it, not all of them."""
+    worker = fair_worker()
+    other_request = gevent.event.Event()
+    served = []
+
+    def other():
+        with worker.timeout_ctx():
+            other_request.wait()
+        served.append("other")
+
+    def eager():
+        other_request.set()  # the other connection's request comes as this one is being served
+        for number in range(50):
+            with worker.timeout_ctx():
+                pass  # the next request is already read
+            busy(0.001)
+            served.append(number)
+
+    waiting = gevent.spawn(other)
+    gevent.sleep(0.01)
+    gevent.spawn(eager).join(5)
+    waiting.join(5)
+    worker.alive = False
+    assert len(served) == 51
+    assert served.index("other") <= 2, served[:10]
+
+
+def test_a_connection_that_waits_for_each_request_does_not_yield_again(monkeypatch):
+    """The turn is given only when the loop has not polled since the connection's last request: a
+    connection whose requests come apart costs no extra switch."""
+    worker = fair_worker()
+    sleep = gevent.sleep
+    turns_given = []
+
+    def counting_sleep(seconds=0, *args, **kwargs):
+        if seconds == gunicorn_worker.FAIR_TURN_S:
+            turns_given.append(seconds)
+        return sleep(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(gevent, "sleep", counting_sleep)
+
+    def paced():
+        for _ in range(5):
+            with worker.timeout_ctx():
+                sleep(0.002)  # the request comes later: the loop polls meanwhile
+
+    def eager():
+        for _ in range(5):
+            with worker.timeout_ctx():
+                pass
+
+    gevent.spawn(paced).join(5)
+    assert turns_given == []
+    gevent.spawn(eager).join(5)
+    assert len(turns_given) == 4  # every request but the first
+    worker.alive = False
+
+
+def test_a_closed_connection_leaves_no_turn_behind(monkeypatch):
+    worker = fair_worker()
+
+    def serve(self, listener, client, addr):
+        with self.timeout_ctx():
+            pass
+
+    monkeypatch.setattr(gunicorn_worker.GeventWorker, "handle", serve)
+    greenlet = gevent.spawn(worker.handle, None, None, None)
+    greenlet.join(5)
+    assert greenlet.successful(), greenlet.exception
+    worker.alive = False
+    assert worker.turns == {}
