@@ -58,10 +58,11 @@ from gunicorn.http import message, wsgi
 from gunicorn.workers.ggevent import GeventWorker
 
 DRAIN_BYTES = 64 * 1024
-# How long a connection served twice within one turn of the event loop yields: any timer makes the
-# loop poll its sockets before it expires.
-FAIR_TURN_S = 0.000_01
 DRAIN_SECONDS = 2.0
+# How long a connection served twice within one turn of the event loop yields: any timer makes the
+# loop poll its sockets before it expires (the payload builds' pause is the same timer, for the same
+# reason: registry/cache/pacing.py, GEVENT_PAUSE_S; this module imports nothing of the project).
+FAIR_TURN_S = 0.000_01
 _READ_STEP = 8192
 
 

@@ -2,7 +2,7 @@
 
 Without it a restarted node starts empty: every client's next heartbeat gets a 404 and the whole
 fleet registers again at once, and the expected-clients count starts from nothing. With it the node
-writes a snapshot (``Registry.export_state``, orjson, gzip) every ``interval_ms`` from a background
+writes a snapshot (``Registry.export_parts``, orjson, gzip) every ``interval_ms`` from a background
 thread, and once more when it stops cleanly; at start, before it serves and before its start-up sync
 from peers, it restores the snapshot (``Registry.restore_state``) and opens for traffic at once.
 
@@ -210,14 +210,11 @@ class SavedBlocks:
 
 
 def _add_blocks(pieces: list, blocks: Iterable[SavedBlock]) -> None:
-    first = True
-    for block in blocks:
-        if not block.items:
-            continue
-        if not first:
+    """The blocks (never empty) as the members of one JSON array's elements, commas between."""
+    for number, block in enumerate(blocks):
+        if number:
             pieces.append(_COMMA)
         pieces.append(block)
-        first = False
 
 
 def _members(pieces: list[bytes | SavedBlock]) -> bytes:
@@ -329,9 +326,10 @@ class WarmRestart:
         """Save a snapshot now; None when it failed (logged once per run of failures)."""
         with self._write_lock:
             try:
-                # The copy and the JSON here, in the serving thread, paced; gzip (and a file's write)
-                # through the runner, in a native thread under gevent; a Redis store's socket belongs
-                # to the event loop, which a native thread cannot use.
+                # The copy, and the blocks that changed (encoded and compressed), here in the serving
+                # thread, paced; the rest of the gzip (header, lease times) and a file's write through
+                # the runner, in a native thread under gevent; a Redis store's socket belongs to the
+                # event loop, which a native thread cannot use.
                 started = time.perf_counter()
                 now, pieces, leases = self._export()
                 data = self.runner(lambda: _members(pieces))

@@ -101,12 +101,12 @@ def send_one(
     now: Callable[[], datetime] = timezone.now,
 ) -> bool:
     """POST one delivery and record the outcome; False when the receiver gave no answer at all."""
+    import httpx  # loaded already by new_client (see there)
+
     subscription = delivery.subscription
     body = policy.encode(delivery.payload)
     headers = policy.headers(subscription.secret, int(time.time()), body, delivery.action, delivery.id)
     status_code: int | None = None
-    import httpx  # loaded already by new_client
-
     try:
         response = client.post(subscription.url, content=body, headers=headers)
         status_code = response.status_code
