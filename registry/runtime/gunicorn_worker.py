@@ -234,10 +234,6 @@ class _NextRequestWait:
 
     def __enter__(self):
         worker = self._worker
-        if not worker.alive:
-            raise StopIteration("the worker is stopping")
-        if worker.sweeper is None:
-            worker.sweeper = gevent.spawn(worker.sweep_waits)
         current = gevent.getcurrent()
         loop = worker.event_loop
         if loop is None:
@@ -251,6 +247,12 @@ class _NextRequestWait:
             # 16 connections: p50 0.3 ms, p99 ~40 ms). A timer expires only after a poll: the
             # connections whose requests came meanwhile are served first, one request each.
             gevent.sleep(FAIR_TURN_S)
+        # Checked after the turn, and with no switch before the wait is noted: a stop that began
+        # during the turn has ended the waits noted then, and would not see this one.
+        if not worker.alive:
+            raise StopIteration("the worker is stopping")
+        if worker.sweeper is None:
+            worker.sweeper = gevent.spawn(worker.sweep_waits)
         turns[current] = loop.iteration
         # A new float per wait: the sweeper tells this wait from the connection's next by identity.
         worker.waiting[current] = time.monotonic()

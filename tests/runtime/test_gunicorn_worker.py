@@ -419,3 +419,34 @@ def test_a_closed_connection_leaves_no_turn_behind(monkeypatch):
     assert greenlet.successful(), greenlet.exception
     worker.alive = False
     assert worker.turns == {}
+
+
+def test_a_stop_that_begins_while_a_connection_gives_its_turn_closes_that_connection(monkeypatch):
+    """The turn is a switch to the event loop: a stop can begin during it, and end the waits before
+    this connection's wait is noted. The connection then must not wait for its next request (the stop
+    would wait for it up to gunicorn's graceful timeout)."""
+    worker = fair_worker()
+    sleep = gevent.sleep
+
+    def stop_during_the_turn(seconds=0, *args, **kwargs):
+        if seconds == gunicorn_worker.FAIR_TURN_S:
+            worker.alive = False  # gunicorn's handle_exit
+            worker._end_waits()  # what the node's handle_exit starts, run before this greenlet resumes
+        return sleep(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(gevent, "sleep", stop_during_the_turn)
+
+    def eager():
+        with worker.timeout_ctx():
+            pass  # the first request was there: read without the loop polling
+        try:
+            with worker.timeout_ctx():
+                sleep(5)  # the client sends nothing more
+        except StopIteration:
+            return "closed"
+        return "ended"
+
+    greenlet = gevent.spawn(eager)
+    greenlet.join(3)
+    assert greenlet.ready(), "the connection still waits for a request after the stop began"
+    assert greenlet.value == "closed" and worker.waiting == {}
