@@ -27,7 +27,7 @@ from .changes import (
     ChangeLog,
     exported,
 )
-from .instances import DataCenterInfo, InstanceInfo, freeze
+from .instances import InstanceInfo, data_center_info, freeze, shared
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
 
 MINUTE_MS = 60_000
@@ -1154,6 +1154,23 @@ _TEXT_FIELDS = tuple(
     _INSTANCE_FIELDS.index(name)
     for name in ("instance_id", "app", "host_name", "ip_addr", "status", "overridden_status")
 )
+# Kept as shared strings, as a decoded registration keeps them (registry/instances.py, ``shared``).
+_SHARED_FIELDS = tuple(
+    _INSTANCE_FIELDS.index(name)
+    for name in (
+        "app",
+        "status",
+        "overridden_status",
+        "sid",
+        "app_group_name",
+        "vip_address",
+        "secure_vip_address",
+        "action_type",
+        "asg_name",
+    )
+)
+_HOST_NAME = _INSTANCE_FIELDS.index("host_name")
+_IP_ADDR = _INSTANCE_FIELDS.index("ip_addr")
 
 
 def instance_row(instance: InstanceInfo) -> list:
@@ -1189,8 +1206,12 @@ def _parse_lease(instance_fields: list[str], values: list, lease_values: list) -
         values = [record[name] if name in record else _saved_default(name) for name in _INSTANCE_FIELDS]
     for index in _TEXT_FIELDS:
         _text(values[index])
+    for index in _SHARED_FIELDS:
+        values[index] = shared(values[index])
+    if values[_IP_ADDR] == values[_HOST_NAME]:
+        values[_IP_ADDR] = values[_HOST_NAME]
     name, metadata = values[_DATA_CENTER] or ("MyOwn", {})
-    values[_DATA_CENTER] = DataCenterInfo(_text(name), freeze(_text_map(metadata)))
+    values[_DATA_CENTER] = data_center_info(_text(name), _text_map(metadata))
     values[_METADATA] = freeze(_text_map(values[_METADATA] or {}))
     instance = InstanceInfo(*values)
     duration_ms, registration_ts, last_renewal_ts, renewed, eviction_ts, service_up_ts = lease_values

@@ -7,6 +7,7 @@ without holding the lock and without seeing a half-applied change.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -75,8 +76,38 @@ class InstanceInfo:
         return self.secure_vip_address.split(",") if self.secure_vip_address else []
 
 
+# The values a fleet repeats from record to record (an app's name, its VIPs, statuses, metadata:
+# zones, versions, ports) are kept as one shared string each: a parsed body (JSON or XML) brings
+# new strings for every value, and a registry of 100,000 instances held ~55 MB of equal copies.
+# ``sys.intern`` lets go of a string no record holds any more. Host names, addresses and URLs
+# differ per instance and are kept as they come.
+
+
+def shared(text: str | None) -> str | None:
+    """The one string kept for this value (None stays None)."""
+    return sys.intern(text) if type(text) is str else text
+
+
 def freeze(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
-    """A read-only copy, so a stored record's metadata cannot change behind the lock's back."""
+    """A read-only copy, so a stored record's metadata cannot change behind the lock's back. Its keys
+    and values are the shared strings (a fleet's metadata repeats: zones, versions, ports)."""
     if not mapping:
         return _EMPTY
-    return MappingProxyType(dict(mapping))
+    intern = sys.intern
+    try:
+        return MappingProxyType({intern(key): intern(value) for key, value in mapping.items()})
+    except TypeError:  # a str subclass cannot be interned: kept as it is
+        return MappingProxyType(dict(mapping))
+
+
+# Data centers without metadata (every kind but Amazon): one object per kind for all records.
+_PLAIN_DATA_CENTERS = {name: DataCenterInfo(name) for name in c.DATA_CENTER_NAMES}
+
+
+def data_center_info(name: str, metadata: Mapping[str, str] | None = None) -> DataCenterInfo:
+    """A record's data center; the shared object for a known kind without metadata."""
+    if not metadata:
+        plain = _PLAIN_DATA_CENTERS.get(name)
+        if plain is not None:
+            return plain
+    return DataCenterInfo(name, freeze(metadata))

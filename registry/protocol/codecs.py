@@ -21,7 +21,7 @@ from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
 from registry import constants as c
 from registry.core import Snapshot
-from registry.instances import DataCenterInfo, InstanceInfo, freeze
+from registry.instances import DataCenterInfo, InstanceInfo, data_center_info, freeze, shared
 from registry.leases import LeaseView
 
 JSON = "json"
@@ -359,7 +359,7 @@ def parse_status(value: Any, what: str, default: str) -> str:
         return c.UNKNOWN
     if text not in c.STATUSES:
         raise BadInput(f"Unknown {what} {str(value)[:40]!r}: expected one of {', '.join(sorted(c.STATUSES))}")
-    return text
+    return shared(text)
 
 
 def _port(raw: Mapping[str, Any], key: str, default: int, default_enabled: bool) -> tuple[int, bool]:
@@ -433,7 +433,7 @@ def _data_center(value: Any) -> DataCenterInfo | None:
         meta = {k: v for k, v in _metadata(value.get("metadata"), "dataCenterInfo metadata").items() if v}
         return DataCenterInfo("Amazon", freeze(meta))
     # Readers only accept Netflix | Amazon | MyOwn; anything else a client made up is shown as MyOwn.
-    return DataCenterInfo(name if name in c.DATA_CENTER_NAMES else "MyOwn")
+    return data_center_info(name if name in c.DATA_CENTER_NAMES else "MyOwn")
 
 
 def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None) -> InstanceInfo:
@@ -464,7 +464,7 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
     app = _text(raw, "app")
     if _blank(app):
         raise BadInput("Missing appName")
-    app = app.strip().upper()
+    app = shared(app.strip().upper())
     if path_app is not None and path_app != app:
         raise BadInput(f"Mismatched appName, expecting {path_app} but was {app}")
     if data_center is None:
@@ -501,8 +501,9 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
         instance_id=instance_id,
         app=app,
         host_name=host_name,
-        ip_addr=ip_addr,
-        sid=sid if _present(sid) else c.DEFAULT_SID,
+        # Clients that register by address (Spring's prefer-ip-address) send it twice: kept once.
+        ip_addr=host_name if ip_addr == host_name else ip_addr,
+        sid=shared(sid) if _present(sid) else c.DEFAULT_SID,
         status=parse_status(raw.get("status"), "status", c.UP),
         overridden_status=parse_status(overridden, "overriddenStatus", c.UNKNOWN),
         port=port,
@@ -514,18 +515,18 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
         renewal_interval_secs=renewal if renewal > 0 else c.DEFAULT_RENEWAL_INTERVAL_SECS,
         duration_secs=duration if duration > 0 else c.DEFAULT_DURATION_SECS,
         metadata=freeze(metadata),
-        app_group_name=group.upper() if _present(group) else None,
+        app_group_name=shared(group.upper()) if _present(group) else None,
         home_page_url=_text(raw, "homePageUrl"),
         status_page_url=_text(raw, "statusPageUrl"),
         health_check_url=_text(raw, "healthCheckUrl"),
         secure_health_check_url=_text(raw, "secureHealthCheckUrl"),
-        vip_address=_text(raw, "vipAddress"),
-        secure_vip_address=_text(raw, "secureVipAddress"),
+        vip_address=shared(_text(raw, "vipAddress")),
+        secure_vip_address=shared(_text(raw, "secureVipAddress")),
         is_coordinating_discovery_server=_bool(coordinating, "isCoordinatingDiscoveryServer")
         if _present(coordinating)
         else False,
         last_updated_timestamp=now,
         last_dirty_timestamp=_int(dirty, "lastDirtyTimestamp", INT64) if _present(dirty) else now,
         action_type=None,
-        asg_name=_text(raw, "asgName"),
+        asg_name=shared(_text(raw, "asgName")),
     )

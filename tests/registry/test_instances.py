@@ -1,0 +1,93 @@
+"""Instance records keep one string for the values a fleet repeats (registry/instances.py).
+
+Each parsed body brings new strings; a registry of 100,000 instances held ~55 MB of equal copies of
+app names, VIPs, statuses and metadata. Equality, and so every byte served, is unchanged: these
+tests look at identity, which is what the sharing changes.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from registry import constants as c
+from registry.core import Registry, RegistryConfig
+from registry.instances import InstanceInfo, data_center_info
+from registry.protocol.codecs import JSON, XML, decode_instance
+from tests.factories import instance_body
+
+FAST = {
+    "expected_number_of_clients_sending_renews": 0,
+    "default_open_for_traffic_count": 0,
+    "expected_clients_move_only_above_zero": False,
+}
+
+
+def decoded(number: int, host: str | None = None) -> InstanceInfo:
+    body = instance_body(
+        app="orders",
+        host=host or f"10.0.0.{number}",
+        vip="orders-vip",
+        metadata={"zone": "zone-a", "version": "1.4.2", "management.port": "8081"},
+    )
+    body["instance"]["appGroupName"] = "shop"
+    body["instance"]["asgName"] = "orders-asg"
+    return decode_instance(orjson.dumps(body), JSON, 1_000, path_app="ORDERS")
+
+
+def test_records_from_separate_bodies_share_the_repeated_values():
+    first, second = decoded(1), decoded(2)
+    assert first == first.evolve() and first.app == "ORDERS"
+    for name in ("app", "status", "overridden_status", "vip_address", "secure_vip_address", "app_group_name"):
+        assert getattr(first, name) is getattr(second, name), name
+    assert first.asg_name is second.asg_name
+    for key, value in first.metadata.items():
+        (other_key, other_value) = next((k, v) for k, v in second.metadata.items() if k == key)
+        assert key is other_key and value is other_value, key
+    assert first.data_center_info is second.data_center_info
+    # What differs per instance is kept as it came.
+    assert first.host_name != second.host_name
+
+
+def test_an_address_sent_as_the_host_name_too_is_kept_once():
+    record = decoded(1)
+    assert record.ip_addr == record.host_name == "10.0.0.1"
+    assert record.ip_addr is record.host_name
+    named = decode_instance(
+        orjson.dumps(instance_body(app="ORDERS", host="orders-1.local", ipAddr="10.0.0.9")), JSON, 1_000
+    )
+    assert (named.host_name, named.ip_addr) == ("orders-1.local", "10.0.0.9")
+
+
+def test_an_xml_body_shares_them_too():
+    xml = (
+        "<instance><instanceId>{id}</instanceId><hostName>{id}</hostName><app>ORDERS</app>"
+        "<ipAddr>{id}</ipAddr><status>UP</status><vipAddress>orders-vip</vipAddress>"
+        '<dataCenterInfo class="com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo">'
+        "<name>MyOwn</name></dataCenterInfo><metadata><zone>zone-a</zone></metadata></instance>"
+    )
+    first = decode_instance(xml.format(id="10.0.0.1").encode(), XML, 1_000)
+    second = decode_instance(xml.format(id="10.0.0.2").encode(), XML, 1_000)
+    assert first.vip_address is second.vip_address and first.app is second.app
+    assert first.metadata["zone"] is second.metadata["zone"]
+    assert first.data_center_info is second.data_center_info
+
+
+def test_records_restored_from_a_snapshot_share_them_with_new_registrations():
+    before = Registry(RegistryConfig(**FAST), 1_000)
+    before.register(decoded(1), 1_000)
+    state = orjson.loads(orjson.dumps(before.export_state(2_000)))
+    after = Registry(RegistryConfig(**FAST), 3_000)
+    assert after.restore_state(state, 3_000) == 1
+    (restored,) = after.instances()[0][1]
+    fresh = decoded(2)
+    assert restored.app is fresh.app and restored.vip_address is fresh.vip_address
+    assert restored.metadata["zone"] is fresh.metadata["zone"]
+    assert restored.data_center_info is fresh.data_center_info
+
+
+def test_a_data_center_with_metadata_is_a_record_of_its_own():
+    amazon = data_center_info("Amazon", {"instance-id": "i-1"})
+    assert amazon.metadata == {"instance-id": "i-1"}
+    assert amazon is not data_center_info("Amazon", {"instance-id": "i-1"})
+    assert data_center_info("MyOwn") is data_center_info("MyOwn", {})
+    assert data_center_info("Netflix") is data_center_info("Netflix") and "Netflix" in c.DATA_CENTER_NAMES
