@@ -27,7 +27,7 @@ from .changes import (
     ChangeLog,
     exported,
 )
-from .instances import InstanceInfo, data_center_info, freeze, shared
+from .instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info, freeze, shared
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
 
 MINUTE_MS = 60_000
@@ -1155,20 +1155,7 @@ _TEXT_FIELDS = tuple(
     for name in ("instance_id", "app", "host_name", "ip_addr", "status", "overridden_status")
 )
 # Kept as shared strings, as a decoded registration keeps them (registry/instances.py, ``shared``).
-_SHARED_FIELDS = tuple(
-    _INSTANCE_FIELDS.index(name)
-    for name in (
-        "app",
-        "status",
-        "overridden_status",
-        "sid",
-        "app_group_name",
-        "vip_address",
-        "secure_vip_address",
-        "action_type",
-        "asg_name",
-    )
-)
+_SHARED_FIELDS = tuple(_INSTANCE_FIELDS.index(name) for name in SHARED_TEXT_FIELDS)
 _HOST_NAME = _INSTANCE_FIELDS.index("host_name")
 _IP_ADDR = _INSTANCE_FIELDS.index("ip_addr")
 

@@ -80,7 +80,19 @@ class InstanceInfo:
 # zones, versions, ports) are kept as one shared string each: a parsed body (JSON or XML) brings
 # new strings for every value, and a registry of 100,000 instances held ~55 MB of equal copies.
 # ``sys.intern`` lets go of a string no record holds any more. Host names, addresses and URLs
-# differ per instance and are kept as they come.
+# differ per instance and are kept as they come. Every path that builds a record from outside
+# (the codecs, a snapshot's restore) shares these fields; tests/registry/test_instances.py checks both.
+SHARED_TEXT_FIELDS = (
+    "app",
+    "status",
+    "overridden_status",
+    "sid",
+    "app_group_name",
+    "vip_address",
+    "secure_vip_address",
+    "action_type",
+    "asg_name",
+)
 
 
 def shared(text: str | None) -> str | None:

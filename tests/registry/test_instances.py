@@ -11,7 +11,7 @@ import orjson
 
 from registry import constants as c
 from registry.core import Registry, RegistryConfig
-from registry.instances import InstanceInfo, data_center_info
+from registry.instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info
 from registry.protocol.codecs import JSON, XML, decode_instance
 from tests.factories import instance_body
 
@@ -37,9 +37,8 @@ def decoded(number: int, host: str | None = None) -> InstanceInfo:
 def test_records_from_separate_bodies_share_the_repeated_values():
     first, second = decoded(1), decoded(2)
     assert first == first.evolve() and first.app == "ORDERS"
-    for name in ("app", "status", "overridden_status", "vip_address", "secure_vip_address", "app_group_name"):
+    for name in SHARED_TEXT_FIELDS:
         assert getattr(first, name) is getattr(second, name), name
-    assert first.asg_name is second.asg_name
     for key, value in first.metadata.items():
         (other_key, other_value) = next((k, v) for k, v in second.metadata.items() if k == key)
         assert key is other_key and value is other_value, key
@@ -72,17 +71,22 @@ def test_an_xml_body_shares_them_too():
     assert first.data_center_info is second.data_center_info
 
 
-def test_records_restored_from_a_snapshot_share_them_with_new_registrations():
+def test_records_restored_from_a_snapshot_share_them_with_each_other_and_new_registrations():
     before = Registry(RegistryConfig(**FAST), 1_000)
     before.register(decoded(1), 1_000)
+    before.register(decoded(2), 1_000)
     state = orjson.loads(orjson.dumps(before.export_state(2_000)))
     after = Registry(RegistryConfig(**FAST), 3_000)
-    assert after.restore_state(state, 3_000) == 1
-    (restored,) = after.instances()[0][1]
-    fresh = decoded(2)
-    assert restored.app is fresh.app and restored.vip_address is fresh.vip_address
-    assert restored.metadata["zone"] is fresh.metadata["zone"]
-    assert restored.data_center_info is fresh.data_center_info
+    assert after.restore_state(state, 3_000) == 2
+    (first, second) = after.instances()[0][1]
+    for name in SHARED_TEXT_FIELDS:
+        assert getattr(first, name) is not None, name
+        assert getattr(first, name) is getattr(second, name), name
+    assert first.ip_addr is first.host_name
+    fresh = decoded(3)
+    assert first.app is fresh.app and first.vip_address is fresh.vip_address
+    assert first.metadata["zone"] is fresh.metadata["zone"]
+    assert first.data_center_info is fresh.data_center_info
 
 
 def test_a_data_center_with_metadata_is_a_record_of_its_own():
