@@ -96,6 +96,8 @@ def post_worker_init(worker):
 
         set_offload(lambda function, data: gevent.get_hub().threadpool.apply(function, (data,)))
         set_pause(gevent_pause())
+        # Stalls of the loop, logged with the code that held it (registry/runtime/loop_watch.py).
+        node.start_loop_watch()
 
 
 def worker_exit(server, worker):

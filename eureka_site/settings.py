@@ -239,6 +239,9 @@ EUREKA = {
     # every lease; 0 switches it off.
     "gc_freeze_interval_ms": env_int("EUREKA_GC_FREEZE_INTERVAL_MS", 60_000, minimum=0),
     "gc_full_collection_interval_ms": env_int("EUREKA_GC_FULL_COLLECTION_INTERVAL_MS", 3_600_000, minimum=1),
+    # Under gevent, a loop turn later than this is logged with what held the loop and counted in
+    # /metrics (registry/runtime/loop_watch.py); 0 switches the watch off.
+    "loop_stall_threshold_ms": env_int("EUREKA_LOOP_STALL_THRESHOLD_MS", 100, minimum=0),
     # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
     # With REDIS_URL set, Celery beat drives the jobs and this thread only runs overdue ones.
     "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),

@@ -158,6 +158,29 @@ class NodeCollector(Collector):
         yield from self._access()
         yield from self._change_feed(node)
         yield from self._health_checks(node)
+        yield from self._loop_watch(node)
+
+    def _loop_watch(self, node: Node) -> Iterator[Metric]:
+        """Stalls of the serving event loop (registry/runtime/loop_watch.py), under gevent only."""
+        watch = node.loop_watch
+        if watch is None:
+            return
+        yield _counter(
+            "eureka_event_loop_stalls",
+            "Times the event loop turned later than EUREKA_LOOP_STALL_THRESHOLD_MS (each is logged "
+            "with the code that held it).",
+            watch.stalls,
+        )
+        yield _counter(
+            "eureka_event_loop_stalled_seconds",
+            "Seconds the event loop was held, summed over those stalls.",
+            watch.held_s_total,
+        )
+        yield _gauge(
+            "eureka_event_loop_longest_stall_seconds",
+            "The longest stall of the event loop since the node started.",
+            watch.longest_s,
+        )
 
     def _health_checks(self, node: Node) -> Iterator[Metric]:
         """Active health checks (registry/health/), only when EUREKA_HEALTH_CHECKS is on."""

@@ -26,6 +26,8 @@ from registry.protocol.payloads import PayloadBuilder
 from registry.runtime import memory
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
 from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
+from registry.runtime.loop_watch import THRESHOLD_MS as LOOP_STALL_THRESHOLD_MS
+from registry.runtime.loop_watch import LoopWatch, Stall, start_gevent_watch
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
@@ -105,6 +107,9 @@ class Node:
     # Webhooks (registry/webhooks/relay.py): change log -> delivery rows (-> sent, in embedded mode);
     # started with the serving process's scheduler. Typed loosely: it needs Django's models.
     webhooks: Any = None
+    # The event loop's watch (registry/runtime/loop_watch.py), under gevent only; None elsewhere.
+    loop_watch: LoopWatch | None = None
+    _stop_loop_watch: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:
@@ -237,7 +242,19 @@ class Node:
         if self.cluster is not None:
             self.cluster.start(listening)
 
+    def start_loop_watch(self) -> None:
+        """Under gevent, in the serving thread: log and count every stall of the event loop longer
+        than ``loop_stall_threshold_ms``, with the code that held it (0: no watch)."""
+        threshold_ms = int(self.options.get("loop_stall_threshold_ms", LOOP_STALL_THRESHOLD_MS))
+        if threshold_ms <= 0 or self.loop_watch is not None:
+            return
+        self.loop_watch = LoopWatch(threshold_ms / 1000)
+        self._stop_loop_watch = start_gevent_watch(self.loop_watch, _log_stall)
+
     def stop(self) -> None:
+        if self._stop_loop_watch is not None:
+            self._stop_loop_watch()
+            self._stop_loop_watch = None
         self.stop_scheduler()
         if self.cluster is not None:
             self.cluster.stop()
@@ -255,6 +272,19 @@ class Node:
             self.webhooks.stop()
             set_running(None)
             self.webhooks = None
+
+
+def _log_stall(stall: Stall) -> None:
+    logger.warning(
+        "%s",
+        stall.describe(),
+        extra={
+            "event": "loop_stall",
+            "held_ms": round(stall.held_s * 1000, 1),
+            "cpu_ms": round(stall.cpu_s * 1000, 1),
+            "major_faults": stall.major_faults,
+        },
+    )
 
 
 def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
