@@ -51,6 +51,7 @@ from pathlib import Path
 import httpx
 import orjson
 import psutil
+from node_db import node_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADGEN = ROOT / "bench" / "bin" / "loadgen"
@@ -215,13 +216,14 @@ def our_server(workdir: Path) -> Server:
     if "--no-control-socket" in help_text:
         command.append("--no-control-socket")
     # A data directory of its own per start (warm restart stays on, as deployed, but restores nothing
-    # of an earlier round); the database stays where make run keeps it.
+    # of an earlier round), with a migrated database in it (bench/node_db.py: on a database never
+    # migrated, the webhook relay's failures would be measured too).
     data_dir = workdir / f"ours-data-{port}"
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "EUREKA_DATA_DIR": str(data_dir),
-        "DATABASE_URL": os.environ.get("DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'db.sqlite3'}"),
+        "DATABASE_URL": os.environ.get("DATABASE_URL") or node_database_url(data_dir),
     }
     return Server("ours", command, ROOT, workdir / "ours.log", env=env, port=port)
 

@@ -40,13 +40,21 @@ class Usage:
     """The process's resource use at one moment (``resource.getrusage``)."""
 
     cpu_s: float
+    system_cpu_s: float
+    minor_faults: int
     major_faults: int
     involuntary_switches: int
 
 
 def process_usage() -> Usage:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return Usage(usage.ru_utime + usage.ru_stime, usage.ru_majflt, usage.ru_nivcsw)
+    return Usage(
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        system_cpu_s=usage.ru_stime,
+        minor_faults=usage.ru_minflt,
+        major_faults=usage.ru_majflt,
+        involuntary_switches=usage.ru_nivcsw,
+    )
 
 
 @dataclass
@@ -55,8 +63,11 @@ class Stall:
 
     # How late the beat came: how long the loop was held beyond the beat's own sleep.
     held_s: float
-    # Over the time from the beat before to this one (the beat's own sleep included).
+    # Over the time from the beat before to this one (the beat's own sleep included). System time and
+    # minor faults high: the kernel's work for us (fresh memory zeroed and mapped, pages compacted).
     cpu_s: float
+    system_cpu_s: float
+    minor_faults: int
     major_faults: int
     involuntary_switches: int
     # The watcher's longest gap between two looks during the stall: close to the stall itself when the
@@ -76,8 +87,9 @@ class Stall:
         where = " <- ".join(stack) if stack else "no sample (the watcher did not run during the stall)"
         return (
             f"event loop held: its beat came {self.held_s * 1000:.0f} ms late; "
-            f"process CPU {self.cpu_s * 1000:.0f} ms, "
-            f"{self.major_faults} major page faults, {self.involuntary_switches} involuntary context "
+            f"process CPU {self.cpu_s * 1000:.0f} ms (system {self.system_cpu_s * 1000:.0f} ms), "
+            f"{self.minor_faults} minor and {self.major_faults} major page faults, "
+            f"{self.involuntary_switches} involuntary context "
             f"switches, watcher's longest gap {self.watcher_gap_s * 1000:.0f} ms; "
             f"{count} of {len(self.samples)} samples in: {where}"
         )
@@ -147,6 +159,8 @@ class LoopWatch:
             stall = Stall(
                 held_s=held,
                 cpu_s=usage.cpu_s - before.cpu_s,
+                system_cpu_s=usage.system_cpu_s - before.system_cpu_s,
+                minor_faults=usage.minor_faults - before.minor_faults,
                 major_faults=usage.major_faults - before.major_faults,
                 involuntary_switches=usage.involuntary_switches - before.involuntary_switches,
                 # Up to now: a watcher stopped with the loop has not looked since, whichever runs first.

@@ -88,6 +88,8 @@ class WebhookRelay:
         self._reported_dropped = 0
         self._in_burst = False
         self._failing = False
+        # Whether the flusher's current step got an answer from the database (see _flush_step).
+        self._database_answered = False
         self._stop = threading.Event()
         self._wake_sender = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -107,6 +109,8 @@ class WebhookRelay:
         except Exception as exc:
             # The database may be unreachable (or not migrated) at start-up: the flusher keeps trying.
             logger.warning("could not load the webhook subscriptions yet: %s", policy.short_error(exc))
+            # Said once: the flusher logs again only once the database has answered.
+            self._failing = True
         finally:
             store.close_connection()
         self._unsubscribe = self.registry.subscribe_changes(self._listen)
@@ -158,6 +162,7 @@ class WebhookRelay:
         # Scheduled first: a database that is down is asked again a refresh interval later, not at once.
         self._next_reload = time.monotonic() + self.options["refresh_ms"] / 1000
         self.targets = store.enabled_targets()
+        self._database_answered = True
         self._active = bool(self.targets)
 
     def flush(self) -> int:
@@ -169,6 +174,7 @@ class WebhookRelay:
         if not changes or not self.targets:
             return 0
         created = store.enqueue(policy.matching(self.targets, changes), timezone.now())
+        self._database_answered = True
         self.queued += created
         if created:
             self.kick()
@@ -198,19 +204,26 @@ class WebhookRelay:
     def _flush_loop(self) -> None:
         interval = self.options["flush_ms"] / 1000
         while not self._stop.wait(interval):
-            try:
-                self.flush()
-            except Exception:
-                # The changes of this step are lost (the database is down): later ones still go.
-                if not self._failing:
-                    logger.exception("could not queue webhook deliveries (logged once until it works)")
-                self._failing = True
-            else:
-                if self._failing:
-                    logger.warning("webhook deliveries are queued again")
+            self._flush_step()
+
+    def _flush_step(self) -> None:
+        """One step of the flusher. A failure is logged once; recovery only when the database answers
+        again: most steps do not ask it (no change to queue, the subscriptions' reload not due yet),
+        and taking those for recovery logged the same failure again at each reload."""
+        self._database_answered = False
+        try:
+            self.flush()
+        except Exception:
+            # The changes of this step are lost (the database is down): later ones still go.
+            if not self._failing:
+                logger.exception("could not queue webhook deliveries (logged once until it works)")
+            self._failing = True
+        else:
+            if self._failing and self._database_answered:
+                logger.warning("webhook deliveries are queued again")
                 self._failing = False
-            finally:
-                store.close_connection()
+        finally:
+            store.close_connection()
 
     # -------------------------------------------------------------------------- delivery
 

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from registry.cache.redis_tier import RedisReadOnlyTier
+from registry.runtime.loop_watch import LoopWatch
 from registry.runtime.node import build_node, reset_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +51,8 @@ def fully_featured_node(eureka_options, clock):
         node.run_job(job, clock.now, "scheduler")
     # After the jobs: a scrape only pings the tier, the cache sync would publish to it.
     node.cache.read_only = RedisReadOnlyTier(AnsweringRedis(), "eureka", clock)
+    # A gevent node's loop watch (deploy/gunicorn.conf.py starts it with the worker).
+    node.loop_watch = LoopWatch()
     yield node
     reset_node(None)
 
@@ -96,5 +99,6 @@ def test_the_dashboards_panels_have_unique_ids_and_a_templated_data_source():
         "peer",
         "auth",
         "redis",
+        "event loop",
     ):
         assert subject in titles, subject

@@ -24,7 +24,9 @@ class FakeClock:
 
 class FakeUsage:
     def __init__(self) -> None:
-        self.current = Usage(cpu_s=5.0, major_faults=10, involuntary_switches=100)
+        self.current = Usage(
+            cpu_s=5.0, system_cpu_s=1.0, minor_faults=500, major_faults=10, involuntary_switches=100
+        )
 
     def __call__(self) -> Usage:
         return self.current
@@ -62,14 +64,17 @@ def test_a_stall_is_sampled_while_it_lasts_and_reported_by_the_next_beat():
         clock.now += watch.interval_s
         watch.look(stack_of("evict") if looks % 3 else stack_of("rebuild"))
         looks += 1
-    usage.current = Usage(cpu_s=5.45, major_faults=12, involuntary_switches=103)
+    usage.current = Usage(
+        5.45, system_cpu_s=1.25, minor_faults=900, major_faults=12, involuntary_switches=103
+    )
     clock.now = 1000.0 + watch.interval_s + 0.5
 
     stall = watch.beat()
 
     assert isinstance(stall, Stall)
     assert abs(stall.held_s - 0.5) < 1e-9
-    assert abs(stall.cpu_s - 0.45) < 1e-9
+    assert abs(stall.cpu_s - 0.45) < 1e-9 and abs(stall.system_cpu_s - 0.25) < 1e-9
+    assert stall.minor_faults == 400
     assert (stall.major_faults, stall.involuntary_switches) == (2, 3)
     assert abs(stall.watcher_gap_s - watch.interval_s) < 1e-9
     # Looks at 100 ms late and after: samples from the first look past the threshold to the last.
@@ -119,15 +124,18 @@ def test_the_description_names_the_numbers_and_the_commonest_stack():
     stall = Stall(
         held_s=0.812,
         cpu_s=0.79,
+        system_cpu_s=0.31,
+        minor_faults=24_000,
         major_faults=0,
         involuntary_switches=4,
         watcher_gap_s=0.03,
         samples=[("a.py:1 build", "b.py:2 sync"), ("a.py:1 build", "b.py:2 sync"), ("c.py:3 other",)],
     )
     line = stall.describe()
-    assert "812 ms late" in line and "process CPU 790 ms" in line and "0 major page faults" in line
+    assert "812 ms late" in line and "process CPU 790 ms (system 310 ms)" in line
+    assert "24000 minor and 0 major page faults" in line
     assert "2 of 3 samples in: a.py:1 build <- b.py:2 sync" in line
-    assert "no sample" in Stall(0.2, 0.0, 0, 0, 0.2).describe()
+    assert "no sample" in Stall(0.2, 0.0, 0.0, 0, 0, 0, 0.2).describe()
 
 
 def test_a_frame_stack_is_innermost_first_and_bounded():

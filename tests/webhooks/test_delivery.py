@@ -9,6 +9,7 @@ import logging
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from registry.changes import CANCELLED, REGISTERED, STATUS_CHANGED
@@ -96,6 +97,31 @@ def test_a_full_buffer_drops_the_oldest_and_says_so_once_per_burst(relay, caplog
     lines = [record.getMessage() for record in caplog.records]
     assert len([line for line in lines if "buffer full" in line]) == 1, lines
     assert any("3 changes dropped in all" in line for line in lines), lines
+
+
+def test_a_database_that_keeps_failing_is_logged_once_and_its_recovery_once(relay, caplog, monkeypatch):
+    """Steps in between that do not ask the database (no change, reload not due) are not a recovery."""
+    answers = {"up": False}
+
+    def enabled_targets():
+        if not answers["up"]:
+            raise OperationalError("no such table: registry_webhooksubscription")
+        return []
+
+    monkeypatch.setattr(store, "enabled_targets", enabled_targets)
+    with caplog.at_level(logging.WARNING, logger="registry.webhooks.relay"):
+        for _ in range(3):
+            relay._reload_soon()  # a reload due: it fails
+            relay._flush_step()
+            relay._flush_step()  # nothing due, nothing to queue: not a recovery
+        answers["up"] = True
+        relay._reload_soon()
+        relay._flush_step()
+        relay._flush_step()
+    lines = [record.getMessage() for record in caplog.records]
+    assert len([line for line in lines if "could not queue" in line]) == 1, lines
+    assert len([line for line in lines if "queued again" in line]) == 1, lines
+    assert "queued again" in lines[-1], lines
 
 
 def test_a_delivery_is_posted_signed_with_the_documented_headers(api, relay, receiver, http, config):
