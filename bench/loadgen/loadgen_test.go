@@ -149,3 +149,35 @@ func TestPhasesAgainstAFakeServer(t *testing.T) {
 		}
 	}
 }
+
+func TestSlowRequestsGroupIntoEpisodesByGap(t *testing.T) {
+	base := time.Date(2026, 12, 5, 14, 12, 10, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	slow := []slowRequest{
+		{at(5200), 80 * time.Millisecond},
+		{at(0), 60 * time.Millisecond},
+		{at(300), 270 * time.Millisecond},
+		{at(900), 55 * time.Millisecond},
+		{at(9000), 51 * time.Millisecond},
+	}
+	got := slowEpisodes(slow, time.Second, 10)
+	want := []string{
+		"14:12:10.000+900ms,n=3,max_ms=270.00",
+		"14:12:15.200+0ms,n=1,max_ms=80.00",
+		"14:12:19.000+0ms,n=1,max_ms=51.00",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d episodes %v, want %v", len(got), got, want)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("episode %d = %s, want %s", i, got[i], want[i])
+		}
+	}
+	if limited := slowEpisodes(slow, time.Second, 2); len(limited) != 2 || limited[1].count != 1 {
+		t.Errorf("limit 2: %v", limited)
+	}
+	if none := slowEpisodes(nil, time.Second, 10); len(none) != 0 {
+		t.Errorf("no slow request: %v", none)
+	}
+}

@@ -38,6 +38,7 @@ type options struct {
 	serverPIDs  []int
 	allowRemote bool
 	label       string
+	slowMs      float64
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -56,6 +57,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Uint64Var(&o.maxRequests, "max-requests", 5_000_000, "upper bound on requests in one phase")
 	fs.StringVar(&pids, "server-pid", "", "comma-separated pids of the server processes, to report their CPU use")
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow a base URL that is not on the loopback interface")
+	fs.Float64Var(&o.slowMs, "slow-ms", 50, "report when requests at least this slow happened (slow_episode lines; 0 = off)")
 	fs.StringVar(&o.label, "label", "", "name printed for the phase instead of the mode (not with -mode all)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -79,6 +81,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-warmup must be in [0, 600] seconds")
 	case o.concurrency < 1 || o.concurrency > 4096:
 		return nil, errors.New("-c must be in 1..4096")
+	case o.slowMs < 0:
+		return nil, errors.New("-slow-ms must be >= 0")
 	case o.rate < 0:
 		return nil, errors.New("-rate must be >= 0")
 	case o.timeout <= 0:
@@ -259,6 +263,7 @@ func runPhases(ctx context.Context, o *options, out io.Writer) int {
 		maxRequests: o.maxRequests,
 		rate:        o.rate,
 		timeout:     seconds(o.timeout),
+		slow:        time.Duration(o.slowMs * float64(time.Millisecond)),
 	}
 	status := 0
 	for _, phase := range phases {

@@ -76,6 +76,9 @@ func (r *result) write(out io.Writer, fetch bool) {
 			line("server_cpu_cores", strconv.FormatFloat(r.serverCPU.Seconds()/secs, 'f', 2, 64))
 		}
 	}
+	for _, e := range slowEpisodes(r.slow, time.Second, maxEpisodes) {
+		line("slow_episode", e.String())
+	}
 	for _, note := range r.notes {
 		metric, value, _ := strings.Cut(note, " ")
 		line(metric, value)
@@ -122,4 +125,43 @@ func serverCPU(pids []int) time.Duration {
 		return -1
 	}
 	return total
+}
+
+// maxEpisodes bounds the slow_episode lines of one phase (the longest-lasting are not chosen: the
+// first ones are, in time order; a phase with more has a problem that shows anyway).
+const maxEpisodes = 20
+
+// episode is a run of slow requests whose starts are less than a gap apart: one stall, as a
+// client saw it. Its wall-clock start lines it up with the server's log.
+type episode struct {
+	first, last time.Time
+	count       int
+	worst       time.Duration
+}
+
+func (e episode) String() string {
+	return fmt.Sprintf("%s+%sms,n=%d,max_ms=%s",
+		e.first.Format("15:04:05.000"), strconv.FormatInt(e.last.Sub(e.first).Milliseconds(), 10), e.count, ms(e.worst))
+}
+
+// slowEpisodes groups slow requests (any order) into episodes, in time order, at most limit.
+func slowEpisodes(slow []slowRequest, gap time.Duration, limit int) []episode {
+	sorted := append([]slowRequest(nil), slow...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].at.Before(sorted[j].at) })
+	var out []episode
+	for _, s := range sorted {
+		if n := len(out); n > 0 && s.at.Sub(out[n-1].last) < gap {
+			e := &out[n-1]
+			e.last, e.count = s.at, e.count+1
+			if s.latency > e.worst {
+				e.worst = s.latency
+			}
+			continue
+		}
+		if len(out) == limit {
+			break
+		}
+		out = append(out, episode{first: s.at, last: s.at, count: 1, worst: s.latency})
+	}
+	return out
 }

@@ -35,6 +35,14 @@ type plan struct {
 	// omission). rate == 0 sends as fast as the connections allow (closed loop).
 	rate    float64
 	timeout time.Duration
+	// Requests at least this slow are kept with their start time, for slowEpisodes (0: none kept).
+	slow time.Duration
+}
+
+// slowRequest is one recorded request at least plan.slow long, by its (scheduled) start.
+type slowRequest struct {
+	at      time.Time
+	latency time.Duration
 }
 
 // result is what one phase measured (only the recorded window, after warm-up).
@@ -49,6 +57,7 @@ type result struct {
 	clientCPU   time.Duration
 	serverCPU   time.Duration // -1 when no server pid was given
 	notes       []string      // extra "metric value" lines (payload inspection)
+	slow        []slowRequest
 }
 
 func (r *result) requests() uint64 { return uint64(len(r.latencies)) + r.transportErrors() }
@@ -72,6 +81,7 @@ func (r *result) errorCount() uint64 {
 }
 
 type workerStats struct {
+	slow      []slowRequest
 	latencies []time.Duration
 	ok        uint64
 	errors    map[string]uint64
@@ -190,6 +200,9 @@ func run(ctx context.Context, w workload, p plan, serverPIDs []int) *result {
 					ws.bodyBytes += uint64(n)
 					ws.latencies = append(ws.latencies, done.Sub(begin))
 				}
+				if latency := done.Sub(begin); err == nil && p.slow > 0 && latency >= p.slow {
+					ws.slow = append(ws.slow, slowRequest{begin, latency})
+				}
 			}
 		}()
 	}
@@ -199,6 +212,7 @@ func run(ctx context.Context, w workload, p plan, serverPIDs []int) *result {
 	last := measureFrom
 	for _, ws := range stats {
 		r.latencies = append(r.latencies, ws.latencies...)
+		r.slow = append(r.slow, ws.slow...)
 		r.ok += ws.ok
 		r.bodyBytes += ws.bodyBytes
 		for k, v := range ws.errors {
