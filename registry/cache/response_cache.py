@@ -17,6 +17,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from registry.cache.pacing import PACER
 
@@ -51,12 +52,18 @@ class Payload:
     its gzip copy is made; should a client then ask for them, they are decompressed once and kept.
     """
 
-    __slots__ = ("_body", "built_at", "_gzipped", "_lock", "keep_plain")
+    __slots__ = ("_body", "_pieces", "built_at", "_gzipped", "_lock", "keep_plain")
 
     def __init__(
-        self, body: bytes | None, built_at: int, gzipped: bytes | None = None, keep_plain: bool = True
+        self,
+        body: bytes | Pieces | None,
+        built_at: int,
+        gzipped: bytes | None = None,
+        keep_plain: bool = True,
     ):
-        self._body = body
+        # A payload built as pieces is joined only when its uncompressed bytes are asked for.
+        self._pieces = body if isinstance(body, Pieces) else None
+        self._body = None if self._pieces is not None else body
         self.built_at = built_at
         self._gzipped = gzipped
         self._lock = threading.Lock()
@@ -64,16 +71,19 @@ class Payload:
 
     @property
     def found(self) -> bool:
-        return self._body is not None or self._gzipped is not None
+        return self._body is not None or self._gzipped is not None or self._pieces is not None
 
     @property
     def body(self) -> bytes | None:
         body = self._body
-        if body is None and self._gzipped is not None:
+        if body is None and (self._pieces is not None or self._gzipped is not None):
             with self._lock:
                 if self._body is None:
                     self.keep_plain = True
-                    self._body = _offload[0](gzip.decompress, self._gzipped)
+                    if self._pieces is not None:
+                        self._body = _offload[0](Pieces.join, self._pieces)
+                    else:
+                        self._body = _offload[0](gzip.decompress, self._gzipped)
                 body = self._body
         return body
 
@@ -86,9 +96,10 @@ class Payload:
         if self._gzipped is None:
             with self._lock:
                 if self._gzipped is None:
-                    self._gzipped = _offload[0](compress, self._body or b"")
-                    if not self.keep_plain and len(self._body or b"") >= PLAIN_KEEP_BYTES:
-                        self._body = None
+                    source = self._pieces if self._pieces is not None else self._body or b""
+                    self._gzipped = _offload[0](compress, source)
+                    if not self.keep_plain and len(source) >= PLAIN_KEEP_BYTES:
+                        self._body = self._pieces = None
         return self._gzipped
 
 
@@ -99,12 +110,34 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"
 _FINAL_EMPTY_BLOCK = b"\x03\x00"
 
 
-class Joined(bytes):
-    """Payload bytes joined from pieces. ``chunks()`` gives each piece as a deflate chunk
-    (``deflate_chunk``), reusing those of pieces that did not change, so that gzipping a registry
-    after one application changed compresses that application, not the registry."""
+class Pieces:
+    """A payload as the pieces it is assembled from (``GET apps``: head, application fragments, tail),
+    not joined yet. At 100,000 instances joining is ~100 MB of fresh memory to copy into, 100-130 ms
+    (most of it the kernel mapping the pages) that the event loop would wait for, and most clients
+    never need it: they are sent the gzip copy, which ``chunks()`` makes from each piece's deflate
+    chunk (``deflate_chunk``), reusing those of pieces that did not change, so that gzipping a registry
+    after one application changed compresses that application, not the registry. ``join()`` runs
+    where the payload's uncompressed bytes are first asked for, through the offload (under gevent a
+    native thread: the copy releases the GIL)."""
 
-    chunks: Callable[[], list[bytes]]
+    __slots__ = ("pieces", "chunks", "_length")
+
+    def __init__(self, pieces: list[bytes], chunks: Callable[[], list[bytes]]):
+        self.pieces = pieces
+        self.chunks = chunks
+        self._length = sum(map(len, pieces))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def join(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def crc32(self) -> int:
+        crc = 0
+        for piece in self.pieces:
+            crc = zlib.crc32(piece, crc)
+        return crc
 
 
 # Deflate looks back this far for repeats: a chunk primed with the last this-many bytes before it
@@ -124,23 +157,22 @@ def deflate_chunk(data: bytes, primer: bytes = b"") -> bytes:
     return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
 
 
-def compress(data: bytes) -> bytes:
-    """One gzip member of ``data``: from its pieces' chunks when it has them, else compressed whole."""
-    chunks = getattr(data, "chunks", None)
-    if chunks is None:
+def compress(data: bytes | Pieces) -> bytes:
+    """One gzip member of ``data``: from its pieces' chunks when it is in pieces, else compressed whole."""
+    if not isinstance(data, Pieces):
         return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
-    return b"".join((_GZIP_HEADER, *chunks(), _FINAL_EMPTY_BLOCK, trailer))
+    trailer = struct.pack("<II", data.crc32(), len(data) & 0xFFFFFFFF)
+    return b"".join((_GZIP_HEADER, *data.chunks(), _FINAL_EMPTY_BLOCK, trailer))
 
 
 # How payloads are gzipped and gunzipped: ``run(function, data)``. Under gevent the server replaces it
 # with one that runs the function in a native thread (zlib releases the GIL): gzipping a 7 MB registry
 # then no longer holds the event loop, and heartbeats are answered meanwhile (deploy/gunicorn.conf.py,
 # post_worker_init).
-Offload = Callable[[Callable[[bytes], bytes], bytes], bytes]
+Offload = Callable[[Callable[[Any], bytes], Any], bytes]
 
 
-def run_here(function: Callable[[bytes], bytes], data: bytes) -> bytes:
+def run_here(function: Callable[[Any], bytes], data: Any) -> bytes:
     return function(data)
 
 
@@ -151,7 +183,7 @@ def set_offload(run: Offload) -> None:
     _offload[0] = run
 
 
-Builder = Callable[[CacheKey], "bytes | None"]
+Builder = Callable[[CacheKey], "bytes | Pieces | None"]
 
 
 @dataclass(slots=True)

@@ -302,7 +302,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
     registry.pause = PACER.tick
     builder = PayloadBuilder(registry, clock, expire_ms)
     cache = ResponseCache(
-        builder.build,
+        builder.assemble,
         expire_ms=expire_ms,
         use_read_only=bool(options["use_read_only_response_cache"]),
         read_only=_read_only_tier(options, clock),

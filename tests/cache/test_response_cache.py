@@ -161,6 +161,48 @@ def test_payloads_are_gzipped_and_gunzipped_by_the_configured_offload_once():
     assert response_cache._offload[0] is run_here
 
 
+def test_a_payload_in_pieces_is_gzipped_from_its_chunks_and_joined_only_when_asked_for_plain():
+    from registry.cache import response_cache
+    from registry.cache.response_cache import PLAIN_KEEP_BYTES, Payload, Pieces, run_here, set_offload
+
+    calls = []
+
+    def recording(function, data) -> bytes:
+        calls.append(function.__name__)
+        return function(data)
+
+    parts = [b'{"applications":[', b'{"name":"A"}', b",", b'{"name":"B"}', b"]}"]
+    chunk_calls = []
+
+    def chunks() -> list[bytes]:
+        chunk_calls.append(1)
+        return [response_cache.deflate_chunk(part) for part in parts]
+
+    set_offload(recording)
+    try:
+        payload = Payload(Pieces(parts, chunks), 0)
+        assert payload.found and not payload.holds_plain
+        assert gzip.decompress(payload.gzipped()) == b"".join(parts)
+        assert (calls, chunk_calls) == (["compress"], [1]), "gzipped from the chunks, in the offload"
+        assert not payload.holds_plain, "nothing joined for a gzip reader"
+        assert payload.body == b"".join(parts) and payload.holds_plain
+        assert payload.body is payload.body, "joined once, then kept"
+        assert calls == ["compress", "join"], "joined in the offload"
+
+        # A large one nobody reads plain keeps only its gzip copy, as a joined payload does.
+        calls.clear()
+        big = [b"<application>" * (PLAIN_KEEP_BYTES // 20)] * 2
+        large = Payload(
+            Pieces(big, lambda: [response_cache.deflate_chunk(part) for part in big]), 0, keep_plain=False
+        )
+        large.gzipped()
+        assert not large.holds_plain and large._pieces is None
+        assert large.body == b"".join(big)
+        assert calls == ["compress", "decompress"]
+    finally:
+        set_offload(run_here)
+
+
 def large_payload_cache():
     from registry.cache.response_cache import PLAIN_KEEP_BYTES
 

@@ -262,8 +262,11 @@ def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_uncha
     monkeypatch.setattr(payloads, "CHUNK_TARGET_BYTES", 8_000)
     clock, registry, builder = populated(seed=8, instances=120)
     key = CacheKey(APPS, "", fmt)
-    body = builder.build(key)
-    zipped = response_cache.compress(body)
+    assembled = builder.assemble(key)
+    assert isinstance(assembled, response_cache.Pieces), "GET apps is left in pieces for the cache"
+    body = assembled.join()
+    assert body == builder.build(key) == build_payload(registry, key) and len(assembled) == len(body)
+    zipped = response_cache.compress(assembled)
     assert gzip.decompress(zipped) == body
     assert zipped[:10] == gzip.compress(b"", 6, mtime=0)[:10], "the same header as a whole gzip"
     runs = payloads._runs([builder.fragment(app, fmt, False) for app in registry.app_names()])
@@ -273,8 +276,8 @@ def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_uncha
 
     app, instances = registry.instances()[0]
     registry.update_metadata(app, instances[0].instance_id, {"build": "9"}, clock.advance(1))
-    changed = builder.build(key)
-    assert gzip.decompress(response_cache.compress(changed)) == changed == build_payload(registry, key)
+    changed = builder.assemble(key)
+    assert gzip.decompress(response_cache.compress(changed)) == changed.join() == build_payload(registry, key)
     first_run = next(n for n, run in enumerate(runs) if any(f.app == app for f in run))
     again = 2 if first_run < len(runs) - 1 else 1
     assert chunks.deflated_runs == len(runs) + again, "the changed run, and the next (primed with its end)"
@@ -300,9 +303,9 @@ def test_primed_chunks_cost_almost_nothing_in_size_and_are_compressed_again_only
     cache = _ChunkCache()
 
     def gzipped(parts: list[Fragment]) -> tuple[bytes, bytes]:
-        body = payloads.Joined(b"[" + b",".join(f.body for f in parts) + b"]")
-        body.chunks = lambda: cache.chunks(b"[", parts, b",", b"]")
-        return body, response_cache.compress(body)
+        pieces = [b"[", b",".join(f.body for f in parts), b"]"]
+        body = response_cache.Pieces(pieces, lambda: cache.chunks(b"[", parts, b",", b"]"))
+        return body.join(), response_cache.compress(body)
 
     # Three applications of 10 KB repeating one another: only chunks that refer back into the one
     # before them get the gzip down to about one application's size, as one stream does.
