@@ -42,6 +42,9 @@ func (r *result) write(out io.Writer, fetch bool) {
 	if secs > 0 {
 		rate = float64(r.requests()) / secs
 	}
+	if !r.started.IsZero() {
+		line("started", r.started.Format("15:04:05.000"))
+	}
 	line("requests", strconv.FormatUint(r.requests(), 10))
 	line("req/s", strconv.FormatFloat(rate, 'f', 1, 64))
 	line("p50_ms", ms(percentile(r.latencies, 0.50)))

@@ -58,6 +58,7 @@ type result struct {
 	serverCPU   time.Duration // -1 when no server pid was given
 	notes       []string      // extra "metric value" lines (payload inspection)
 	slow        []slowRequest
+	started     time.Time // when the phase began (its warm-up included), to line it up with a server's log
 }
 
 func (r *result) requests() uint64 { return uint64(len(r.latencies)) + r.transportErrors() }
@@ -208,7 +209,7 @@ func run(ctx context.Context, w workload, p plan, serverPIDs []int) *result {
 	}
 	wg.Wait()
 
-	r := &result{name: w.name, errors: map[string]uint64{}, serverCPU: -1}
+	r := &result{name: w.name, errors: map[string]uint64{}, serverCPU: -1, started: start}
 	last := measureFrom
 	for _, ws := range stats {
 		r.latencies = append(r.latencies, ws.latencies...)

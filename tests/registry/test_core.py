@@ -397,6 +397,31 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
     assert not {("ORDERS", "host0:orders:8080"), ("ORDERS", "host1:orders:8080")} & set(run.evicted)
 
 
+def test_a_snapshot_export_reads_lease_times_with_the_lock_free_and_turns_for_others(monkeypatch):
+    import registry.core as core
+
+    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
+    registry, _ = make_registry()
+    fill(registry, 10, T0)
+    renewed_at = T0 + 10 * SEC
+    turns = []
+
+    def heartbeat_meanwhile():
+        # A heartbeat the event loop serves between two steps: it needs the lock, so the lock is free.
+        assert not registry._lock.locked(), "the export holds the registry's lock across a turn"
+        turns.append(registry.renew("ORDERS", "host9:orders:8080", renewed_at))
+
+    registry.pause = heartbeat_meanwhile
+    parts = registry.export_parts(T0 + 5 * SEC)
+    assert len(turns) == 4, "10 leases, a turn every 3"
+    assert [app for app, _ in parts.records] == ["ORDERS"]
+    assert len(parts.records[0][1]) == len(parts.lease_times) == 10
+    # Records and times stay in the same order; a lease renewed after the lock is saved with that
+    # renewal (host9 is the last one listed, read after the first turn).
+    last = parts.records[0][1][-1]
+    assert last.instance_id == "host9:orders:8080" and parts.lease_times[-1][2] == renewed_at
+
+
 def test_evicted_leases_lose_override_and_show_deleted_in_delta():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 1, T0)

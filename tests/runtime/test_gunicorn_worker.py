@@ -450,3 +450,41 @@ def test_a_stop_that_begins_while_a_connection_gives_its_turn_closes_that_connec
     greenlet.join(3)
     assert greenlet.ready(), "the connection still waits for a request after the stop began"
     assert greenlet.value == "closed" and worker.waiting == {}
+
+
+class RecordingSocket:
+    def __init__(self):
+        self.calls: list[tuple[str, int]] = []
+        self.received = bytearray()
+
+    def send(self, data) -> int:
+        self.calls.append(("send", len(data)))
+        self.received += data
+        return len(data)
+
+    def sendall(self, data) -> None:
+        self.calls.append(("sendall", len(data)))
+        self.received += data
+
+
+def test_a_large_body_is_sent_in_slices_with_a_turn_for_the_loop_between_them(monkeypatch):
+    from registry.cache.pacing import PACER
+
+    turns = []
+    monkeypatch.setattr(PACER, "pause", lambda: turns.append(1))
+    monkeypatch.setattr(PACER, "slice_s", 0.0)  # every slice's time is used up: each tick pauses
+    body = bytes(range(256)) * (gunicorn_worker.SEND_SLICE * 3 // 256 + 10)
+    sock = RecordingSocket()
+    gunicorn_worker.write_small_at_once(sock, body)
+    assert bytes(sock.received) == body
+    slice_ = gunicorn_worker.SEND_SLICE
+    assert sock.calls == [("sendall", slice_)] * 3 + [("sendall", len(body) - 3 * slice_)]
+    assert len(turns) == 4
+
+    # A small body is one send, a middle-sized one one sendall: no turn.
+    turns.clear()
+    for size, calls in ((100, [("send", 100)]), (slice_, [("sendall", slice_)])):
+        sock = RecordingSocket()
+        gunicorn_worker.write_small_at_once(sock, b"x" * size)
+        assert sock.calls == calls and bytes(sock.received) == b"x" * size
+    assert turns == []
