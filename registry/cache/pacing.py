@@ -65,21 +65,43 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 
 # ``gevent.sleep(0)`` is not enough: it only queues the greenlet behind the loop's callbacks, and the
 # loop runs up to 50 callbacks before it polls its sockets again, so a build that pauses every 5 ms
-# would run ~250 ms between two polls. A timer, however short, expires only after a poll.
-GEVENT_PAUSE_S = 0.000_01
+# would run ~250 ms between two polls. One turn of the loop (a short timer, which expires only after a
+# poll) is not enough either: the node's worker serves each connection one request per turn
+# (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
+# turn 16 connections got at most 16 requests per ~9 ms, ~1,800/s, and heartbeats arriving at
+# 3,000/s queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded
+# (bench/README.md, "the loop watch at 100,000"). So a paused build resumes once a turn of the loop
+# finds nothing ready (libev's idle watcher: every request that came meanwhile has been served), and
+# after PAUSE_MAX_S at the latest, so that under more load than the node can serve builds still move.
+PAUSE_MAX_S = 0.05
 
 
-def gevent_pause() -> Callable[[], None]:
-    """The pause for a gevent server: a turn of the event loop, in the serving thread only (a build
-    in a native thread is preempted by the interpreter and must not touch the loop)."""
+def gevent_pause(max_wait_s: float = PAUSE_MAX_S) -> Callable[[], None]:
+    """The pause for a gevent server: wait for an idle turn of the event loop (or ``max_wait_s``), in
+    the serving thread only (a build in a native thread is preempted by the interpreter and must not
+    touch the loop)."""
     import gevent
+    from gevent.hub import Waiter
     from gevent.monkey import get_original
 
     thread_ident = get_original("_thread", "get_ident")
     serving_thread = thread_ident()
+    loop = gevent.get_hub().loop
 
     def pause() -> None:
-        if thread_ident() == serving_thread:
-            gevent.sleep(GEVENT_PAUSE_S)
+        if thread_ident() != serving_thread:
+            return
+        waiter = Waiter()
+        idle = loop.idle()
+        timer = loop.timer(max_wait_s)
+        idle.start(waiter.switch, None)
+        timer.start(waiter.switch, None)
+        try:
+            waiter.get()
+        finally:
+            idle.stop()
+            timer.stop()
+            idle.close()
+            timer.close()
 
     return pause

@@ -60,8 +60,8 @@ from gunicorn.workers.ggevent import GeventWorker
 DRAIN_BYTES = 64 * 1024
 DRAIN_SECONDS = 2.0
 # How long a connection served twice within one turn of the event loop yields: any timer makes the
-# loop poll its sockets before it expires (the payload builds' pause is the same timer, for the same
-# reason: registry/cache/pacing.py, GEVENT_PAUSE_S; this module imports nothing of the project).
+# loop poll its sockets before it expires (the payload builds' pause waits longer still, for an idle
+# turn: registry/cache/pacing.py; this module imports nothing of the project at load).
 FAIR_TURN_S = 0.000_01
 _READ_STEP = 8192
 
@@ -156,10 +156,11 @@ class HttpDatePerSecond:
 
 # One send takes a response this small whole, as a rule (the socket's send buffer is far larger).
 SMALL_WRITE = 64 * 1024
-# A larger body goes in slices this big, with a turn for the event loop between them once the pacer's
-# slice is used up (registry/cache/pacing.py): a single send of a 5 MB registry into a loopback
-# socket's buffer is 20-30 ms of kernel copying, during which every heartbeat waits (measured with
-# the loop watch at 100,000 instances, full fetches running).
+# A larger body goes in slices this big, with one turn of the event loop between them: a single send
+# of a 5 MB registry into a loopback socket's buffer is 20-30 ms of kernel copying, during which every
+# heartbeat waits (measured with the loop watch at 100,000 instances, full fetches running). One
+# turn, not the builds' pause (registry/cache/pacing.py), which waits for an idle loop: a body being
+# sent is a request being served, not background work.
 SEND_SLICE = 256 * 1024
 
 
@@ -173,10 +174,13 @@ def write_small_at_once(sock, data, chunked=False):
         # Imported here: the master loads this module before it forks, and loads nothing of the project.
         from registry.cache.pacing import PACER
 
+        # A pause is set only where the event loop serves (gevent); another worker class just sends.
+        turns = PACER.pause is not None
         view = memoryview(data)
         for start in range(0, len(view), SEND_SLICE):
+            if start and turns:
+                gevent.sleep(FAIR_TURN_S)
             sock.sendall(view[start : start + SEND_SLICE])
-            PACER.tick()
         return
     if not data:  # an empty body: nothing to send (gunicorn's sendall makes no call either)
         return

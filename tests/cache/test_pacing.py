@@ -1,9 +1,10 @@
 """Long payload builds pause for the event loop (registry/cache/pacing.py): when, what a pause may see
-happen, and what it costs the build's measured time. Fake clocks; one test runs a real gevent hub."""
+happen, and what it costs the build's measured time. Fake clocks; three tests run a real gevent hub."""
 
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -155,3 +156,40 @@ def test_under_gevent_a_paused_build_lets_ready_greenlets_run_before_it_finishes
         PACER.slice_s = pacing.SLICE_MS / 1000
         set_pause(None)
     assert order == ["heartbeat", "build done"]
+
+
+def test_under_gevent_a_pause_lasts_until_every_ready_greenlet_has_run_its_course():
+    """Not one turn of the loop: the worker serves a connection once per turn, so a build resuming
+    after every turn would take a slice of each and leave heartbeats queueing."""
+    gevent = pytest.importorskip("gevent")
+    finished: list[int] = []
+
+    def connection(number: int) -> None:
+        for _ in range(10):  # ten requests, one per turn of the loop
+            gevent.sleep(0)
+        finished.append(number)
+
+    pause = gevent_pause()
+    connections = [gevent.spawn(connection, number) for number in range(20)]
+    build = gevent.spawn(lambda: (pause(), len(finished))[1])
+    assert build.get(timeout=5) == 20, "the build resumed while connections still had requests"
+    gevent.joinall(connections)
+
+
+def test_under_gevent_a_pause_ends_after_its_longest_wait_however_busy_the_loop():
+    gevent = pytest.importorskip("gevent")
+    busy = [True]
+
+    def spinner() -> None:
+        while busy[0]:
+            gevent.sleep(0)  # always something ready: the loop is never idle
+
+    spinning = gevent.spawn(spinner)
+    pause = gevent_pause(max_wait_s=0.02)
+    started = time.perf_counter()
+    try:
+        gevent.spawn(pause).get(timeout=5)
+    finally:
+        busy[0] = False
+        spinning.join()
+    assert 0.015 <= time.perf_counter() - started < 1.0

@@ -467,19 +467,26 @@ class RecordingSocket:
         self.received += data
 
 
-def test_a_large_body_is_sent_in_slices_with_a_turn_for_the_loop_between_them(monkeypatch):
+def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(monkeypatch):
     from registry.cache.pacing import PACER
 
     turns = []
-    monkeypatch.setattr(PACER, "pause", lambda: turns.append(1))
-    monkeypatch.setattr(PACER, "slice_s", 0.0)  # every slice's time is used up: each tick pauses
+    monkeypatch.setattr(PACER, "pause", lambda: None)  # set where the event loop serves
+    monkeypatch.setattr(gunicorn_worker.gevent, "sleep", lambda seconds: turns.append(seconds))
     body = bytes(range(256)) * (gunicorn_worker.SEND_SLICE * 3 // 256 + 10)
     sock = RecordingSocket()
     gunicorn_worker.write_small_at_once(sock, body)
     assert bytes(sock.received) == body
     slice_ = gunicorn_worker.SEND_SLICE
     assert sock.calls == [("sendall", slice_)] * 3 + [("sendall", len(body) - 3 * slice_)]
-    assert len(turns) == 4
+    assert turns == [gunicorn_worker.FAIR_TURN_S] * 3, "a turn between two slices"
+
+    # Without an event loop serving (another worker class), the slices follow one another.
+    monkeypatch.setattr(PACER, "pause", None)
+    turns.clear()
+    sock = RecordingSocket()
+    gunicorn_worker.write_small_at_once(sock, body)
+    assert bytes(sock.received) == body and len(sock.calls) == 4 and turns == []
 
     # A small body is one send, a middle-sized one one sendall: no turn.
     turns.clear()
