@@ -472,6 +472,7 @@ def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(mon
 
     turns = []
     monkeypatch.setattr(PACER, "pause", lambda: None)  # set where the event loop serves
+    monkeypatch.setattr(PACER, "slice_s", 0.0)  # every slice's time is used up: a turn each time
     monkeypatch.setattr(gunicorn_worker.gevent, "sleep", lambda seconds: turns.append(seconds))
     body = bytes(range(256)) * (gunicorn_worker.SEND_SLICE * 3 // 256 + 10)
     sock = RecordingSocket()
@@ -479,7 +480,14 @@ def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(mon
     assert bytes(sock.received) == body
     slice_ = gunicorn_worker.SEND_SLICE
     assert sock.calls == [("sendall", slice_)] * 3 + [("sendall", len(body) - 3 * slice_)]
-    assert turns == [gunicorn_worker.FAIR_TURN_S] * 3, "a turn between two slices"
+    assert turns == [gunicorn_worker.FAIR_TURN_S] * 3, "a turn between two slices once the time is used up"
+
+    # Within the pacer's slice of time, slices follow one another without a turn.
+    monkeypatch.setattr(PACER, "slice_s", 60.0)
+    turns.clear()
+    sock = RecordingSocket()
+    gunicorn_worker.write_small_at_once(sock, body)
+    assert bytes(sock.received) == body and len(sock.calls) == 4 and turns == []
 
     # Without an event loop serving (another worker class), the slices follow one another.
     monkeypatch.setattr(PACER, "pause", None)
