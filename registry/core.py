@@ -894,7 +894,7 @@ class Registry:
         per application (a few milliseconds at 100,000 instances), not for the encoding: the
         snapshot writer encodes them afterwards, reusing what it encoded of records and entries it
         has seen (registry/runtime/snapshots.py). Each lease's record and times are read after the
-        lock, a turn for the event loop between applications: reading them under it held every
+        lock, a turn for the event loop every EVICTION_SCAN_STEP leases: reading them under it held every
         heartbeat for 75-90 ms at 100,000 instances, every snapshot. So a lease renewed meanwhile is
         saved with that renewal, which is newer than ``saved_at``, and as true; the set of leases
         and the change log are as of the lock."""

@@ -9,10 +9,11 @@ watches itself:
 - a native thread (not a greenlet: it has to run while the loop is held) *looks* as often, and while
   the next beat is more than ``threshold_s`` late it samples the serving thread's stack — the code
   that holds the loop;
-- the first beat after a stall reports it (``Stall``): how late it came, the process's CPU
-  time, major page faults and involuntary context switches over that time (CPU close to the duration:
-  our code computed; CPU far below it: the process was not running or waited in the kernel, e.g. the
-  machine was busy or memory was paged in), and the stacks sampled.
+- the first beat after a stall reports it (``Stall``): how late it came, the process's CPU and
+  system time, minor and major page faults and involuntary context switches over that time (CPU
+  close to the duration: the process computed, in our code or in the kernel for it; CPU far below
+  it: the process was not running or waited, e.g. the machine was busy or memory was paged in), the
+  watcher's longest gap, and the stacks sampled.
 
 A stack sample costs the watcher a few microseconds; nothing is sampled while the loop beats.
 """

@@ -109,7 +109,7 @@ class Node:
     webhooks: Any = None
     # The event loop's watch (registry/runtime/loop_watch.py), under gevent only; None elsewhere.
     loop_watch: LoopWatch | None = None
-    _stop_loop_watch: Callable[[], None] | None = None
+    _stop_loop_watch: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:
