@@ -28,7 +28,7 @@ from .changes import (
     exported,
 )
 from .instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info, freeze, shared
-from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
+from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among, views_of
 
 MINUTE_MS = 60_000
 
@@ -1010,19 +1010,43 @@ class Registry:
 
     def delta_parts(self, known: Mapping[str, int]) -> DeltaParts:
         """The delta as ``snapshot_delta`` gives it, but with instances only for the apps whose part
-        changed since the versions in ``known`` (app -> version): one lock, one consistent delta."""
-        timing = self.config.eureka_timing
+        changed since the versions in ``known`` (app -> version): one lock, one consistent delta.
+
+        Under the lock each changed lease is listed with its record, which is what the hashcode
+        counts (a status change replaces the record, so a record read later could disagree with
+        it). Its times are read after the lock, a turn for the event loop every EVICTION_SCAN_STEP
+        leases: building every view under it held every heartbeat for 120-150 ms once a fleet of
+        100,000 had registered (the whole fleet is in the delta for three minutes). A lease
+        renewed meanwhile shows that renewal, which is newer and as true."""
         with self._lock:
             versions = self._delta_app_versions
             outline = [(app, versions[app]) for app in self._delta_app_order()]
-            changed = {
-                app: [lease.view(timing) for _, lease in self._delta_by_app[app].values()]
-                for app, version in outline
-                if known.get(app) != version
-            }
-            return DeltaParts(
-                outline, changed, reconcile_hashcode(self._status_counts), next(self._delta_versions)
-            )
+            # Two flat lists per app: a pair per lease made 100,000 new tuples under the lock, and
+            # the collections they set off made its hold ~30 ms instead of ~5 ms.
+            listed = {}
+            for app, version in outline:
+                if known.get(app) != version:
+                    entries = list(self._delta_by_app[app].values())
+                    listed[app] = ([lease.instance for _, lease in entries], entries)
+            hashcode = reconcile_hashcode(self._status_counts)
+            version = next(self._delta_versions)
+        timing = self.config.eureka_timing
+        changed = {}
+        unpaused = 0
+        for app, (records, entries) in listed.items():
+            views = changed[app] = []
+            # In slices, so that one application of many thousands also gives the loop its turns.
+            for start in range(0, len(entries), EVICTION_SCAN_STEP):
+                end = start + EVICTION_SCAN_STEP
+                part = entries[start:end]
+                views.extend(
+                    views_of(zip(records[start:end], (lease for _, lease in part), strict=True), timing)
+                )
+                unpaused += len(part)
+                if unpaused >= EVICTION_SCAN_STEP:
+                    self.pause()
+                    unpaused = 0
+        return DeltaParts(outline, changed, hashcode, version)
 
     def _delta_app_order(self) -> list[str]:
         """Apps in the order they first appear in the delta: by their oldest latest entry."""

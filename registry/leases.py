@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
 from .instances import InstanceInfo
@@ -64,13 +64,30 @@ class Lease:
 
     def view(self, eureka_timing: bool) -> LeaseView:
         """The lease fields a payload needs, copied so they can be rendered outside the lock."""
-        return LeaseView(
-            self.instance,
-            self.registration_ts,
-            self.last_update_ts(eureka_timing),
-            self.eviction_ts,
-            self.service_up_ts,
+        return views_of(((self.instance, self),), eureka_timing)[0]
+
+
+def views_of(pairs: Iterable[tuple[InstanceInfo, Lease]], eureka_timing: bool) -> list[LeaseView]:
+    """``Lease.view`` of many leases, each with the record given beside it (read earlier, under
+    the lock that also counted its status), as one expression: a delta holding a whole fleet makes
+    100,000 of these."""
+    if eureka_timing:
+        return [
+            LeaseView(
+                record,
+                lease.registration_ts,
+                lease.last_renewal_ts + lease.duration_ms if lease.renewed else lease.last_renewal_ts,
+                lease.eviction_ts,
+                lease.service_up_ts,
+            )
+            for record, lease in pairs
+        ]
+    return [
+        LeaseView(
+            record, lease.registration_ts, lease.last_renewal_ts, lease.eviction_ts, lease.service_up_ts
         )
+        for record, lease in pairs
+    ]
 
 
 def expired_among(

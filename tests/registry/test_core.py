@@ -9,7 +9,7 @@ import pytest
 from registry import constants as c
 from registry.core import Registry, RegistryConfig, Renew, reconcile_hashcode, resolve_status
 from registry.instances import InstanceInfo
-from registry.leases import Lease, MeasuredRate, expired_among
+from registry.leases import Lease, MeasuredRate, expired_among, views_of
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -788,3 +788,52 @@ def test_delta_parts_give_instances_only_for_apps_whose_part_changed():
     # ORDERS' only entry leaves the queue: ORDERS leaves the outline.
     registry.prune(T0 + 181 * SEC)
     assert [app for app, _ in registry.delta_parts(known).outline] == ["BILLING"]
+
+
+def test_a_delta_reads_lease_times_with_the_lock_free_and_keeps_records_as_of_its_hashcode(monkeypatch):
+    import registry.core as core
+
+    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
+    registry, _ = make_registry()
+    fill(registry, 10, T0)
+    renewed_at = T0 + 10 * SEC
+    turns = []
+
+    def writes_meanwhile():
+        # What the event loop may serve between two steps: it needs the lock, so the lock is free.
+        assert not registry._lock.locked(), "the delta holds the registry's lock across a turn"
+        turns.append(registry.renew("ORDERS", "host9:orders:8080", renewed_at))
+        registry.set_status_override("ORDERS", "host8:orders:8080", c.OUT_OF_SERVICE, renewed_at)
+
+    registry.pause = writes_meanwhile
+    parts = registry.delta_parts({})
+    assert len(turns) == 3, "10 leases, a turn after every 3"
+    views = {view.instance.instance_id: view for view in parts.changed["ORDERS"]}
+    assert len(views) == 10
+    # The hashcode was counted under the lock, before the override: the records agree with it,
+    # while a time read after the lock shows the renewal made meanwhile.
+    assert parts.hashcode == "UP_10_"
+    assert views["host8:orders:8080"].instance.status == c.UP
+    assert views["host9:orders:8080"].last_renewal_ts == renewed_at
+    assert registry.delta_parts({}).hashcode == "OUT_OF_SERVICE_1_UP_9_"
+
+
+def test_views_of_many_leases_match_each_lease_view():
+    leases = [Lease(inst(n=n), 90 * SEC, T0 + n) for n in range(4)]
+    leases[1].renew(T0 + 5 * SEC)
+    leases[2].cancel(T0 + 6 * SEC)
+    leases[3].service_up(T0 + 7 * SEC)
+    pairs = [(lease.instance, lease) for lease in leases]
+    assert views_of(pairs, eureka_timing=True)[1].last_renewal_ts == T0 + 5 * SEC + 90 * SEC
+    assert views_of(pairs, eureka_timing=False)[1].last_renewal_ts == T0 + 5 * SEC
+    for timing in (True, False):
+        assert views_of(pairs, timing) == [
+            (
+                lease.instance,
+                lease.registration_ts,
+                lease.last_update_ts(timing),
+                lease.eviction_ts,
+                lease.service_up_ts,
+            )
+            for lease in leases
+        ]
