@@ -163,6 +163,16 @@ class Server:
                 total += p.memory_info().rss
         return total / 2**20
 
+    def pss_mb(self) -> float:
+        """Proportional set size over the tree: a page that the gunicorn master and its worker share
+        (the interpreter, its libraries, what the master loaded before forking) counts once, where
+        RSS summed over the tree counts it twice. For one JVM process the two are the same."""
+        total = 0
+        for p in self.tree():
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                total += p.memory_full_info().pss
+        return total / 2**20
+
     def stop(self) -> None:
         if self.process is None:
             return
@@ -377,12 +387,14 @@ def run_round(server: Server, args: argparse.Namespace, results: Results, raw: P
         )
         time.sleep(IDLE_SETTLE_S)
         add("rss_idle_mb", server.rss_mb())
+        add("pss_idle_mb", server.pss_mb())
 
         reg, _ = loadgen(server, "register", args, raw)
         add("register_rps", reg["req/s"])
         add("register_cpu", reg.get("server_cpu_cores", float("nan")))
         errors += reg.get("errors", 0)
         add("rss_registered_mb", server.rss_mb())
+        add("pss_registered_mb", server.pss_mb())
         waited = wait_served(server, client, args.n)
         if waited > 1:
             NOTES.append(
@@ -434,6 +446,7 @@ def run_round(server: Server, args: argparse.Namespace, results: Results, raw: P
         results.values[side]["full_rps"][-1] / max(results.values[side]["full_cpu"][-1], 1e-9),
     )
     add("rss_end_mb", server.rss_mb())
+    add("pss_end_mb", server.pss_mb())
     add("errors", errors)
     add("other_cores", statistics.mean(other))
 
@@ -446,6 +459,9 @@ ROWS: list[tuple[str, str, int, int]] = [
     ("rss_idle_mb", "RSS idle (MB)", 0, -1),
     ("rss_registered_mb", "RSS after registering {n} instances in {apps} apps (MB)", 0, -1),
     ("rss_end_mb", "RSS at the end (MB)", 0, -1),
+    ("pss_idle_mb", "PSS idle (MB; pages shared between processes counted once)", 0, -1),
+    ("pss_registered_mb", "PSS after registering (MB)", 0, -1),
+    ("pss_end_mb", "PSS at the end (MB)", 0, -1),
     ("register_rps", "register, {c} connections (req/s)", 0, +1),
     ("register_cpu", "  server CPU during register (cores)", 2, 0),
     ("renew_rps", "renew, closed loop, {c} connections (req/s)", 0, +1),
