@@ -193,12 +193,20 @@ def main() -> int:
         "payload builds after the fleet registered too",
     )
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="keep each round's node log and data here (round-N/ours.log), e.g. to read its "
+        "event-loop stall lines (EUREKA_LOOP_STALL_THRESHOLD_MS); by default a temporary directory",
+    )
     args = parser.parse_args()
     build_loadgen()
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="churn-stall-") as tmp:
         for round_no in range(1, args.rounds + 1):
-            found = one_round(args, Path(tmp))
+            workdir = (args.out or Path(tmp)) / f"round-{round_no}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            found = one_round(args, workdir)
             rows.append(found)
             print(
                 f"round {round_no}: renews {found.get('req/s', 0):,.0f}/s "
