@@ -397,21 +397,30 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
     assert not {("ORDERS", "host0:orders:8080"), ("ORDERS", "host1:orders:8080")} & set(run.evicted)
 
 
-def test_a_snapshot_export_reads_lease_times_with_the_lock_free_and_turns_for_others(monkeypatch):
+def ten_leases_read_in_steps_of_three(monkeypatch, meanwhile) -> tuple[Registry, list]:
+    """A registry of 10 leases whose long reads (EVICTION_SCAN_STEP) turn every 3 leases, running
+    ``meanwhile(registry)`` at each turn as the event loop would serve a write; the list counts turns."""
     import registry.core as core
 
     monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
     registry, _ = make_registry()
     fill(registry, 10, T0)
-    renewed_at = T0 + 10 * SEC
     turns = []
 
-    def heartbeat_meanwhile():
-        # A heartbeat the event loop serves between two steps: it needs the lock, so the lock is free.
-        assert not registry._lock.locked(), "the export holds the registry's lock across a turn"
-        turns.append(registry.renew("ORDERS", "host9:orders:8080", renewed_at))
+    def turn():
+        # A write needs the lock, so the lock must be free at a turn.
+        assert not registry._lock.locked(), "the registry's lock is held across a turn"
+        turns.append(meanwhile(registry))
 
-    registry.pause = heartbeat_meanwhile
+    registry.pause = turn
+    return registry, turns
+
+
+def test_a_snapshot_export_reads_lease_times_with_the_lock_free_and_turns_for_others(monkeypatch):
+    renewed_at = T0 + 10 * SEC
+    registry, turns = ten_leases_read_in_steps_of_three(
+        monkeypatch, lambda registry: registry.renew("ORDERS", "host9:orders:8080", renewed_at)
+    )
     parts = registry.export_parts(T0 + 5 * SEC)
     assert len(turns) == 4, "10 leases, a turn every 3"
     assert [app for app, _ in parts.records] == ["ORDERS"]
@@ -791,21 +800,13 @@ def test_delta_parts_give_instances_only_for_apps_whose_part_changed():
 
 
 def test_a_delta_reads_lease_times_with_the_lock_free_and_keeps_records_as_of_its_hashcode(monkeypatch):
-    import registry.core as core
-
-    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
-    registry, _ = make_registry()
-    fill(registry, 10, T0)
     renewed_at = T0 + 10 * SEC
-    turns = []
 
-    def writes_meanwhile():
-        # What the event loop may serve between two steps: it needs the lock, so the lock is free.
-        assert not registry._lock.locked(), "the delta holds the registry's lock across a turn"
-        turns.append(registry.renew("ORDERS", "host9:orders:8080", renewed_at))
+    def writes_meanwhile(registry):
+        registry.renew("ORDERS", "host9:orders:8080", renewed_at)
         registry.set_status_override("ORDERS", "host8:orders:8080", c.OUT_OF_SERVICE, renewed_at)
 
-    registry.pause = writes_meanwhile
+    registry, turns = ten_leases_read_in_steps_of_three(monkeypatch, writes_meanwhile)
     parts = registry.delta_parts({})
     assert len(turns) == 3, "10 leases, a turn after every 3"
     views = {view.instance.instance_id: view for view in parts.changed["ORDERS"]}
