@@ -9,12 +9,11 @@ import orjson
 from django.conf import settings
 from django.http import HttpResponse
 
-from registry.cluster.replicator import FollowUps
+from registry.constants import CONTROL_HEADER
 from registry.health.checker import BadResult, ProbeResult
 from registry.protocol.http import text
 from registry.protocol.views import EurekaView
 from registry.runtime.node import get_node
-from registry.runtime.tasks import CONTROL_HEADER
 
 
 def _json(body: dict, status: int = 200) -> HttpResponse:
@@ -66,6 +65,10 @@ class ControlReplicationView(NodeView):
         node = get_node()
         if node.cluster is None or peer not in node.cluster.replicator.peers:
             return text(404, f"Unknown peer {peer[:40]!r}")
+        # Here, not at the top: the replicator brings the HTTP client (httpx), which a node without
+        # peers never needs (tests/runtime/test_lazy_imports.py).
+        from registry.cluster.replicator import FollowUps
+
         try:
             body = orjson.loads(request.body)
             follow_ups = FollowUps.from_dict(body["follow_ups"]) if body.get("follow_ups") else None

@@ -14,9 +14,9 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 
-logger = logging.getLogger(__name__)
+from registry.constants import CONTROL_HEADER
 
-CONTROL_HEADER = "X-Eureka-Control-Secret"
+logger = logging.getLogger(__name__)
 
 
 @cache
