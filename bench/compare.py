@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,20 +158,20 @@ class Server:
         return [p.pid for p in self.tree()]
 
     def rss_mb(self) -> float:
-        total = 0
-        for p in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += p.memory_info().rss
-        return total / 2**20
+        """Resident memory summed over the tree (gunicorn master + worker; one JVM process)."""
+        return self._tree_mb(lambda p: p.memory_info().rss)
 
     def pss_mb(self) -> float:
         """Proportional set size over the tree: a page that the gunicorn master and its worker share
         (the interpreter, its libraries, what the master loaded before forking) counts once, where
         RSS summed over the tree counts it twice. For one JVM process the two are the same."""
+        return self._tree_mb(lambda p: p.memory_full_info().pss)
+
+    def _tree_mb(self, read: Callable[[psutil.Process], int]) -> float:
         total = 0
         for p in self.tree():
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
-                total += p.memory_full_info().pss
+                total += read(p)
         return total / 2**20
 
     def stop(self) -> None:

@@ -1,8 +1,8 @@
 """An embedded node does not load what only production mode uses (Celery, kombu, the Redis client):
 ~15 MB a worker (bench/README.md, "Side by side", memory); nor, without peers and before a webhook
 delivery, the HTTP client (httpx, ~3 MB), though its URL patterns and views are loaded (at start, in
-eureka_site/wsgi.py). A production node loads the project's Celery
-app before it serves, so the tasks it sends go to its broker."""
+eureka_site/wsgi.py). A production node loads the project's Celery app before it serves, so the
+tasks it sends go to its broker."""
 
 from __future__ import annotations
 
