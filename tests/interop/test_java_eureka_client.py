@@ -558,6 +558,14 @@ def test_lifecycle_register_heartbeat_and_cancel(live_server, java_client, admin
         message="the client never saw itself UP in its fetched registry",
     )
     assert [i["instanceId"] for i in state["apps"]["JAVALIFE"]] == [client.instance_id]
+    # An instance an earlier test left (cancelled or evicted a moment ago) can still be in the
+    # client's copy until its next delta brings the removal: wait for that delta, within a few of
+    # the client's 1 s fetches, rather than compare once (an intermittent "DOWN_1_UP_1_" in CI).
+    state = wait_until(
+        lambda: (lambda s: s if s["hash"] == "UP_1_" else None)(client.state(apps=("JAVALIFE",))),
+        timeout=5,
+        message="the client's reconcile hash never came to the server's UP_1_",
+    )
     assert state["hash"] == admin.delta()["apps__hashcode"] == "UP_1_"
 
     # Nothing went wrong for the client so far (its shutdown logs warnings of its own, hence now).
