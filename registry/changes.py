@@ -13,6 +13,7 @@ so an id a reader kept from before a restart is older than every id after it and
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -90,6 +91,9 @@ class ChangeLog:
     def __init__(self, start_ms: int, retention_ms: int, capacity: int = DEFAULT_CAPACITY):
         self.retention_ms = retention_ms
         self._entries: deque[Change] = deque(maxlen=capacity)
+        # The same entries by upper-cased app name: a feed reader following one app reads that app's
+        # changes only, instead of scanning up to ``capacity`` others under the registry lock.
+        self._by_app: dict[str, deque[Change]] = {}
         self._ids = itertools.count(start_ms * IDS_PER_MS + 1)
         # The id before the first this log will hand out, or the newest one handed out.
         self.last_id = start_ms * IDS_PER_MS
@@ -112,6 +116,7 @@ class ChangeLog:
     ) -> Change:
         if len(self._entries) == self._entries.maxlen:
             self._dropped_through = self._entries[0].id
+            self._unindex(self._entries[0])
         change = Change(
             next(self._ids),
             now,
@@ -124,6 +129,7 @@ class ChangeLog:
             replicated,
         )
         self._entries.append(change)
+        self._index(change)
         self.last_id = change.id
         for listener in self._listeners:
             listener(change)
@@ -134,9 +140,26 @@ class ChangeLog:
         dropped = 0
         entries = self._entries
         while entries and now - entries[0].timestamp > self.retention_ms:
-            self._dropped_through = entries.popleft().id
+            oldest = entries.popleft()
+            self._unindex(oldest)
+            self._dropped_through = oldest.id
             dropped += 1
         return dropped
+
+    def _index(self, change: Change) -> None:
+        key = change.app.upper()
+        kept = self._by_app.get(key)
+        if kept is None:
+            kept = self._by_app[key] = deque()
+        kept.append(change)
+
+    def _unindex(self, change: Change) -> None:
+        """Drop ``change``, the oldest entry of the log and so the oldest of its app."""
+        key = change.app.upper()
+        kept = self._by_app[key]
+        kept.popleft()
+        if not kept:
+            del self._by_app[key]
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(change)`` for each new change (under the registry lock: no I/O, no waiting).
@@ -161,12 +184,17 @@ class ChangeLog:
         Raises TooOld when changes after ``after_id`` have already left the log."""
         if after_id < self._dropped_through:
             raise TooOld(after_id, self._entries[0].id if self._entries else None, self.last_id)
-        wanted_apps = {app.upper() for app in apps} if apps else None
         wanted_actions = set(actions) if actions else None
+        if apps:
+            # Each wanted app's own changes, merged back into id order: the cost follows the apps
+            # asked for, not the whole log.
+            wanted_apps = {app.upper() for app in apps}
+            tails = [self._tail_after(after_id, self._by_app.get(app, ())) for app in wanted_apps]
+            candidates = heapq.merge(*tails, key=_change_id) if len(tails) > 1 else tails[0]
+        else:
+            candidates = self._tail_after(after_id, self._entries)
         found: list[Change] = []
-        for change in self._tail_after(after_id):
-            if wanted_apps is not None and change.app.upper() not in wanted_apps:
-                continue
+        for change in candidates:
             if wanted_actions is not None and change.action not in wanted_actions:
                 continue
             found.append(change)
@@ -174,8 +202,8 @@ class ChangeLog:
                 break
         return found
 
-    def _tail_after(self, after_id: int) -> Iterable[Change]:
-        entries = self._entries
+    @staticmethod
+    def _tail_after(after_id: int, entries: deque[Change] | tuple) -> Iterable[Change]:
         if not entries or after_id >= entries[-1].id:
             return ()
         # Ids grow along the log (with one gap after a warm restart): a binary search finds the first.
@@ -212,12 +240,19 @@ class ChangeLog:
         if entries and last_id >= entries[-1].id:
             self._entries.clear()
             self._entries.extend(entries)
+            self._by_app.clear()
+            for change in self._entries:
+                self._index(change)
             self._dropped_through = entries[0].id - 1
         if last_id > self.last_id:
             self.last_id = last_id
             self._ids = itertools.count(last_id + 1)
             if not entries:
                 self._dropped_through = last_id
+
+
+def _change_id(change: Change) -> int:
+    return change.id
 
 
 def exported(last_id: int, entries: Iterable[Change]) -> dict:

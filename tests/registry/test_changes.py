@@ -149,3 +149,51 @@ def test_export_and_restore_keep_the_entries_and_go_on_numbering():
     new = later.append(T0 + 10 * SEC, "A", "a-4", REGISTERED, None, c.UP)
     assert [ch.instance_id for ch in later.since(state["last_id"], 10)] == ["a-4"]
     assert [ch.id for ch in later.since(state["entries"][-1]["id"] - 1, 10)] == [state["last_id"], new.id]
+
+
+class CountedName(str):
+    """An app name that counts how often it is upper-cased: the log compares names upper-cased, so
+    this counts the entries a filtered read looks at."""
+
+    looks = 0
+
+    def upper(self) -> str:
+        CountedName.looks += 1
+        return str.upper(self)
+
+
+def test_an_app_filter_reads_that_apps_changes_not_the_whole_log():
+    log = ChangeLog(T0, 60 * MIN)
+    first = log.append(T0, "RARE", "r-1", REGISTERED, None, c.UP)
+    for k in range(5_000):
+        log.append(T0, CountedName("BUSY"), f"b-{k}", REGISTERED, None, c.UP)
+    last = log.append(T0, "rare", "r-2", STATUS_CHANGED, c.UP, c.DOWN)
+    CountedName.looks = 0
+    found = log.since(first.id - 1, 100, apps=["Rare"])
+    assert [ch.id for ch in found] == [first.id, last.id]
+    # The busy app's 5,000 entries were not looked at (a scan of the log upper-cases each of them).
+    assert CountedName.looks == 0
+
+
+def test_several_apps_come_back_in_log_order_and_the_index_follows_capacity_prune_and_restore():
+    log = ChangeLog(T0, 3 * MIN, capacity=6)
+    appended = [
+        log.append(T0 + k * MIN, app, f"{app}-{k}", REGISTERED, None, c.UP)
+        for k, app in enumerate(["A", "B", "C", "A", "B", "C", "A", "B"])
+    ]
+    # Capacity 6: the first two (A-0, B-1) are gone from the log and from the index alike.
+    assert [ch.instance_id for ch in log.since(appended[1].id, 10, apps=["a", "b"])] == [
+        "A-3",
+        "B-4",
+        "A-6",
+        "B-7",
+    ]
+    assert [ch.instance_id for ch in log.since(appended[4].id, 1, apps=["b", "a"])] == ["A-6"]
+    assert log.since(appended[1].id, 10, apps=["NONE"]) == []
+    log.prune(T0 + 9 * MIN)  # keeps what is at most 3 minutes old: A-6 and B-7
+    assert [ch.instance_id for ch in log.since(log.oldest_id() - 1, 10, apps=["C"])] == []
+    assert [ch.instance_id for ch in log.since(log.oldest_id() - 1, 10, apps=["A", "C"])] == ["A-6"]
+    restored = ChangeLog(T0, 60 * MIN)
+    restored.restore(log.export())
+    assert [ch.instance_id for ch in restored.since(restored.oldest_id() - 1, 10, apps=["b"])] == ["B-7"]
+    assert [ch.app for ch in restored.since(appended[-1].id, 10, apps=["b"])] == []
