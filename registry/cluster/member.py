@@ -58,6 +58,8 @@ class ClusterMember:
         self.transport = transport or PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
         capacity = int(options.get("replication_queue_size", 10_000))
         self.production = redis_client is not None and kick is not None
+        # Production mode: a drain as soon as a peer the workers found down answers again.
+        self._kick = kick if self.production else None
         if self.production:
             # Only here: an embedded node does not load the Redis client at all.
             from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, queue_key
@@ -97,7 +99,10 @@ class ClusterMember:
             return
         logger.info("cluster: replicating to %s", ", ".join(p.display_url for p in self.peers))
         self.drivers = EmbeddedReplication(
-            self.replicator, self.clock, int(self.options.get("replication_flush_ms", 100))
+            self.replicator,
+            self.clock,
+            int(self.options.get("replication_flush_ms", 100)),
+            on_recovered=self._kick,
         )
         self.drivers.start()
         threading.Thread(target=self._sync, name="startup-sync", daemon=True).start()
@@ -154,6 +159,9 @@ class ClusterMember:
         if error:
             self.replicator.counters[key].failures += 1
             self.replicator.peer_set.record_failure(self.replicator.peers[key].url, now, error)
+            if self.drivers is not None:
+                # This node's sender probes the peer from now on, and starts a drain when it answers.
+                self.drivers.nudge(key)
         self.replicator.peer_set.set_queued(
             self.replicator.peers[key].url, len(outbox), self.replicator.lag_ms(key, now)
         )

@@ -8,7 +8,10 @@ second, so a lost kick or a dead worker delays replication but never stops it.
 A drain (``drain``, run by a Celery worker) takes the peer's lock (``SET NX`` with an expiry, released
 only by its holder), sends the list's head batch by batch and trims what was answered, and reports
 the answers' follow-ups to the node, which alone holds the map: two workers never send the same
-batch twice. A send that fails leaves the batch at the head for the next drain.
+batch twice. A send that fails leaves the batch at the head for the next drain, and marks the peer down:
+while it is, a drain sends an empty batch first and the batch only if that is answered, so a dead peer
+is never sent the batch again every second. The node probes a peer its workers found down every half
+second and kicks a drain the moment it answers (``PeerSender``): the backlog does not wait for beat.
 
 If Redis is unreachable the node keeps its items in a local queue and sends them from its own
 thread (``NodeOutbox`` falls back; ``/readyz`` says so); what a crash loses is at most one flush
@@ -34,18 +37,20 @@ from registry.cluster.replication import BATCH_SIZE
 from registry.cluster.replicator import (
     DEFAULT_OUTBOX_CAPACITY,
     PROBE_INTERVAL_MS,
-    PROBE_RETRY_MS,
     FollowUps,
     MemoryOutbox,
     read_answers,
 )
-from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, probe
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
 
 logger = logging.getLogger(__name__)
 
 LOCK_MS = 30_000
 # A drain stops after this long so that one worker is never held by one peer for ever.
 DRAIN_BUDGET_S = 10.0
+# A peer a send could not reach is marked down for this long (renewed by each failure): drains probe it
+# before sending. Bounded so that a mark nobody clears (every worker gone) cannot outlive the outage.
+DOWN_MARK_MS = 60_000
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -164,6 +169,7 @@ def drain(
     failure (error). Returns 0 at once when another worker holds the lock.
     """
     lock_key = f"{queue.key}:lock"
+    down_key = f"{queue.key}:down"
     token = uuid.uuid4().hex
     if not client.set(lock_key, token, nx=True, px=LOCK_MS):
         return 0
@@ -171,6 +177,15 @@ def drain(
     idle = True  # the queue was empty: nothing was tried
     deadline = time.monotonic() + budget_s
     try:
+        if client.exists(down_key) and len(queue):
+            # The last send could not reach the peer: an empty batch first, the backlog only if answered.
+            idle = False
+            failure = probe(transport, peer)
+            if isinstance(failure, PeerUnreachable):
+                client.set(down_key, 1, px=DOWN_MARK_MS)
+                report(None, failure_text(failure), *_backlog(queue))
+                return 0
+            client.delete(down_key)
         while time.monotonic() < deadline:
             items = queue.peek(BATCH_SIZE)
             if not items:
@@ -179,6 +194,7 @@ def drain(
             try:
                 answers = transport.post_batch(peer, items)
             except PeerUnreachable as exc:
+                client.set(down_key, 1, px=DOWN_MARK_MS)
                 report(None, str(exc), *_backlog(queue))
                 break
             except PeerRefused as exc:
@@ -189,13 +205,15 @@ def drain(
             sent += len(items)
             client.pexpire(lock_key, LOCK_MS)
             report(read_answers(items, answers), None, *_backlog(queue))
-        # Idle: an empty batch every PROBE_INTERVAL_MS (sooner after a failure) measures the peer.
+        # Idle: an empty batch every PROBE_INTERVAL_MS measures the peer. A failed one is not retried
+        # sooner here: the node's sender probes a peer its workers found down every half second.
         probe_key = f"{queue.key}:probe"
         if idle and client.set(probe_key, 1, nx=True, px=PROBE_INTERVAL_MS):
-            error = probe(transport, peer)
-            report(None if error else FollowUps(sent=0), error, *_backlog(queue))
-            if error:
-                client.pexpire(probe_key, PROBE_RETRY_MS)
+            failure = probe(transport, peer)
+            if failure is None:
+                report(FollowUps(sent=0), None, *_backlog(queue))
+            else:
+                report(None, failure_text(failure), *_backlog(queue))
     finally:
         client.eval(_RELEASE, 1, lock_key, token)
     return sent

@@ -11,9 +11,13 @@ into follow-ups, which ``apply_follow_ups`` carries out on this node, as the Jav
   (registered as a replicated write, so not sent on);
 * any other 4xx for an item → dropped and counted.
 
-Transport errors and 5xx leave the batch in the outbox to be tried again later. In embedded mode
-``EmbeddedReplication`` runs the flusher and one sender per peer as threads (greenlets under gunicorn's
-gevent worker); in production mode the outboxes live in Redis and Celery workers send (runtime/).
+Transport errors and 5xx leave the batch in the outbox to be tried again later; when, and whether a
+cheap probe goes first, is ``RetryPolicy``'s call (retry.py): a peer that is down is probed every half
+second, and gets its backlog the moment it answers. ``PeerSender`` is one peer's sending, a step at a
+time. In embedded mode ``EmbeddedReplication`` runs the flusher and one sender per peer as threads
+(greenlets under gunicorn's gevent worker); in production mode the outboxes live in Redis and Celery
+workers send (runtime/), and the same threads send only what Redis could not take, and probe a peer the
+workers found down so that a drain starts as soon as it answers.
 
 Plain Python: no Django.
 """
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,22 +35,22 @@ from typing import Any, Protocol
 from registry import constants as c
 from registry.cluster.peers import Peer, PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
-from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, probe
+from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
+from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
 from registry.core import Registry, ReplicationEvent
 from registry.protocol.codecs import BadInput, build_instance
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_OUTBOX_CAPACITY = 10_000
-# After a failed send: 100 ms, doubling to 30 s (Eureka's TrafficShaper); 1 s after a 503 or timeout.
-RETRY_FIRST_MS = 100
-RETRY_MAX_MS = 30_000
-CONGESTION_RETRY_MS = 1_000
-# A peer nothing was sent to for this long gets an empty batch: its health on the console is then
-# measured even in an idle cluster (it counts as available for AVAILABILITY_WINDOW_MS after).
+# A healthy peer nothing was sent to for this long gets an empty batch: its health on the console is
+# then measured even in an idle cluster (it counts as available for AVAILABILITY_WINDOW_MS after). A peer
+# that is down is probed far more often, by its sender's RetryPolicy.
 PROBE_INTERVAL_MS = 30_000
-# ... and a peer whose last probe failed is tried again this soon (a peer that starts late shows up).
-PROBE_RETRY_MS = 5_000
+# A sender with nothing to do looks this often whether a Celery worker found its peer down.
+IDLE_TICK_MS = PROBE_WHILE_DOWN_MS
+# After an error that is not the peer's (a bug): wait this long rather than spin on it.
+UNEXPECTED_ERROR_RETRY_MS = 5_000
 
 
 class Outbox(Protocol):
@@ -229,6 +232,17 @@ class Replicator:
         self.apply_follow_ups(key, read_answers(items, answers), now)
         return len(items)
 
+    def probe(self, key: str, now: int) -> PeerUnreachable | PeerRefused | None:
+        """Send the peer an empty batch and record the outcome; None when it answered."""
+        peer = self.peers[key]
+        assert self.transport is not None
+        failure = probe(self.transport, peer)
+        if failure is None:
+            self.peer_set.record_success(peer.url, now)
+        else:
+            self.peer_set.record_failure(peer.url, now, failure_text(failure))
+        return failure
+
     def probe_if_idle(self, key: str, now: int) -> bool:
         """Send an empty batch when the peer's outbox is empty and nothing was tried for
         ``PROBE_INTERVAL_MS``; records the outcome. Returns whether it probed."""
@@ -237,16 +251,19 @@ class Replicator:
             return False
         state = self.peer_set.state(peer.url)
         last_try = max(state.last_success or 0, state.last_failure or 0) if state is not None else 0
-        interval = PROBE_RETRY_MS if state is not None and state.failing else PROBE_INTERVAL_MS
-        if now - last_try < interval:
+        if now - last_try < PROBE_INTERVAL_MS:
             return False
-        assert self.transport is not None
-        error = probe(self.transport, peer)
-        if error is None:
-            self.peer_set.record_success(peer.url, now)
-        else:
-            self.peer_set.record_failure(peer.url, now, error)
+        self.probe(key, now)
         return True
+
+    def has_items_to_send(self, key: str) -> bool:
+        """Whether this process holds items for the peer (in production mode: only what Redis refused)."""
+        return bool(self.outboxes[key].peek(1))
+
+    def failed_since(self, key: str, since: int) -> bool:
+        """The peer's latest result is a failure recorded after ``since`` (a Celery worker's, say)."""
+        state = self.peer_set.state(self.peers[key].url)
+        return state is not None and state.failing and (state.last_failure or 0) > since
 
     def apply_follow_ups(self, key: str, follow_ups: FollowUps, now: int) -> None:
         """What a peer's answers asked for, whoever sent the batch (a sender thread or a Celery worker)."""
@@ -286,15 +303,80 @@ class Replicator:
         return list(self.peers)
 
 
-class EmbeddedReplication:
-    """Embedded mode's drivers: a flusher every ``flush_ms`` and one sender per peer, as threads."""
+class PeerSender:
+    """One peer's sending, one step at a time; ``step`` says how long to wait before the next.
 
-    def __init__(self, replicator: Replicator, clock: Callable[[], int], flush_ms: int = 100):
+    While the peer answers, a step sends everything queued. After a failure ``RetryPolicy`` decides:
+    the batch again 100 ms later (twice), then only a probe every 500 ms while the peer is down, and
+    the backlog the moment a probe is answered; 1 s after a 503 or a timeout. In production mode the
+    Celery workers send and report their failures to the node (``failed_since``): the sender then
+    probes the peer the same way and ``on_recovered`` starts a drain as soon as it answers, instead of
+    leaving the backlog to beat's next drain.
+    """
+
+    def __init__(
+        self,
+        replicator: Replicator,
+        key: str,
+        clock: Callable[[], int],
+        on_recovered: Callable[[str], None] | None = None,
+    ):
+        self.replicator = replicator
+        self.key = key
+        self.clock = clock
+        self.on_recovered = on_recovered
+        self.retry = RetryPolicy()
+        # Nothing known yet: the first step probes, so that the console shows the peer's real health
+        # from the start and a peer that starts later than this node is found within half a second.
+        self.retry.reported_down()
+        self.last_tried = 0
+
+    def step(self) -> int | None:
+        """Probe or send what is due. Returns the milliseconds to wait before the next step, or None
+        when nothing is due until new items come (the caller still steps every ``IDLE_TICK_MS``)."""
+        replicator, key = self.replicator, self.key
+        if not self.retry.down and replicator.failed_since(key, self.last_tried):
+            self.retry.reported_down()
+        if self.retry.down and (self.retry.probe_first or not replicator.has_items_to_send(key)):
+            self.last_tried = now = self.clock()
+            failure = replicator.probe(key, now)
+            if isinstance(failure, PeerUnreachable):
+                return self.retry.failed(failure.congested)
+            # Answered (a refusal too: the batch will be refused and counted as such).
+            self.retry.recovered()
+            if self.on_recovered is not None:
+                self.on_recovered(key)
+        try:
+            while True:
+                self.last_tried = now = self.clock()
+                if not replicator.send_next_batch(key, now):
+                    break
+        except PeerUnreachable as exc:
+            return self.retry.failed(exc.congested)
+        self.retry.recovered()
+        replicator.probe_if_idle(key, self.clock())
+        return None
+
+
+class EmbeddedReplication:
+    """Embedded mode's drivers: a flusher every ``flush_ms`` and one sender per peer, as threads.
+    In production mode the same threads send what Redis could not take and watch peers that are down
+    (``on_recovered`` starts a Celery drain for a peer that answers again)."""
+
+    def __init__(
+        self,
+        replicator: Replicator,
+        clock: Callable[[], int],
+        flush_ms: int = 100,
+        on_recovered: Callable[[str], None] | None = None,
+    ):
         self.replicator = replicator
         self.clock = clock
         self.flush_ms = flush_ms
         self._stop = threading.Event()
-        self._wake = {key: threading.Event() for key in replicator.peer_keys()}
+        keys = replicator.peer_keys()
+        self._wake = {key: threading.Event() for key in keys}
+        self.senders = {key: PeerSender(replicator, key, clock, on_recovered) for key in keys}
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -311,6 +393,12 @@ class EmbeddedReplication:
         for event in self._wake.values():
             event.set()
 
+    def nudge(self, key: str) -> None:
+        """Step the peer's sender now if it is idle (a worker just reported a failure)."""
+        event = self._wake.get(key)
+        if event is not None:
+            event.set()
+
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_ms / 1000):
             try:
@@ -322,36 +410,18 @@ class EmbeddedReplication:
 
     def _send_loop(self, key: str) -> None:
         wake = self._wake[key]
-        failures = 0
-        retry_at: float | None = None  # monotonic seconds: no try before, whatever wakes the loop
-        self._probe(key)  # the console shows the peer's real health from the start, not after traffic
+        sender = self.senders[key]
         while not self._stop.is_set():
-            if retry_at is None:
-                if not wake.wait(PROBE_RETRY_MS / 1000):
-                    self._probe(key)
-                    continue
-            else:
-                self._stop.wait(max(0.0, retry_at - time.monotonic()))
+            # Cleared before the step: items flushed while it runs wake the next wait at once.
             wake.clear()
-            retry_at = None
             try:
-                while not self._stop.is_set() and self.replicator.send_next_batch(key, self.clock()):
-                    pass
-                failures = 0
-            except PeerUnreachable as exc:
-                failures += 1
-                delay_ms = (
-                    CONGESTION_RETRY_MS
-                    if exc.congested
-                    else min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** min(failures - 1, 16))
-                )
-                retry_at = time.monotonic() + delay_ms / 1000
+                wait_ms = sender.step()
             except Exception:
                 logger.exception("replication to %s failed", self.replicator.peers[key].display_url)
-                retry_at = time.monotonic() + RETRY_MAX_MS / 1000
-
-    def _probe(self, key: str) -> None:
-        try:
-            self.replicator.probe_if_idle(key, self.clock())
-        except Exception:
-            logger.exception("probing %s failed", self.replicator.peers[key].display_url)
+                wait_ms = UNEXPECTED_ERROR_RETRY_MS
+            if wait_ms is None:
+                wake.wait(IDLE_TICK_MS / 1000)
+            else:
+                # A retry is due after this long whatever is flushed meanwhile: new items never make
+                # the sender hammer a peer that is down.
+                self._stop.wait(wait_ms / 1000)

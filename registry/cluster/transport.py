@@ -110,13 +110,16 @@ class PeerTransport:
         return self._send(peer, "PUT", f"apps/{app}/{instance_id}").status_code
 
 
-def probe(transport: PeerTransport, peer: Peer) -> str | None:
-    """Send the peer an empty batch (an idle link's health check); the error as the console shows it,
-    or None when the peer answered."""
+def probe(transport: PeerTransport, peer: Peer) -> PeerUnreachable | PeerRefused | None:
+    """Send the peer an empty batch: a cheap check of an idle link, or of a peer that is down (nothing
+    but a refused connection while it is gone). None when it answered, else the failure."""
     try:
         transport.post_batch(peer, [])
-    except PeerUnreachable as exc:
-        return str(exc)
-    except PeerRefused as exc:
-        return f"batch refused: {exc}"
+    except (PeerUnreachable, PeerRefused) as exc:
+        return exc
     return None
+
+
+def failure_text(failure: PeerUnreachable | PeerRefused) -> str:
+    """A failed send or probe as the console shows it."""
+    return f"batch refused: {failure}" if isinstance(failure, PeerRefused) else str(failure)

@@ -73,9 +73,13 @@ SYNC_RETRIES = 2
 SYNC_RETRY_WAIT_MS = 300
 # A quiet window in which nothing may arrive (at least ten flush windows and one beat drain).
 QUIET_S = 1.5
-# Replication's retry delay doubles up to 30 s while a peer is down: after a restart the peer may wait
-# that long for the next try.
-RECOVERY_TIMEOUT_S = 45.0
+# A peer that is down is probed every half second (registry/cluster/retry.py): it shows as available
+# soon after its restart (generous, for a busy machine).
+RECOVERY_TIMEOUT_S = 15.0
+# A peer down this long, then a write at another node: listed there within this of its answering again.
+OUTAGE_S = 15.0
+RESUME_LIMIT_S = 1.0
+FAST_POLL_S = 0.02
 # Client latency at a node whose peers fail (milliseconds, p99 of 200 renews plus the registrations).
 SLOW_PEER_P99_LIMIT_MS = 100.0
 
@@ -876,7 +880,7 @@ def test_a_killed_node_is_reported_and_catches_up_when_it_comes_back(cluster):
             assert lag < 2500, f"{instance_id}: C's last renewal is {lag} ms behind its home node's"
         assert c.live(app, "at-b-3") is None
 
-        # A's next try (its retry delay grows while C is down) finds C again.
+        # A's next probe (every half second while C is down) finds C again.
         took = poll(
             {"A": lambda: c_url in a.application_stats()["available-replicas"]},
             RECOVERY_TIMEOUT_S,
@@ -893,6 +897,73 @@ def test_a_killed_node_is_reported_and_catches_up_when_it_comes_back(cluster):
         )
         assert served_at_c["at-a-0"]["status"] == "OUT_OF_SERVICE"
     assert not [error for error in beats.errors if "unknown at its home node" in error], beats.errors
+
+
+def test_a_peer_back_from_a_long_outage_gets_a_new_write_within_a_second_of_answering(cluster):
+    """Issue 30, item 8: A's sender does not back off while B is down (it probes B cheaply), so a write
+    at A reaches B within a second of B answering again, however long the outage was."""
+    a, b = cluster["A"], cluster["B"]
+    app = unique_app("OUTAGE")
+    a.register(app, "before")
+    poll({"B": lambda: b.live(app, "before") is not None}, what="a registration at A reaching B")
+
+    cluster.kill("B")
+    # Writes at A all through the outage: every one is a failed try of A's sender (its Celery worker's
+    # in production mode), which is what made the old retry delay grow to 30 s.
+    outage_ends = time.monotonic() + OUTAGE_S
+    during = 0
+    while time.monotonic() < outage_ends:
+        a.register(app, f"during-{during}")
+        during += 1
+        time.sleep(1.0)
+
+    # B comes back; the test sees it answer (T0) from here, polling more often than running_server does.
+    starter = threading.Thread(target=cluster.start, args=("B",), name="start-B", daemon=True)
+    starter.start()
+    answered_at = None
+    give_up = time.monotonic() + 60
+    while answered_at is None and time.monotonic() < give_up:
+        with contextlib.suppress(httpx.TransportError):
+            if b.http.get("apps/", timeout=1.0).status_code == 200:
+                answered_at = time.monotonic()
+        time.sleep(FAST_POLL_S)
+    assert answered_at is not None, "B did not answer within 60 s of its restart"
+
+    # The new write goes to A once B's start-up sync is over, so only replication can carry it (the
+    # sync's time counts against the limit, which makes the test stricter, not looser).
+    def synced() -> bool:
+        block = b.ready()["replication"]
+        return block is not None and block["synced_at_start"] is not None
+
+    poll({"B": synced}, what="B's start-up sync")
+    synced_after = time.monotonic() - answered_at
+    a.register(app, "after")
+    written_after = time.monotonic() - answered_at
+    arrived_after = None
+    while arrived_after is None and time.monotonic() - answered_at < POLL_TIMEOUT_S:
+        if b.live(app, "after") is not None:
+            arrived_after = time.monotonic() - answered_at
+        else:
+            time.sleep(FAST_POLL_S)
+    starter.join(120)
+    assert not starter.is_alive(), "B's start (its Celery processes in production mode) did not finish"
+    logger.info(
+        "%s: B synced %.2f s after answering; the write at A made at %.2f s was listed at B at %s s",
+        cluster.mode,
+        synced_after,
+        written_after,
+        None if arrived_after is None else round(arrived_after, 2),
+    )
+    assert arrived_after is not None and arrived_after <= RESUME_LIMIT_S, (
+        f"{cluster.mode}: a write at A made {written_after:.2f} s after B answered again was listed at B "
+        f"{'never' if arrived_after is None else f'{arrived_after:.2f} s'} after it answered "
+        f"(limit {RESUME_LIMIT_S} s)"
+    )
+    # And what A queued for B during the outage has arrived as well.
+    poll(
+        {f"during-{n}": (lambda n=n: b.live(app, f"during-{n}") is not None) for n in range(during)},
+        what="the writes made during the outage at B",
+    )
 
 
 # ------------------------------------------------------------------------------------ API accounts

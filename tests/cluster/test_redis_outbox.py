@@ -12,7 +12,7 @@ from redis import Redis
 
 from registry.cluster.peers import Peer
 from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_key
-from registry.cluster.replicator import PROBE_INTERVAL_MS, PROBE_RETRY_MS
+from registry.cluster.replicator import PROBE_INTERVAL_MS
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from tests.integration.conftest import Processes, free_port
 from tests.interop.conftest import require_toolchain
@@ -140,7 +140,32 @@ def test_an_idle_peer_gets_one_empty_batch_per_probe_interval_whichever_worker_d
     transport.fail = PeerUnreachable("ConnectError: refused")
     drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
     assert reports[-1] == (None, "ConnectError: refused", 0)
-    assert 0 < client.pttl(f"{queue.key}:probe") <= PROBE_RETRY_MS, "a failed probe is retried sooner"
+    # Not retried sooner by the drains: the node's sender probes a peer its workers found down.
+    drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((f, e, q)))
+    assert len(reports) == 2 and client.pttl(f"{queue.key}:probe") > PROBE_INTERVAL_MS // 2
+
+
+def test_while_a_peer_is_down_drains_probe_it_and_send_the_backlog_once_it_answers(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    queue.push(items(300), 1)
+    transport, reports = Transport(), []
+    sizes = []
+    original = transport.post_batch
+
+    def recording(peer, batch):
+        sizes.append(len(batch))
+        return original(peer, batch)
+
+    transport.post_batch = recording
+    transport.fail = PeerUnreachable("ConnectError: refused")
+    for _ in range(5):  # beat's drains, a second apart, while the peer is down
+        assert drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((e, q))) == 0
+    assert sizes == [250, 0, 0, 0, 0], "the batch once, then only empty ones"
+    assert reports == [("ConnectError: refused", 300)] * 5 and len(queue) == 300
+    transport.fail = None
+    assert drain(client, queue, PEER, transport, lambda f, e, q, lag: reports.append((e, q))) == 300
+    assert sizes[5:] == [0, 250, 50] and len(queue) == 0
+    assert not client.exists(f"{queue.key}:down"), "up again: the next drain sends at once"
 
 
 def test_while_redis_is_down_the_node_keeps_items_itself(redis_processes, client):

@@ -14,11 +14,18 @@ from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls
 from registry.cluster.replication import ReplicationBuffer, encode
 from registry.cluster.replicator import (
     PROBE_INTERVAL_MS,
-    PROBE_RETRY_MS,
     FollowUps,
     MemoryOutbox,
+    PeerSender,
     Replicator,
     read_answers,
+)
+from registry.cluster.retry import (
+    CONGESTION_RETRY_MS,
+    NETWORK_RETRIES,
+    NETWORK_RETRY_MS,
+    PROBE_WHILE_DOWN_MS,
+    RetryPolicy,
 )
 from registry.cluster.startup import SelfRegistration, instances_in, sync_from_peers
 from registry.cluster.transport import PeerRefused, PeerUnreachable
@@ -276,14 +283,17 @@ def test_answers_ask_for_registers_sync_backs_or_nothing():
 
 
 class FakeTransport:
-    """Answers batches with a function of the items, or fails as told; records what it got."""
+    """Answers batches with a function of the items, or fails as told; records what it got (``batches``)
+    and the size of every batch it was sent, answered or not (``attempts``)."""
 
     def __init__(self, answer=lambda items: [{"statusCode": 200}] * len(items)):
         self.answer = answer
         self.batches: list[list[dict]] = []
+        self.attempts: list[int] = []
         self.fail: Exception | None = None
 
     def post_batch(self, peer, items):
+        self.attempts.append(len(items))
         if self.fail is not None:
             raise self.fail
         self.batches.append(items)
@@ -345,16 +355,104 @@ def test_an_idle_peer_is_probed_with_an_empty_batch_so_its_health_is_known(clock
     state = peer_set.states()[0]
     assert not state.available(clock()) and "connection refused" in state.unavailable_reason(clock())
     transport.fail = None
-    clock.advance(PROBE_RETRY_MS - 1)
-    assert not rep.probe_if_idle(key, clock())
-    clock.advance(1)
-    assert rep.probe_if_idle(key, clock()), "a failed probe is retried sooner"
+    clock.advance(PROBE_INTERVAL_MS)
+    assert rep.probe_if_idle(key, clock()), "(a peer that is down is probed sooner by its PeerSender)"
     assert peer_set.states()[0].available(clock())
     # With items waiting the sender tries those instead: no probe.
     registry.register(instance(clock), clock())
     rep.flush(clock())
     clock.advance(PROBE_INTERVAL_MS)
     assert not rep.probe_if_idle(key, clock())
+
+
+# ------------------------------------------------------------------ retries while a peer is down
+
+
+def test_the_retry_policy_retries_a_network_error_at_once_then_probes_and_waits_longer_when_busy():
+    retry = RetryPolicy()
+    assert not retry.down
+    delays = [retry.failed(congested=False) for _ in range(NETWORK_RETRIES)]
+    assert delays == [NETWORK_RETRY_MS] * NETWORK_RETRIES and not retry.probe_first, "the batch again, soon"
+    # Then, however long the peer stays down, a probe every PROBE_WHILE_DOWN_MS: the delay never grows.
+    assert {retry.failed(congested=False) for _ in range(1000)} == {PROBE_WHILE_DOWN_MS}
+    assert retry.probe_first and PROBE_WHILE_DOWN_MS <= 500
+    # A busy peer (503, timeout) answers: the batch again after a second, as Eureka does.
+    assert retry.failed(congested=True) == CONGESTION_RETRY_MS and not retry.probe_first
+    retry.recovered()
+    assert not retry.down and retry.failed(congested=False) == NETWORK_RETRY_MS
+    retry.recovered()
+    retry.reported_down()
+    assert retry.down and retry.probe_first, "a worker found it down: a probe first"
+
+
+def down_peer_sender(clock, transport):
+    """A sender whose first probe found the peer up, then an item the peer cannot take: it is down."""
+    rep, registry, key, peer_set = replicator(clock, transport)
+    kicks: list[str] = []
+    sender = PeerSender(rep, key, clock, on_recovered=kicks.append)
+    assert sender.step() is None and transport.batches == [[]], "the first step probes"
+    registry.register(instance(clock, instanceId="during-0"), clock())
+    rep.flush(clock())
+    transport.fail = PeerUnreachable("ConnectError: connection refused")
+    return rep, registry, key, peer_set, sender, kicks
+
+
+def test_a_peer_down_for_minutes_gets_cheap_probes_and_its_backlog_as_soon_as_one_is_answered(clock):
+    transport = FakeTransport()
+    rep, registry, key, peer_set, sender, kicks = down_peer_sender(clock, transport)
+    written = 1
+    waited = 0
+    while waited < 5 * 60_000:  # five minutes down, new writes all the while
+        registry.register(instance(clock, instanceId=f"during-{written}"), clock())
+        written += 1
+        rep.flush(clock())
+        wait_ms = sender.step()
+        assert wait_ms is not None and wait_ms <= PROBE_WHILE_DOWN_MS, "never a longer wait"
+        waited += wait_ms
+        clock.advance(wait_ms)
+    # After the first probe, the batch went NETWORK_RETRIES + 1 times (the first try and the quick
+    # retries); every try after those was an empty batch, one per PROBE_WHILE_DOWN_MS.
+    tries = transport.attempts[1:]
+    assert all(size > 0 for size in tries[: NETWORK_RETRIES + 1]), tries[:5]
+    assert set(tries[NETWORK_RETRIES + 1 :]) == {0}
+    assert len(tries) <= 5 * 60_000 // PROBE_WHILE_DOWN_MS + NETWORK_RETRIES + 1
+    assert not peer_set.states()[0].available(clock()) and len(rep.outboxes[key]) == written
+    # The peer answers again: the next step (due at most PROBE_WHILE_DOWN_MS later) probes, then sends
+    # the whole backlog at once.
+    transport.fail = None
+    assert sender.step() is None
+    assert transport.batches[1] == [], "the probe"
+    assert sum(len(batch) for batch in transport.batches) == written
+    assert len(rep.outboxes[key]) == 0 and peer_set.states()[0].available(clock())
+    assert not sender.retry.down and kicks == [key, key], "on_recovered after the first probe and now"
+
+
+def test_a_failure_a_worker_reports_makes_the_node_probe_and_start_a_drain_when_the_peer_answers(clock):
+    # Production mode: the node holds nothing to send (the items are in Redis); a worker's failed drain
+    # is recorded on the peer set, and the node's sender probes until the peer answers.
+    transport = FakeTransport()
+    rep, registry, key, peer_set = replicator(clock, transport)
+    kicks: list[str] = []
+    sender = PeerSender(rep, key, clock, on_recovered=kicks.append)
+    assert sender.step() is None and kicks == [key]
+    clock.advance(1000)
+    assert sender.step() is None and transport.batches == [[]], "idle and healthy: nothing sent"
+    peer_set.record_failure(rep.peers[key].url, clock.advance(10), "ConnectError: connection refused")
+    transport.fail = PeerUnreachable("ConnectError: connection refused")
+    assert sender.step() == PROBE_WHILE_DOWN_MS and kicks == [key]
+    clock.advance(PROBE_WHILE_DOWN_MS)
+    transport.fail = None
+    assert sender.step() is None
+    assert kicks == [key, key] and peer_set.states()[0].available(clock())
+    # A refused probe (the peer answers, but not to us) is not a reason to probe every half second.
+    transport.fail = PeerRefused("HTTP 401 for a batch of 0")
+    peer_set.record_failure(rep.peers[key].url, clock.advance(10), "batch refused: HTTP 401")
+    assert sender.step() is None
+    tries = len(transport.attempts)
+    for _ in range(10):
+        clock.advance(PROBE_WHILE_DOWN_MS)
+        assert sender.step() is None
+    assert len(transport.attempts) == tries
 
 
 def test_a_refused_batch_is_dropped_and_counted(clock):
