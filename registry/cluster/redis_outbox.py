@@ -175,6 +175,7 @@ def drain(
         return 0
     sent = 0
     idle = True  # the queue was empty: nothing was tried
+    emptied = False  # the loop ended on an empty queue (not on a failure or the budget)
     deadline = time.monotonic() + budget_s
     try:
         if client.exists(down_key) and len(queue):
@@ -189,6 +190,7 @@ def drain(
         while time.monotonic() < deadline:
             items = queue.peek(BATCH_SIZE)
             if not items:
+                emptied = True
                 break
             idle = False
             try:
@@ -216,4 +218,8 @@ def drain(
                 report(None, failure_text(failure), *_backlog(queue))
     finally:
         client.eval(_RELEASE, 1, lock_key, token)
+    if emptied and len(queue):
+        # Items pushed after the last look and before the release: their push kicked a drain that found
+        # the lock taken and gave up, so they are this drain's to send (else they wait for beat's next).
+        sent += drain(client, queue, peer, transport, report, max(0.0, deadline - time.monotonic()))
     return sent

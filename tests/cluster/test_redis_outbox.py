@@ -114,6 +114,33 @@ def test_two_drains_never_send_the_same_batch(client):
     assert not client.exists(f"{queue.key}:lock"), "the lock is released"
 
 
+def test_items_pushed_while_a_drain_finishes_are_sent_by_it_not_left_for_beat(client):
+    queue = RedisQueue(client, queue_key("test", PEER))
+    queue.push(items(3), 1)
+    transport, kicked = Transport(), []
+
+    class LatePush:
+        """The node pushes (and kicks a drain) after the drain's last look at the list, before its
+        release of the lock: the kicked drain finds the lock taken and does nothing."""
+
+        def __init__(self):
+            self.pushed = False
+
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def eval(self, *args):
+            if not self.pushed:
+                self.pushed = True
+                queue.push(items(1, 3), 2)
+                kicked.append(drain(client, queue, PEER, transport, lambda *a: None))
+            return client.eval(*args)
+
+    assert drain(LatePush(), queue, PEER, transport, lambda *a: None) == 4
+    assert kicked == [0] and len(queue) == 0
+    assert [item["id"] for batch in transport.batches for item in batch] == ["i0", "i1", "i2", "i3"]
+
+
 def test_a_peer_that_cannot_be_reached_leaves_the_batch_and_the_error_is_reported(client):
     queue = RedisQueue(client, queue_key("test", PEER))
     queue.push(items(3), 1)
