@@ -225,6 +225,11 @@ EUREKA = {
         "expected_clients_move_only_above_zero": env_bool(
             "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not _FAST
         ),
+        # Limits on what clients may store (registry/core.py RegistryConfig says why each default).
+        "max_instances": env_int("EUREKA_MAX_INSTANCES", 0, minimum=0),
+        "max_metadata_keys": env_int("EUREKA_MAX_METADATA_KEYS", 128, minimum=0),
+        "max_metadata_bytes": env_int("EUREKA_MAX_METADATA_BYTES", 32_768, minimum=0),
+        "max_lease_duration_secs": env_int("EUREKA_MAX_LEASE_DURATION_SECONDS", 3_600, minimum=90),
     },
     # 500 ms: with replication's ~0.2 s, a peer serves a change within a second (bench/README.md,
     # "Replication"); builds are paced and from pieces, so refreshing this often is cheap.

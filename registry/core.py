@@ -54,6 +54,14 @@ _LEASE_FIELDS = (
 )
 
 
+class LimitExceeded(ValueError):
+    """A client's write the limits refuse (nothing was changed); the message says which limit."""
+
+
+class RegistryFull(LimitExceeded):
+    """A client's registration of a new instance while the map holds ``max_instances`` already."""
+
+
 class BadSnapshot(ValueError):
     """A saved state ``restore_state`` refuses: another format, too old, or not the shape it writes."""
 
@@ -92,6 +100,24 @@ class RegistryConfig:
     # Eureka moves the expected-clients count only while it is > 0 (so a node that starts at 0 never
     # evicts until its 15-minute recount). False counts every registration and cancel from 0 up.
     expected_clients_move_only_above_zero: bool = True
+    # Limits against hostile or broken clients (the Java server has none of them).
+    # A lastDirtyTimestamp decides which copy of an instance wins, so one far in the future would win
+    # against every later registration of the real instance: none is kept further ahead of the
+    # node's clock than this (clocks of real clients are seconds apart, not minutes).
+    max_dirty_ahead_ms: int = 300_000
+    # Lease durations and renewal intervals above this are lowered to it, not refused: a real
+    # config (Spring's lease-expiration-duration-in-seconds) asking for more still registers, and an
+    # instance that dies is not listed for days.
+    max_lease_duration_secs: int = 3_600
+    # Instances (app, id) clients may add; 0: no limit. Off by default: refusing a growing fleet's
+    # new instances is an outage, memory is not, and the right number depends on the node's memory.
+    # Peers' writes are never refused (see ``register``).
+    max_instances: int = 0
+    # One instance's metadata (keys, and UTF-8 bytes of keys plus values); 0: no limit. Spring Cloud
+    # apps send 10-20 short keys (well under 1 KiB): the defaults leave room for build info and URLs,
+    # and keep metadata PUTs, whose merges only add, from growing a record (and every full fetch).
+    max_metadata_keys: int = 128
+    max_metadata_bytes: int = 32_768
 
     @property
     def eureka_timing(self) -> bool:
@@ -460,14 +486,59 @@ class Registry:
     # ------------------------------------------------------------------------------- writes
 
     def register(self, instance: InstanceInfo, now: int, is_replication: bool = False) -> None:
+        """Raises ``LimitExceeded`` (``RegistryFull``) for a client's registration over the limits, having
+        changed nothing. A peer's is never refused: the peer accepted it from its client, and refusing
+        it here would only keep the nodes apart (the peer sends it again at every heartbeat)."""
+        if not is_replication:
+            self._check_metadata(instance.metadata)
         with self._lock:
+            if not is_replication:
+                self._check_room(instance)
             self._register(instance, now, is_replication)
             self._writes[is_replication].registers += 1
+
+    def _check_room(self, instance: InstanceInfo) -> None:
+        limit = self.config.max_instances
+        if limit and self._size >= limit and instance.instance_id not in self._apps.get(instance.app, ()):
+            raise RegistryFull(
+                f"The registry holds its maximum of {limit} instances: {instance.app}/"
+                f"{instance.instance_id} is not added (instances already registered still renew)"
+            )
+
+    def _check_metadata(self, metadata: Mapping[str, str]) -> None:
+        cfg = self.config
+        if cfg.max_metadata_keys and len(metadata) > cfg.max_metadata_keys:
+            raise LimitExceeded(
+                f"Too much metadata: {len(metadata)} keys, at most {cfg.max_metadata_keys} are allowed"
+            )
+        if cfg.max_metadata_bytes:
+            size = sum(len(key.encode()) + len(value.encode()) for key, value in metadata.items())
+            if size > cfg.max_metadata_bytes:
+                raise LimitExceeded(
+                    f"Too much metadata: {size} bytes of keys and values, at most "
+                    f"{cfg.max_metadata_bytes} are allowed"
+                )
+
+    def _within_bounds(self, instance: InstanceInfo, now: int) -> InstanceInfo:
+        """The record with its dirty timestamp and lease times lowered to the limits (see RegistryConfig).
+        Applied to peers' copies too: with API accounts off anyone may send one, and a peer's copy
+        within the limits passes unchanged."""
+        cfg = self.config
+        changes = {}
+        latest_dirty = now + cfg.max_dirty_ahead_ms
+        if instance.last_dirty_timestamp > latest_dirty:
+            changes["last_dirty_timestamp"] = latest_dirty
+        if instance.duration_secs > cfg.max_lease_duration_secs:
+            changes["duration_secs"] = cfg.max_lease_duration_secs
+        if instance.renewal_interval_secs > cfg.max_lease_duration_secs:
+            changes["renewal_interval_secs"] = cfg.max_lease_duration_secs
+        return instance.evolve(**changes) if changes else instance
 
     def _register(
         self, instance: InstanceInfo, now: int, is_replication: bool, cause: str | None = None
     ) -> None:
         """Eureka ``AbstractInstanceRegistry.register`` (protocol reference 5.2)."""
+        instance = self._within_bounds(instance, now)
         app_leases = self._apps.setdefault(instance.app, {})
         existing = app_leases.get(instance.instance_id)
         if existing is not None:
@@ -579,6 +650,11 @@ class Registry:
 
             if last_dirty_timestamp is None or not self.config.sync_when_timestamp_differs:
                 return RenewResult(Renew.OK)
+            if last_dirty_timestamp > now + self.config.max_dirty_ahead_ms:
+                # From a clock far ahead of ours: the stored copy was lowered to now + the limit when
+                # it was registered, so a comparison would answer 404 (re-register) to every heartbeat.
+                # Skipping it keeps nothing from the sender: a renewal stores no timestamp.
+                return RenewResult(Renew.OK)
             if last_dirty_timestamp > instance.last_dirty_timestamp:
                 if (
                     is_replication
@@ -652,8 +728,11 @@ class Registry:
         self, lease: Lease, now: int, last_dirty_timestamp: int | None, replicated: bool = False, **changes
     ) -> None:
         old = lease.instance
-        if last_dirty_timestamp is not None and last_dirty_timestamp > old.last_dirty_timestamp:
-            changes["last_dirty_timestamp"] = last_dirty_timestamp
+        if last_dirty_timestamp is not None:
+            # A status call's timestamp is stored, so it is held to the same bound as a registration's.
+            last_dirty_timestamp = min(last_dirty_timestamp, now + self.config.max_dirty_ahead_ms)
+            if last_dirty_timestamp > old.last_dirty_timestamp:
+                changes["last_dirty_timestamp"] = last_dirty_timestamp
         new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
         self._status_counts[old.status] -= 1
         self._status_counts[new.status] += 1
@@ -759,13 +838,17 @@ class Registry:
         self, app: str, instance_id: str, entries: Mapping[str, str], now: int, is_replication: bool = False
     ) -> bool:
         """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka);
-        peers get the whole instance again (a Register)."""
+        peers get the whole instance again (a Register). A client's merge over the metadata limits
+        raises ``LimitExceeded`` and changes nothing."""
         with self._lock:
             lease = self._visible_lease(app, instance_id, now)
             if lease is None:
                 return False
             instance = lease.instance
-            merged = instance.evolve(metadata=freeze({**instance.metadata, **entries}))
+            merged_metadata = {**instance.metadata, **entries}
+            if not is_replication:
+                self._check_metadata(merged_metadata)
+            merged = instance.evolve(metadata=freeze(merged_metadata))
             self._register(merged, now, is_replication=is_replication, cause=CAUSE_METADATA)
             return True
 

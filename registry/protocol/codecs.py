@@ -52,6 +52,11 @@ _EMPTY_METADATA = {"@class": c.EMPTY_MAP_CLASS}
 _NOT_XML_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _XML_NAME = re.compile(r"(?:[^\W\d]|\$)[\w.\-$]*\Z")
 
+# App names and instance ids are path segments of every later call (apps/{app}/{id}): one holding a
+# "/" could never be renewed or cancelled, whitespace and control characters are never in a real
+# client's id (Spring's is host:app:port), and "." or ".." are dot-segments HTTP clients remove.
+_NOT_IN_PATH_SEGMENT = re.compile(r"[/\s\x00-\x1f\x7f-\x9f]")
+
 # How deep a registration body may nest: JSON's parser (orjson) refuses documents deeper than 1024,
 # and XML bodies get the same limit (an instance is four levels deep: instance, dataCenterInfo,
 # metadata, key). Without it a body of a million nested elements would be parsed into a tree.
@@ -419,6 +424,20 @@ def _readable_xml_name(key: str) -> bool:
     return True
 
 
+def path_segment(value: str, what: str) -> str:
+    """Refuse an app name or instance id that cannot be one segment of a URL path."""
+    bad = _NOT_IN_PATH_SEGMENT.search(value)
+    if bad:
+        char = "'/'" if bad.group() == "/" else f"U+{ord(bad.group()):04X}"
+        raise BadInput(
+            f"Invalid {what} {value[:60]!r}: {char} is not allowed (no '/', whitespace or control "
+            "characters: it is a path segment of the instance's URL)"
+        )
+    if value in (".", ".."):
+        raise BadInput(f"Invalid {what} {value!r}: it cannot be a path segment of the instance's URL")
+    return value
+
+
 def _data_center(value: Any) -> DataCenterInfo | None:
     if value is None:
         return None
@@ -467,6 +486,8 @@ def build_instance(raw: Mapping[str, Any], now: int, path_app: str | None = None
     app = shared(app.strip().upper())
     if path_app is not None and path_app != app:
         raise BadInput(f"Mismatched appName, expecting {path_app} but was {app}")
+    path_segment(app, "appName")
+    path_segment(instance_id, "instanceId")
     if data_center is None:
         raise BadInput("Missing dataCenterInfo")
     if data_center.is_amazon and "instance-id" not in data_center.metadata:

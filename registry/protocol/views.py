@@ -12,7 +12,7 @@ from registry import constants as c
 from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, apply_batch
-from registry.core import Renew
+from registry.core import LimitExceeded, RegistryFull, Renew
 from registry.protocol.codecs import (
     JSON,
     BadInput,
@@ -169,7 +169,14 @@ class ApplicationView(EurekaView):
         now = node.now()
         instance = decode_instance(body, request_format(request, body), now, path_app=app.upper())
         replicated = is_replication(request)
-        node.registry.register(instance, now, replicated)
+        try:
+            node.registry.register(instance, now, replicated)
+        except RegistryFull as exc:
+            # 503, not a 4xx: the client is not at fault, and Eureka clients retry a registration
+            # that did not answer 204 (at their next heartbeat, or at another server of their list).
+            return text(503, str(exc))
+        except LimitExceeded as exc:
+            return text(400, str(exc))
         if not replicated:
             node.registration_sources.record(
                 instance.app, instance.instance_id, meta(request).get("REMOTE_ADDR", "")
@@ -235,9 +242,12 @@ class InstanceMetadataView(EurekaView):
             for key in params
         }
         node = get_node()
-        found = node.registry.update_metadata(
-            app.upper(), instance_id, entries, node.now(), is_replication(request)
-        )
+        try:
+            found = node.registry.update_metadata(
+                app.upper(), instance_id, entries, node.now(), is_replication(request)
+            )
+        except LimitExceeded as exc:
+            return text(400, str(exc))
         return empty(200 if found else 404)
 
 

@@ -228,7 +228,9 @@ PY_BODY = {
 }
 
 
-def test_python_client_body_is_accepted_and_served(api):
+def test_python_client_body_is_accepted_and_served(api, clock):
+    # The node's clock as when the body was captured: a timestamp far ahead of it would be lowered.
+    clock.now = int(PY_BODY["instance"]["lastDirtyTimestamp"]) + 1_000
     # py sends no Accept header: it must get XML back, and parse every numeric element with int().
     assert (
         api.post("/eureka/apps/PYAPP", data=json.dumps(PY_BODY), content_type="application/json").status_code

@@ -326,8 +326,9 @@ def test_replication_header_must_be_exactly_true(api, orders):
 
 
 def test_replicated_renew_with_newer_timestamp_is_404_and_adopts_the_senders_override(api, orders):
+    # Newer than the stored 1700000000000, not ahead of the node's clock (that one is not compared).
     response = api.put(
-        f"/eureka/apps/ORDERS/{enc(ORDERS_ID)}?lastDirtyTimestamp=1800000000000&overriddenstatus=OUT_OF_SERVICE",
+        f"/eureka/apps/ORDERS/{enc(ORDERS_ID)}?lastDirtyTimestamp=1750000000000&overriddenstatus=OUT_OF_SERVICE",
         **REPLICATION,
     )
 

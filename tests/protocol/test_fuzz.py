@@ -85,12 +85,13 @@ def fuzz(share: float = 1.0) -> settings:
 # --------------------------------------------------------------------------------- the seed map
 
 START = 1_796_000_000_000
+MAX_DIRTY_AHEAD_MS = 300_000
 STATUSES = ("UP", "DOWN", "STARTING", "OUT_OF_SERVICE", "UNKNOWN")
 UP, OUT_OF_SERVICE, UNKNOWN = "UP", "OUT_OF_SERVICE", "UNKNOWN"
 
 ORDERS_1 = "10.0.0.1:orders:8080"
 ORDERS_2 = "10.0.0.2:orders:8080"
-UNICODE_ID = "bïlling-1 ☃ 🚀"
+UNICODE_ID = "bïlling-1:☃:🚀"
 SEEDS = (
     ("ORDERS", instance_body(app="ORDERS", host="10.0.0.1")),
     ("ORDERS", instance_body(app="ORDERS", host="10.0.0.2", metadata={"zone": "a", "odd_key$": "v"})),
@@ -394,6 +395,8 @@ def expected_register_status(body: dict, before: MapState, key, now: int, replic
     overridden = _body_status(overridden if overridden is not None else body.get("overriddenstatus"), UNKNOWN)
     dirty = body.get("lastDirtyTimestamp")
     dirty = int(dirty) if dirty not in (None, "") else now
+    # Issue 30: no timestamp is kept more than 5 minutes ahead of the node's clock.
+    dirty = min(dirty, now + MAX_DIRTY_AHEAD_MS)
     kept_existing = existing is not None and existing.record["last_dirty_timestamp"] > dirty
     if kept_existing:
         status, overridden = existing.record["status"], existing.record["overridden_status"]
@@ -710,9 +713,13 @@ json_values = st.recursive(
     max_leaves=20,
 )
 
+# Ids a registration may carry: no "/", whitespace or control characters, not "." or ".." (each is
+# one segment of the instance's URL path).
 id_text = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cn")), min_size=1, max_size=30
-).filter(lambda s: s.strip() != "")
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cn", "Zs", "Zl", "Zp")),
+    min_size=1,
+    max_size=30,
+).filter(lambda s: not re.search(r"[/\s\x7f-\x9f]", s) and s not in (".", ".."))
 app_text = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cn"), exclude_characters="/"),
     min_size=1,

@@ -7,7 +7,15 @@ import random
 import pytest
 
 from registry import constants as c
-from registry.core import Registry, RegistryConfig, Renew, reconcile_hashcode, resolve_status
+from registry.core import (
+    LimitExceeded,
+    Registry,
+    RegistryConfig,
+    RegistryFull,
+    Renew,
+    reconcile_hashcode,
+    resolve_status,
+)
 from registry.instances import InstanceInfo
 from registry.leases import Lease, MeasuredRate, expired_among, views_of
 
@@ -838,3 +846,69 @@ def test_views_of_many_leases_match_each_lease_view():
             )
             for lease in leases
         ]
+
+
+# --------------------------------------------------------------- limits on clients (issue 30)
+
+LONG_MAX = 2**63 - 1
+FIVE_MIN = 5 * MIN
+
+
+def test_no_write_stores_a_dirty_timestamp_more_than_five_minutes_ahead_of_the_clock():
+    registry, _ = make_registry()
+    instance_id = "host1:orders:8080"
+
+    def stored() -> int:
+        return registry.snapshot_app("ORDERS")[0].instance.last_dirty_timestamp
+
+    registry.register(inst(dirty=LONG_MAX), T0, is_replication=True)
+    assert stored() == T0 + FIVE_MIN
+    registry.set_status_override("ORDERS", instance_id, c.DOWN, T0 + FIVE_MIN + SEC, LONG_MAX)
+    assert stored() == T0 + 2 * FIVE_MIN + SEC
+    registry.remove_status_override(
+        "ORDERS", instance_id, T0 + 2 * FIVE_MIN + 2 * SEC, c.UP, LONG_MAX, is_replication=True
+    )
+    assert stored() == T0 + 3 * FIVE_MIN + 2 * SEC
+    # Within the bound, the newer timestamp is kept as it was sent (Eureka's rule).
+    registry.register(inst(dirty=T0 + 3 * FIVE_MIN + 3 * SEC), T0 + 3 * FIVE_MIN + 3 * SEC)
+    assert stored() == T0 + 3 * FIVE_MIN + 3 * SEC
+
+
+def test_lease_times_above_the_cap_are_lowered_for_peers_copies_too():
+    registry, _ = make_registry(max_lease_duration_secs=600)
+    registry.register(inst(duration=86_400, renewal_interval_secs=7_200), T0, is_replication=True)
+    view = registry.snapshot_app("ORDERS")[0]
+    assert (view.instance.duration_secs, view.instance.renewal_interval_secs) == (600, 600)
+    registry.register(inst(n=2, duration=90), T0)
+    assert registry.snapshot_app("ORDERS")[1].instance.duration_secs == 90, "a lease within the cap"
+
+
+def test_a_client_registration_beyond_max_instances_raises_before_changing_anything():
+    registry, changes = make_registry(max_instances=1)
+    registry.register(inst(n=1), T0)
+    changes.clear()
+    before = (registry.snapshot(), registry.expected_clients, registry.recent_events(), registry.stats(T0))
+
+    with pytest.raises(RegistryFull, match="maximum of 1 instances"):
+        registry.register(inst(n=2), T0 + SEC)
+
+    after = (registry.snapshot(), registry.expected_clients, registry.recent_events(), registry.stats(T0))
+    assert after == before and changes == []
+    registry.register(inst(n=1, metadata={"v": "2"}), T0 + SEC)  # a re-registration has room
+    registry.register(inst(n=2), T0 + SEC, is_replication=True)  # a peer's copy is never refused
+    assert registry.size() == 2
+
+
+def test_a_client_metadata_merge_over_the_limits_raises_and_keeps_the_record():
+    registry, changes = make_registry(max_metadata_keys=2, max_metadata_bytes=10)
+    registry.register(inst(metadata={"a": "1"}), T0)
+    changes.clear()
+    stored = registry.snapshot_app("ORDERS")[0]
+
+    with pytest.raises(LimitExceeded, match="3 keys"):
+        registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2", "c": "3"}, T0 + SEC)
+    with pytest.raises(LimitExceeded, match="11 bytes"):
+        registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "x" * 8}, T0 + SEC)
+
+    assert registry.snapshot_app("ORDERS")[0] == stored and changes == []
+    assert registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2"}, T0 + SEC)
