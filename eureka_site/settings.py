@@ -178,6 +178,24 @@ EUREKA_API_AUTH = env_bool("EUREKA_API_AUTH", False)
 # account or a new password is refused within this time; changes made in the admin at once).
 EUREKA_API_AUTH_RECHECK_SECONDS = env_int("EUREKA_API_AUTH_RECHECK_SECONDS", 5, minimum=1)
 
+# Failed sign-ins (the admin's form, which the console uses, and API Basic credentials): after this
+# many from one client address within the lockout, that address is refused for the lockout without a
+# password check (429, Retry-After); a user name, from anywhere, after the per-user count
+# (registry/access/throttle.py). 0 switches a limit off. Verified API credentials are never refused.
+EUREKA_SIGNIN_MAX_FAILURES = env_int("EUREKA_SIGNIN_MAX_FAILURES", 10, minimum=0)
+EUREKA_SIGNIN_MAX_FAILURES_PER_USER = env_int("EUREKA_SIGNIN_MAX_FAILURES_PER_USER", 30, minimum=0)
+EUREKA_SIGNIN_LOCKOUT_SECONDS = env_int("EUREKA_SIGNIN_LOCKOUT_SECONDS", 60, minimum=1)
+
+# Django's hashers, the default one (PBKDF2-SHA256, same stored hashes) computed in gevent's threadpool
+# so that a sign-in does not hold the event loop for half a second (registry/access/hashers.py).
+PASSWORD_HASHERS = [
+    "registry.access.hashers.OffloadedPBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+
 # Request bodies larger than this are refused with 413 (also the limit after gunzip).
 EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
@@ -255,8 +273,9 @@ EUREKA = {
 # --- Status console ----------------------------------------------------------------------------
 EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
 # The console, /lastn and the instance pages only for signed-in (staff) users; off shows the fleet
-# to anyone who can reach the port, as Eureka's console does.
-EUREKA_DASHBOARD_LOGIN_REQUIRED = env_bool("EUREKA_DASHBOARD_LOGIN_REQUIRED", False)
+# to anyone who can reach the port, as Eureka's console does. Unset: on exactly when API accounts are
+# (instance metadata often holds secrets, and a closed API should not leave them on an open page).
+EUREKA_DASHBOARD_LOGIN_REQUIRED = env_bool("EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_API_AUTH)
 # Reserved paths the console may not take (the protocol, the admin, static files, probes).
 _RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz", "metrics", "api")
 

@@ -68,3 +68,13 @@ def _reset_script_prefix():
     from django.urls import set_script_prefix
 
     set_script_prefix("/")
+
+
+@pytest.fixture(autouse=True)
+def _no_failed_signins_carried_over():
+    """Failed sign-ins are counted per process (registry/access/throttle.py): one test's wrong
+    passwords must not lock the next test's client out."""
+    yield
+    from registry.access import accounts
+
+    accounts.reset_signin_throttle(None)

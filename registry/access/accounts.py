@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -28,6 +27,8 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from registry.access import roles
 from registry.access.credentials import CredentialCache, Principal, digest
+from registry.access.hashers import off_the_loop
+from registry.access.throttle import SignInThrottle
 
 logger = logging.getLogger("registry.access")
 
@@ -39,6 +40,14 @@ class Refused(Exception):
         super().__init__(reason)
         self.reason = reason
         self.username = username
+
+
+class TooManyFailures(Refused):
+    """Too many failed sign-ins from this address or for this user name: refused without a check."""
+
+    def __init__(self, retry_after: int, username: str = ""):
+        super().__init__(f"too many failed sign-ins, try again in {retry_after} s", username)
+        self.retry_after = retry_after
 
 
 def _monotonic_ms() -> int:
@@ -66,6 +75,30 @@ def reset_credential_cache(cache: CredentialCache | None = None) -> None:
     """Tests: start from an empty cache (or a given one, with a fake clock)."""
     global _cache
     _cache = cache
+
+
+_throttle: SignInThrottle | None = None
+
+
+def signin_throttle() -> SignInThrottle:
+    """Failed sign-ins of this process: API Basic credentials and the admin's (and console's) form."""
+    global _throttle
+    if _throttle is None:
+        with _cache_lock:
+            if _throttle is None:
+                _throttle = SignInThrottle(
+                    _monotonic_ms,
+                    per_address=settings.EUREKA_SIGNIN_MAX_FAILURES,
+                    per_user=settings.EUREKA_SIGNIN_MAX_FAILURES_PER_USER,
+                    lockout_ms=settings.EUREKA_SIGNIN_LOCKOUT_SECONDS * 1000,
+                )
+    return _throttle
+
+
+def reset_signin_throttle(throttle: SignInThrottle | None = None) -> None:
+    """Tests: start with no failures counted (or with a given throttle, on a fake clock)."""
+    global _throttle
+    _throttle = throttle
 
 
 def forget_verified_credentials(**kwargs) -> None:
@@ -104,13 +137,9 @@ _NO_ACCOUNT_HASH: str | None = None
 
 
 def _check(password: str, encoded: str) -> bool:
-    if "gevent" in sys.modules:
-        from gevent import get_hub, monkey
-
-        if monkey.is_module_patched("socket"):
-            # Off the event loop: PBKDF2 releases the GIL, so other requests go on meanwhile.
-            return get_hub().threadpool.apply(check_password, (password, encoded))
-    return check_password(password, encoded)
+    # Off the event loop: PBKDF2 releases the GIL, so other requests go on meanwhile (any configured
+    # hasher; the default one also offloads itself, registry/access/hashers.py).
+    return off_the_loop(check_password, password, encoded)
 
 
 def _password_matches(password: str, encoded: str | None) -> bool:
@@ -197,14 +226,19 @@ def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | Non
     return None
 
 
-def authenticate(header: str) -> Principal:
-    """The account behind an ``Authorization`` header, or ``Refused``."""
+def authenticate(header: str, client: str = "") -> Principal:
+    """The account behind an ``Authorization`` header, or ``Refused`` (``TooManyFailures`` when the
+    ``client`` address or the user name failed too often lately: then no password is checked)."""
     cache = credential_cache()
     key = digest(header)
     principal = _remembered(cache, key, cache.clock())
     if principal is not None:
         return principal
     username, password = decode_basic(header)
+    throttle = signin_throttle()
+    wait = throttle.wait(client, username)
+    if wait:
+        raise TooManyFailures(wait, username)
     with _one_check_at_a_time(key):
         # Another request may have checked these credentials while this one waited.
         principal = _remembered(cache, key, cache.clock())
@@ -215,7 +249,9 @@ def authenticate(header: str) -> Principal:
         now = cache.clock()
         if account is None or not matches or not account.is_active:
             cache.remember(key, None, "", now)
+            throttle.failed(client, username)
             raise Refused("wrong user name or password", username)
+        throttle.succeeded(username)
         principal = Principal(account.user_id, account.username, account.permissions)
         cache.remember(key, principal, account.password, now)
         return principal
@@ -250,11 +286,11 @@ refusal_log = RefusalLog()
 
 
 # Refused requests by reason since start, read by /metrics at scrape time (eureka_auth_refusals_total).
-REFUSALS = {"unauthenticated": 0, "forbidden": 0}
+REFUSALS = {"unauthenticated": 0, "forbidden": 0, "throttled": 0}
 
 
 def note_refusal(reason: str, detail: str) -> None:
-    """Count and log a refused API request; ``reason`` is "unauthenticated" or "forbidden"."""
+    """Count and log a refused API request; ``reason`` is "unauthenticated", "forbidden" or "throttled"."""
     REFUSALS[reason] += 1
     refusal_log.note(reason, detail)
 

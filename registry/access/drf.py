@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.signals import setting_changed
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import BasePermission
 
 from registry.access import accounts, roles
@@ -32,7 +32,9 @@ def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
 setting_changed.connect(_follow_setting)
 
 
-def _client(request) -> str:
+def client_address(request) -> str:
+    """The peer address of the connection (failed sign-ins are counted per address). Behind a proxy or a
+    reader that is the proxy's: forwarded headers are not believed, any client could send them."""
     return request.META.get("REMOTE_ADDR", "?")
 
 
@@ -44,10 +46,16 @@ class BasicAccountAuthentication(BaseAuthentication):
         if not header:
             return None  # the permission check answers 401 with the challenge
         try:
-            principal = accounts.authenticate(header)
+            principal = accounts.authenticate(header, client_address(request))
+        except accounts.TooManyFailures as refused:
+            accounts.note_refusal(
+                "throttled", f"{refused.reason} for {refused.username!r} from {client_address(request)}"
+            )
+            # 429 with Retry-After (registry/protocol/http.py): a client backs off instead of retrying.
+            raise Throttled(wait=refused.retry_after) from None
         except accounts.Refused as refused:
             who = f" for {refused.username!r}" if refused.username else ""
-            accounts.note_refusal("unauthenticated", f"{refused.reason}{who} from {_client(request)}")
+            accounts.note_refusal("unauthenticated", f"{refused.reason}{who} from {client_address(request)}")
             raise AuthenticationFailed(f"Authentication failed: {refused.reason}") from None
         return principal, None
 
@@ -66,11 +74,12 @@ class RolePermission(BasePermission):
             getattr(view, "replication_endpoint", False),
         )
         if user is None:
-            accounts.note_refusal("unauthenticated", f"no credentials from {_client(request)}")
+            accounts.note_refusal("unauthenticated", f"no credentials from {client_address(request)}")
             return False
         if needed in user.permissions:
             return True
         accounts.note_refusal(
-            "forbidden", f"{user.username!r} lacks {needed} for {request.method} from {_client(request)}"
+            "forbidden",
+            f"{user.username!r} lacks {needed} for {request.method} from {client_address(request)}",
         )
         return False

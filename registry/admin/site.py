@@ -6,11 +6,25 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import NoReverseMatch, path, reverse
 
+from registry.admin.signin import ThrottledAdminAuthenticationForm
+
 
 class RegistryAdminSite(admin.AdminSite):
     site_header = "Eureka registry administration"
     site_title = "Eureka registry"
     index_title = "Registry administration"
+    # Failed sign-ins throttled per address and per user name (registry/admin/signin.py).
+    login_form = ThrottledAdminAuthenticationForm
+
+    def login(self, request, extra_context=None):
+        response = super().login(request, extra_context)
+        form = (getattr(response, "context_data", None) or {}).get("form")
+        retry_after = getattr(form, "retry_after", 0)
+        if retry_after:
+            # The form says how long to wait; the status and header say it to scripts and proxies.
+            response.status_code = 429
+            response["Retry-After"] = str(retry_after)
+        return response
 
     def __init__(self, name="admin"):
         super().__init__(name)

@@ -7,6 +7,7 @@ documents ``{"error": ..., "detail": ...}``; ``EUREKA_CHANGE_FEED=false`` answer
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -83,6 +84,11 @@ def feed_exception_handler(exc, context):
     if isinstance(exc, exceptions.MethodNotAllowed):
         response = error(405, "method_not_allowed", f"{context['request'].method} is not allowed here")
         response["Allow"] = ", ".join(context["view"].allowed_methods)
+        return response
+    if isinstance(exc, exceptions.Throttled):
+        # Too many failed sign-ins from this address or for this account (registry/access/throttle.py).
+        response = error(429, "throttled", str(exc.detail))
+        response["Retry-After"] = str(math.ceil(exc.wait or 1))
         return response
     if isinstance(exc, exceptions.APIException):
         return error(exc.status_code, "refused", str(exc.detail))

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from urllib.parse import parse_qsl
 
@@ -226,6 +227,12 @@ def plain_exception_handler(exc, context):
         auth_header = getattr(exc, "auth_header", None)
         if auth_header:
             response["WWW-Authenticate"] = auth_header
+        return response
+    if isinstance(exc, exceptions.Throttled):
+        # Too many failed sign-ins (registry/access/throttle.py): no body, like the other refusals.
+        response = empty(exc.status_code)
+        if exc.wait:
+            response["Retry-After"] = str(math.ceil(exc.wait))
         return response
     if isinstance(exc, exceptions.APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)

@@ -237,8 +237,8 @@ class NodeCollector(Collector):
     def _access(self) -> Iterator[Metric]:
         refusals = CounterMetricFamily(
             "eureka_auth_refusals",
-            "Requests refused by API accounts: unauthenticated (401) or forbidden for the account's "
-            "role (403).",
+            "Requests refused by API accounts: unauthenticated (401), forbidden for the account's "
+            "role (403) or throttled after too many failed sign-ins (429).",
             labels=["reason"],
         )
         for reason, count in accounts.REFUSALS.items():
@@ -532,7 +532,9 @@ def scrape_allowed(request: HttpRequest) -> bool:
         return hmac.compare_digest(given.strip().encode(), token.encode())
     if api_accounts and scheme.lower() == "basic":
         try:
-            principal = accounts.authenticate(request.headers["Authorization"])
+            principal = accounts.authenticate(
+                request.headers["Authorization"], request.META.get("REMOTE_ADDR", "?")
+            )
         except accounts.Refused:
             return False
         return roles.READ in principal.permissions

@@ -1,0 +1,47 @@
+"""The admin's sign-in form (the console signs in there too), with failed sign-ins throttled.
+
+Failures are counted per client address and per user name (registry/access/throttle.py, shared with API
+Basic credentials); past the limit the form refuses at once, without checking the password, and says how
+long to wait; the admin site answers such a refusal with 429 and Retry-After.
+"""
+
+from __future__ import annotations
+
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+
+from registry.access import accounts
+from registry.access.drf import client_address
+
+
+class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
+    error_messages = {
+        **AdminAuthenticationForm.error_messages,
+        "throttled": "Too many failed sign-ins from this address or for this user. "
+        "Wait %(seconds)s seconds and try again.",
+    }
+
+    # Seconds the client must wait, when this form refused it for too many failures (else 0).
+    retry_after = 0
+
+    def clean(self):
+        username = self.cleaned_data.get("username")
+        if username is None or not self.cleaned_data.get("password"):
+            return super().clean()
+        throttle = accounts.signin_throttle()
+        address = client_address(self.request)
+        self.retry_after = throttle.wait(address, username)
+        if self.retry_after:
+            raise ValidationError(
+                self.error_messages["throttled"], code="throttled", params={"seconds": self.retry_after}
+            )
+        try:
+            cleaned = super().clean()
+        except ValidationError:
+            # No user: the password was wrong or named nobody. A right password of an account that may
+            # not use the admin (not staff) is refused too, but is no guess.
+            if self.user_cache is None:
+                throttle.failed(address, username)
+            raise
+        throttle.succeeded(username)
+        return cleaned
