@@ -137,6 +137,8 @@ def start_node(workdir: Path, port: int, concurrency: int) -> subprocess.Popen:
         **os.environ,
         "EUREKA_HEALTH_CHECKS": "true",
         "EUREKA_HEALTH_CHECK_CONCURRENCY": str(concurrency),
+        # The instance servers listen on loopback, which probes reach only where it is allowed.
+        "EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS": "127.0.0.0/8",
         "DATABASE_URL": node_database_url(workdir),
         "EUREKA_DATA_DIR": str(workdir),
         "LOG_LEVEL": "WARNING",

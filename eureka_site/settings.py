@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from eureka_site.logs import LOG_FORMATS, log_secrets
 from registry.cluster.peers import BadPeerUrl, parse_peer_urls
+from registry.health.addresses import parse_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -480,7 +481,19 @@ EUREKA["health_checks"] = {
     "timeout_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", 2, minimum=1),
     "threshold": env_int("EUREKA_HEALTH_CHECK_THRESHOLD", 3, minimum=1),
     "recover": env_int("EUREKA_HEALTH_CHECK_RECOVER", 2, minimum=1),
+    # The longest timeout an instance's metadata may ask for: each probe holds a pool slot that long.
+    "max_timeout_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS", 10, minimum=1),
+    # Networks probes may reach although they are loopback, link-local or the node's own (CIDRs).
+    "allowed_networks": tuple(env.list("EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS", default=[])),
 }
+if EUREKA["health_checks"]["timeout_ms"] > EUREKA["health_checks"]["max_timeout_ms"]:
+    raise ImproperlyConfigured(
+        "EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS must be <= EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS"
+    )
+try:
+    parse_networks(",".join(EUREKA["health_checks"]["allowed_networks"]))
+except ValueError as _bad_network:
+    raise ImproperlyConfigured(f"EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS: {_bad_network}") from None
 if EUREKA["health_checks"]["enabled"] and REDIS_URL:
     # Production mode: a Celery worker probes (registry/runtime/tasks.py, run_health_checks).
     _health_round_s = EUREKA["health_checks"]["dispatch_ms"] / 1000

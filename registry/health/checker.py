@@ -5,7 +5,10 @@ themselves run elsewhere (``probes.py``) and come back here as ``ProbeResult`` v
 Rules, in the order ``apply`` follows them:
 
 1. A result for a probe the checker no longer waits for (the instance left, re-registered with
-   another check, or the claim expired and was handed out again) is ignored.
+   another check, or the claim expired and was handed out again) is ignored. A ``refused`` result
+   (the address policy let no probe out, ``addresses.py``) is not a failure: the instance is not
+   checked, its counts start again, a DOWN the checker holds is lifted, and the reason is kept for
+   staff.
 2. The instance's override is looked at first. If the checker holds DOWN and the override is now
    anything else (changed or removed by an operator, or by a peer), the checker forgets its DOWN and
    its counts. An override the checker did not set makes it stand aside; once that override is gone
@@ -103,6 +106,8 @@ class ProbeResult:
     ok: bool
     latency_ms: float
     reason: str
+    # Not probed: no address of the target may be (the reason says why); never counted as a failure.
+    refused: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -112,6 +117,7 @@ class ProbeResult:
             "ok": self.ok,
             "latency_ms": self.latency_ms,
             "reason": self.reason,
+            "refused": self.refused,
         }
 
     @classmethod
@@ -121,6 +127,7 @@ class ProbeResult:
             raise BadResult("each result must be an object")
         app, instance_id, claim = data.get("app"), data.get("instance_id"), data.get("claim")
         ok, latency, reason = data.get("ok"), data.get("latency_ms"), data.get("reason", "")
+        refused = data.get("refused", False)
         if not isinstance(app, str) or not isinstance(instance_id, str) or not app or not instance_id:
             raise BadResult("app and instance_id must be non-empty strings")
         if not isinstance(claim, int) or isinstance(claim, bool) or claim <= 0:
@@ -131,7 +138,9 @@ class ProbeResult:
             raise BadResult("latency_ms must be a number of milliseconds")
         if not isinstance(reason, str):
             raise BadResult("reason must be a string")
-        return cls(app, instance_id, claim, ok, float(latency), reason[:200])
+        if not isinstance(refused, bool) or (refused and ok):
+            raise BadResult("refused must be true or false, and false when ok is true")
+        return cls(app, instance_id, claim, ok, float(latency), reason[:200], refused)
 
 
 @dataclass
@@ -153,6 +162,8 @@ class CheckState:
     last_latency_ms: float | None = None
     last_ok: bool | None = None
     last_reason: str = ""
+    # Why the last probe was not made (the address policy's reason); empty once a probe goes out.
+    refused_reason: str = ""
     holds_down: bool = False
     marked_down_at: int | None = None
     restore_status: str = c.UP
@@ -164,9 +175,13 @@ class CheckState:
         return self.parsed.config
 
 
+UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class CheckView:
-    """What the instance page shows of one instance's check."""
+    """What the instance page shows of one instance's check: ``health`` to everyone, the rest (the
+    probe's reasons and timings, which tell about the network behind the node) to staff only."""
 
     kind: str | None
     target: str | None
@@ -182,16 +197,29 @@ class CheckView:
     last_latency_ms: float | None
     last_ok: bool | None
     last_reason: str
+    refused_reason: str
     holds_down: bool
     marked_down_at: int | None
     foreign_override: str | None
     next_due: int | None
+
+    @property
+    def health(self) -> str:
+        """UP, DOWN or unknown: DOWN while the checker holds its override or the last probe failed,
+        unknown until a probe has been made (or while none may be)."""
+        if self.holds_down:
+            return c.DOWN
+        if self.kind is None or self.refused_reason or self.last_ok is None:
+            return UNKNOWN
+        return c.UP if self.last_ok else c.DOWN
 
 
 @dataclass
 class CheckerStats:
     probes_ok: int = 0
     probes_failed: int = 0
+    # Probes the address policy did not let out (not failures).
+    probes_refused: int = 0
     # Results that came back for a probe the checker no longer waited for.
     results_ignored: int = 0
     marked_down: int = 0
@@ -386,8 +414,32 @@ class HealthChecker:
                 return None
             view, override = found
             self._observe_override(state, override, self.registry.override_actor(key[1]), now)
+            if result.refused:
+                self._refused(state, result, now)
+                return None
+            state.refused_reason = ""
             self._count(state, result, now)
             return self._act(state, view.instance.status, override, now)
+
+    def _refused(self, state: CheckState, result: ProbeResult, now: int) -> None:
+        """Nothing was probed: no failure to count, and no DOWN to keep (it could never be lifted)."""
+        self.stats.probes_refused += 1
+        first = state.refused_reason != result.reason
+        state.refused_reason = result.reason
+        state.last_probe_at = now
+        state.last_ok = None
+        state.last_latency_ms = None
+        state.last_reason = ""
+        self._give_up(state, now, "its health-check target may not be probed")
+        if first:
+            # Once per reason, for the operator (a dev on loopback learns which setting to use).
+            logger.warning(
+                "health check of %s/%s not probed: %s",
+                state.app,
+                state.instance_id,
+                result.reason,
+                extra={"event": "health_check_refused", "app": state.app, "instance": state.instance_id},
+            )
 
     def _count(self, state: CheckState, result: ProbeResult, now: int) -> None:
         state.probes += 1
@@ -534,6 +586,7 @@ class HealthChecker:
                 last_latency_ms=state.last_latency_ms,
                 last_ok=state.last_ok,
                 last_reason=state.last_reason,
+                refused_reason=state.refused_reason,
                 holds_down=state.holds_down,
                 marked_down_at=state.marked_down_at,
                 foreign_override=state.foreign_override,

@@ -4,12 +4,13 @@ Metadata keys (per instance, so per application when every instance of it carrie
 
     eureka-django.health-check            http | tcp
     eureka-django.health-check.interval   seconds between probes (default 10, at least 1)
-    eureka-django.health-check.timeout    seconds a probe may take (default 2)
+    eureka-django.health-check.timeout    seconds a probe may take (default 2, at most the node's cap)
     eureka-django.health-check.threshold  consecutive failures before DOWN (default 3)
     eureka-django.health-check.recover    consecutive successes before the checker lifts its DOWN (default 2)
 
-A bad kind, or an http check without a URL to probe, means no check (``config`` is None) and an error
-the instance page shows; a bad number falls back to the default, with the reason shown too.
+A bad kind, an http check without a URL to probe, or a URL on another host than the instance's own
+``ipAddr`` or ``hostName``, means no check (``config`` is None) and an error the instance page shows
+(to staff); a bad number falls back to the default, with the reason shown too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from registry.health.addresses import parse_address
 from registry.instances import InstanceInfo
 
 PREFIX = "eureka-django.health-check"
@@ -32,11 +34,10 @@ HTTP = "http"
 TCP = "tcp"
 KINDS = (HTTP, TCP)
 
-# Bounds that keep one odd registration from costing the node much: a probe a second at most, a
-# probe slot held for a minute at most.
+# Bounds that keep one odd registration from costing the node much: a probe a second at most (a probe
+# slot is held for the node's timeout cap at most, ``CheckDefaults.max_timeout_ms``).
 MIN_INTERVAL_S = 1.0
 MAX_INTERVAL_S = 3600.0
-MAX_TIMEOUT_S = 60.0
 MAX_COUNT = 100
 
 
@@ -48,6 +49,9 @@ class CheckDefaults:
     timeout_ms: int = 2_000
     threshold: int = 3
     recover: int = 2
+    # The longest timeout an instance may ask for (EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS): a probe
+    # holds one of the pool's slots that long, so hanging targets could otherwise starve the others.
+    max_timeout_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def parse_check(instance: InstanceInfo, defaults: CheckDefaults) -> ParsedCheck:
     interval_s = _seconds(
         metadata, KEY_INTERVAL, defaults.interval_ms, MIN_INTERVAL_S, MAX_INTERVAL_S, errors
     )
-    timeout_s = _seconds(metadata, KEY_TIMEOUT, defaults.timeout_ms, 0.001, MAX_TIMEOUT_S, errors)
+    timeout_s = _timeout(metadata, defaults, errors)
     threshold = _count(metadata, KEY_THRESHOLD, defaults.threshold, errors)
     recover = _count(metadata, KEY_RECOVER, defaults.recover, errors)
     host, port = _address(instance)
@@ -131,7 +135,9 @@ def http_target(instance: InstanceInfo) -> tuple[str | None, str | None]:
     """The URL an http check GETs: ``healthCheckUrl``, else ``secureHealthCheckUrl``; (url, problem).
 
     No URL is guessed when the instance gave none: a guessed ``/`` answers 404 on many services,
-    which would take a healthy instance out of rotation. Such an instance needs a tcp check."""
+    which would take a healthy instance out of rotation. Such an instance needs a tcp check.
+    The URL must name the instance itself (its ``ipAddr`` or ``hostName``): a registrant checks its
+    own instance, it does not get the node to GET any URL it likes."""
     for candidate in (instance.health_check_url, instance.secure_health_check_url):
         if not candidate:
             continue
@@ -142,8 +148,31 @@ def http_target(instance: InstanceInfo) -> tuple[str | None, str | None]:
             parts.port  # noqa: B018 (raises on a port out of range)
         except ValueError:
             return None, f"http check: {candidate[:80]!r} has a bad port: not checked"
+        if not _is_own_host(parts.hostname, instance):
+            ip_addr, host_name = (instance.ip_addr or "")[:60], (instance.host_name or "")[:60]
+            return None, (
+                f"http check: the host of {candidate[:80]!r} is neither the instance's ipAddr "
+                f"({ip_addr!r}) nor its hostName ({host_name!r}): not checked"
+            )
         return candidate.strip(), None
     return None, "http check: the instance has no healthCheckUrl (use tcp): not checked"
+
+
+def _is_own_host(url_host: str, instance: InstanceInfo) -> bool:
+    """The URL's host is the instance's ipAddr or hostName: names compared without case, addresses
+    as addresses (``[::1]`` in a URL is ``0:0:0:0:0:0:0:1`` in an ipAddr)."""
+    url_host = url_host.strip().lower()
+    url_address = parse_address(url_host)
+    for own in (instance.ip_addr, instance.host_name):
+        own = (own or "").strip().lower()
+        if not own:
+            continue
+        if url_address is not None:
+            if parse_address(own) == url_address:
+                return True
+        elif own == url_host:
+            return True
+    return False
 
 
 def _address(instance: InstanceInfo) -> tuple[str, int | None]:
@@ -179,6 +208,23 @@ def _seconds(
         )
         return default_ms / 1000
     return value
+
+
+def _timeout(metadata: Mapping[str, str], defaults: CheckDefaults, errors: list[str]) -> float:
+    """The instance's timeout, at most the node's cap (above it: the cap, with the reason shown)."""
+    cap_s = defaults.max_timeout_ms / 1000
+    default_ms = min(defaults.timeout_ms, defaults.max_timeout_ms)
+    raw = metadata.get(KEY_TIMEOUT)
+    if raw is None:
+        return default_ms / 1000
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value > cap_s:
+        errors.append(f"{KEY_TIMEOUT}={raw[:40]!r} is above the node's cap of {cap_s:g} s: using {cap_s:g}")
+        return cap_s
+    return _seconds(metadata, KEY_TIMEOUT, default_ms, 0.001, cap_s, errors)
 
 
 def _count(metadata: Mapping[str, str], key: str, default: int, errors: list[str]) -> int:

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from registry.health.addresses import AddressPolicy
 from registry.health.checker import HealthChecker, ProbeResult
 from registry.health.probes import ProbePool
 
@@ -25,12 +26,17 @@ START_SLICE_MS = 20
 
 class HealthCheckLoop:
     def __init__(
-        self, checker: HealthChecker, clock: Callable[[], int], concurrency: int = 50, dispatch_ms: int = 250
+        self,
+        checker: HealthChecker,
+        clock: Callable[[], int],
+        policy: AddressPolicy,
+        concurrency: int = 50,
+        dispatch_ms: int = 250,
     ):
         self.checker = checker
         self._clock = clock
         self._dispatch_ms = dispatch_ms
-        self.pool = ProbePool(concurrency)
+        self.pool = ProbePool(concurrency, policy)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

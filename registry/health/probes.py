@@ -1,10 +1,16 @@
 """The probes themselves, and a pool that runs many at once with a bound. No Django.
 
-HTTP: ``GET`` the instance's health-check URL; any 2xx or 3xx answer is healthy (redirects are not
-followed, the body is not read). Anything else, a timeout or a connection error is a failure with a
-short reason. TLS certificates are not verified: the probe asks "does it answer?", not "who is it?",
-and internal services often present certificates no public authority signed.
+HTTP: ``GET`` the instance's health-check URL; any 2xx or 3xx answer is healthy (redirects are
+never followed, so a 3xx cannot send the probe to another host; the body is not read). Anything else,
+a timeout or a connection error is a failure with a short reason. TLS certificates are not verified:
+the probe asks "does it answer?", not "who is it?", and internal services often present certificates
+no public authority signed.
 TCP: a connection to the host and port is opened and closed.
+
+Before connecting, the host is resolved and every address is judged by the ``AddressPolicy``
+(``addresses.py``); the probe connects to an address it judged, never resolving again, and when no
+address may be probed the result is ``refused``: nothing was sent, and the checker does not count it
+as a failure.
 
 ``timeout_ms`` bounds the whole probe. The same code runs in the registry process under
 gevent (the pool is then a gevent pool and probes are greenlets) and in a Celery worker (threads).
@@ -21,32 +27,40 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from registry.health.addresses import Address, AddressPolicy, parse_address
 from registry.health.checker import ProbeResult, ProbeTarget
 from registry.health.config import HTTP
 
 USER_AGENT = "eureka-django-health-check"
 
 
-def probe(target: ProbeTarget) -> ProbeResult:
+class Refused(Exception):
+    """No address of the target may be probed (``AddressPolicy``): nothing is sent."""
+
+
+def probe(target: ProbeTarget, policy: AddressPolicy) -> ProbeResult:
     """Run one probe; never raises (an unexpected error is a failed probe with its type as reason)."""
     started = time.perf_counter()
+    refused = False
     try:
         if target.kind == HTTP:
-            ok, reason = probe_http(target.url or "", target.timeout_ms / 1000)
+            ok, reason = probe_http(target.url or "", target.timeout_ms / 1000, policy)
         else:
-            ok, reason = probe_tcp(target.host, target.port, target.timeout_ms / 1000)
+            ok, reason = probe_tcp(target.host, target.port, target.timeout_ms / 1000, policy)
+    except Refused as exc:
+        ok, reason, refused = False, str(exc), True
     except Exception as exc:  # a probe must never take its pool down with it
         ok, reason = False, f"probe error: {type(exc).__name__}"
     latency_ms = round((time.perf_counter() - started) * 1000, 3)
-    return ProbeResult(target.app, target.instance_id, target.claim, ok, latency_ms, reason)
+    return ProbeResult(target.app, target.instance_id, target.claim, ok, latency_ms, reason, refused)
 
 
-def probe_http(url: str, timeout_s: float) -> tuple[bool, str]:
+def probe_http(url: str, timeout_s: float, policy: AddressPolicy) -> tuple[bool, str]:
     """``GET`` with ``Connection: close``; reads the status line only (a few bytes), not the body.
 
     Written on the socket rather than with http.client: the status line is all a probe needs, and
     header parsing plus buffered readers cost the node more than the rest of a probe (bench/README.md,
-    "Health checks"). ``timeout_s`` is a deadline for the whole exchange."""
+    "Health checks"). ``timeout_s`` is a deadline for the whole exchange. Raises ``Refused``."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     secure = parts.scheme == "https"
@@ -61,7 +75,7 @@ def probe_http(url: str, timeout_s: float) -> tuple[bool, str]:
     ).encode("latin-1", "replace")
     deadline = time.monotonic() + timeout_s
     try:
-        sock = _connect(host, port, timeout_s)
+        sock = _connect(host, port, deadline, timeout_s, policy)
         try:
             if secure:
                 sock = _unverified_tls().wrap_socket(sock, server_hostname=None if _is_ip(host) else host)
@@ -84,9 +98,10 @@ def probe_http(url: str, timeout_s: float) -> tuple[bool, str]:
     return 200 <= status < 400, f"HTTP {status}"
 
 
-def probe_tcp(host: str, port: int, timeout_s: float) -> tuple[bool, str]:
+def probe_tcp(host: str, port: int, timeout_s: float, policy: AddressPolicy) -> tuple[bool, str]:
+    """Raises ``Refused``."""
     try:
-        _connect(host, port, timeout_s).close()
+        _connect(host, port, time.monotonic() + timeout_s, timeout_s, policy).close()
     except OSError as exc:
         return False, _socket_reason(exc, timeout_s)
     return True, "connected"
@@ -112,20 +127,120 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
-    """A connected socket. An address needs no name lookup (under gevent a lookup is a round trip to
-    its resolver's thread pool, the most expensive part of a probe to a literal IP)."""
-    if not _is_ip(host):
-        return socket.create_connection((host, port), timeout=timeout_s)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _connect(host: str, port: int, deadline: float, timeout_s: float, policy: AddressPolicy) -> socket.socket:
+    """A socket connected to one of ``host``'s addresses that ``policy`` allows, tried in the resolver's
+    order; raises ``Refused`` when it allows none. The connection goes to the very address judged (the
+    name is not looked up again), so a name that resolves elsewhere the second time (DNS rebinding)
+    cannot slip past the policy."""
+    addresses = _resolve(host, port, deadline, timeout_s)
+    allowed = []
+    refusal = None
+    for address in addresses:
+        reason = policy.refusal(address)
+        if reason is None:
+            allowed.append(address)
+        elif refusal is None:
+            refusal = reason
+    if not addresses:
+        raise socket.gaierror(socket.EAI_NONAME, "no address")
+    if not allowed:
+        raise Refused(refusal)
+    error: OSError | None = None
+    for address in allowed:
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect((str(address), port))
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error  # type: ignore[misc] (allowed is not empty, so a connect failed)
+
+
+# Under gevent, name lookups run in native threads of a pool of the probes' own, this many. A lookup
+# waits for a free thread (up to its probe's deadline) rather than queueing behind the others: names
+# whose DNS server never answers then cost probes of names their timeout, and nothing piles up.
+LOOKUP_THREADS = 8
+LOOKUP_WAIT_S = 0.005
+
+
+class _LookupSlots:
+    """Threads of the lookup pool in use, counted under a native lock: a lookup that outlives its probe
+    (the probe gave up at its deadline) keeps its thread, and its slot, until it ends."""
+
+    def __init__(self, size: int):
+        from gevent import monkey
+        from gevent.threadpool import ThreadPool
+
+        self.size = size
+        self.busy = 0
+        self._lock = monkey.get_original("_thread", "allocate_lock")()
+        self.pool = ThreadPool(size)
+        self._getaddrinfo = monkey.get_original("socket", "getaddrinfo")
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.busy >= self.size:
+                return False
+            self.busy += 1
+            return True
+
+    def lookup(self, host: str, port: int) -> list:
+        """Runs in a pool thread; its slot is given back when the lookup ends, whoever waits for it."""
+        try:
+            return self._getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        finally:
+            with self._lock:
+                self.busy -= 1
+
+
+_lookup_slots: _LookupSlots | None = None
+
+
+def _resolve(host: str, port: int, deadline: float, timeout_s: float) -> list[Address]:
+    """``host``'s addresses, judged one by one by the caller. An IP address needs no lookup (under
+    gevent a lookup is a round trip to a thread, the most expensive part of a probe to a literal IP).
+
+    In a Celery worker each probe has a thread of its own, which the lookup blocks (bounded by the
+    resolver's own timeout, not the probe's). Under gevent the lookup never runs on the event loop:
+    the node's loop would stop for every probe while DNS answers."""
+    literal = parse_address(host)
+    if literal is not None:
+        return [literal]
+    if _gevent_patched():
+        infos = _gevent_lookup(host, port, deadline, timeout_s)
+    else:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses: list[Address] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        address = parse_address(str(sockaddr[0]))
+        if address is not None and address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
+def _gevent_lookup(host: str, port: int, deadline: float, timeout_s: float) -> list:
+    """In a native thread of the probes' own pool, with the unpatched getaddrinfo: slow lookups take
+    neither the event loop nor the hub's pool (gzip offload, password hashing)."""
+    from gevent import Timeout, sleep
+
+    global _lookup_slots
+    if _lookup_slots is None:
+        _lookup_slots = _LookupSlots(LOOKUP_THREADS)
+    slots = _lookup_slots
+    while not slots.take():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"host name lookup: all {slots.size} lookup threads busy for {timeout_s:g}s")
+        sleep(LOOKUP_WAIT_S)
     try:
-        sock.settimeout(timeout_s)
-        sock.connect((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+        return slots.pool.spawn(slots.lookup, host, port).get(timeout=_left(deadline))
+    except Timeout:
+        raise TimeoutError(f"host name lookup took over {timeout_s:g}s") from None
 
 
 def _left(deadline: float) -> float:
@@ -138,7 +253,7 @@ def _left(deadline: float) -> float:
 def _socket_reason(exc: OSError, timeout_s: float) -> str:
     """Short and free of addresses or credentials (the URL is shown beside it anyway)."""
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return f"timed out after {timeout_s:g}s"
+        return str(exc) if "host name" in str(exc) else f"timed out after {timeout_s:g}s"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, ConnectionResetError):
@@ -174,10 +289,12 @@ def _gevent_patched() -> bool:
 class ProbePool:
     """Runs probes with at most ``concurrency`` at once; counts how many ran at once at most.
 
-    Greenlets where gevent has patched the sockets (the registry process), threads elsewhere."""
+    Greenlets where gevent has patched the sockets (the registry process), threads elsewhere. Every
+    probe connects only where ``policy`` allows."""
 
-    def __init__(self, concurrency: int):
+    def __init__(self, concurrency: int, policy: AddressPolicy):
         self.concurrency = concurrency
+        self.policy = policy
         self.active = 0
         self.max_active = 0
         self._lock = threading.Lock()
@@ -203,7 +320,7 @@ class ProbePool:
 
     def _run(self, target: ProbeTarget, on_result: Callable[[ProbeResult], None]) -> None:
         try:
-            on_result(probe(target))
+            on_result(probe(target, self.policy))
         finally:
             with self._lock:
                 self.active -= 1

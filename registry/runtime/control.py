@@ -99,7 +99,8 @@ def _health_node(request):
 
 class ControlHealthTargetsView(NodeView):
     """``POST /control/health/targets?limit=N``: claim up to N due probes (a POST: each target is
-    handed out once until its result comes back, so two rounds never probe the same instance)."""
+    handed out once until its result comes back, so two rounds never probe the same instance), and the
+    node's own addresses, which the worker's probes must not reach either (registry/health/addresses.py)."""
 
     def post(self, request):
         node, refusal = _health_node(request)
@@ -111,7 +112,13 @@ class ControlHealthTargetsView(NodeView):
         now = node.now()
         node.health.refresh(now)
         targets = node.health.claim_due(now, int(raw))
-        return _json({"targets": [target.as_dict() for target in targets]})
+        own = node.health_policy.own_addresses() if node.health_policy is not None else ()
+        return _json(
+            {
+                "targets": [target.as_dict() for target in targets],
+                "node_addresses": sorted(str(address) for address in own),
+            }
+        )
 
 
 class ControlHealthResultsView(NodeView):

@@ -189,11 +189,13 @@ class NodeCollector(Collector):
             return
         probes = CounterMetricFamily(
             "eureka_health_probes",
-            "Health-check probes whose result was counted, by result.",
+            "Health-check probes by result: success and failure are counted, refused ones were not made.",
             labels=["result"],
         )
         probes.add_metric(["success"], checker.stats.probes_ok)
         probes.add_metric(["failure"], checker.stats.probes_failed)
+        # Not made: the address policy let none out (registry/health/addresses.py); not failures.
+        probes.add_metric(["refused"], checker.stats.probes_refused)
         yield probes
         yield _gauge(
             "eureka_health_marked_down",

@@ -19,6 +19,7 @@ from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.findings import RegistrationSources
+from registry.health.addresses import AddressPolicy, parse_networks
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
@@ -98,6 +99,8 @@ class Node:
     # in this process (embedded mode); in production mode a Celery worker does, via /control/health.
     health: HealthChecker | None = None
     health_loop: HealthCheckLoop | None = None
+    # Where probes may connect (registry/health/addresses.py): the node's own addresses are refused.
+    health_policy: AddressPolicy | None = None
     # Warm restart (registry/runtime/snapshots.py): None when EUREKA_WARM_RESTART is off.
     warm_restart: WarmRestart | None = None
     # The change feed (registry/feed/): the open SSE streams' hub, made with the first stream, and the
@@ -205,7 +208,7 @@ class Node:
         if self.health is not None and self.health_loop is None:
             options = self.options["health_checks"]
             self.health_loop = HealthCheckLoop(
-                self.health, self.clock, options["concurrency"], options["dispatch_ms"]
+                self.health, self.clock, self.health_policy, options["concurrency"], options["dispatch_ms"]
             )
             self.health_loop.start()
 
@@ -239,6 +242,9 @@ class Node:
 
     def start_cluster(self, listening: list[tuple[str, int]]) -> None:
         """Join the cluster once the server knows its own addresses (gunicorn's post_worker_init)."""
+        if self.health_policy is not None:
+            # Probes never reach the node itself (an address 0.0.0.0 binds to is an interface's anyway).
+            self.health_policy.add_own(host for host, _ in listening)
         if self.cluster is not None:
             self.cluster.start(listening)
 
@@ -321,6 +327,7 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         started_at=clock(),
         cluster=cluster,
         health=_health_checker(registry, options, clock),
+        health_policy=_node_health_policy(options),
         warm_restart=build_warm_restart(registry, options, clock) if options.get("warm_restart") else None,
         change_publisher=_change_publisher(registry, options),
     )
@@ -347,8 +354,22 @@ def _health_checker(
         timeout_ms=health["timeout_ms"],
         threshold=health["threshold"],
         recover=health["recover"],
+        max_timeout_ms=health.get("max_timeout_ms", CheckDefaults.max_timeout_ms),
     )
     return HealthChecker(registry, defaults, clock())
+
+
+def _node_health_policy(options: dict[str, Any]) -> AddressPolicy | None:
+    return health_address_policy(options) if (options.get("health_checks") or {}).get("enabled") else None
+
+
+def health_address_policy(options: dict[str, Any]) -> AddressPolicy:
+    """Where this process's probes may connect: never to the node's own addresses (its interfaces',
+    EUREKA_INSTANCE_IP_ADDRESS, and where it listens, added when gunicorn says), unless
+    EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS allows them."""
+    health = options.get("health_checks") or {}
+    own = [options["instance_ip_address"]] if options.get("instance_ip_address") else []
+    return AddressPolicy(parse_networks(",".join(health.get("allowed_networks", ()))), own)
 
 
 def _kick_webhook_task() -> None:

@@ -110,11 +110,18 @@ HEALTH_ROUND_LOCK_S = 120
 
 @cache
 def _health_context():
+    from urllib.parse import urlsplit
+
     from registry.cache.redis_tier import connect
     from registry.health.probes import ProbePool
+    from registry.runtime.node import health_address_policy
 
     options = settings.EUREKA["health_checks"]
-    return connect(settings.REDIS_URL), _control_client(), ProbePool(options["concurrency"])
+    # This host's interfaces and the node's IP setting; the node's address as this worker reaches it;
+    # and each round, the addresses the node reports as its own.
+    policy = health_address_policy(settings.EUREKA)
+    policy.add_own([urlsplit(settings.EUREKA_CONTROL_URL).hostname or ""])
+    return connect(settings.REDIS_URL), _control_client(), ProbePool(options["concurrency"], policy)
 
 
 @shared_task(name="registry.tasks.run_health_checks", ignore_result=True)
@@ -145,7 +152,9 @@ def run_health_checks() -> int:
         while True:
             answer = control.post("/control/health/targets", params={"limit": batch})
             answer.raise_for_status()
-            targets = [ProbeTarget.from_dict(item) for item in answer.json()["targets"]]
+            claimed = answer.json()
+            pool.policy.add_own(str(address) for address in claimed.get("node_addresses", ()))
+            targets = [ProbeTarget.from_dict(item) for item in claimed["targets"]]
             if not targets:
                 break
             wait_s = max(target.timeout_ms for target in targets) / 1000 + 1

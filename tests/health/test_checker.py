@@ -357,3 +357,37 @@ def test_after_a_warm_restart_an_operators_down_stays_the_operators():
     for _ in range(4):
         assert after.probe(ok=True) is None
     assert (after.override(), after.status()) == (c.DOWN, c.DOWN)
+
+
+def refused(fleet: Fleet, reason: str = "10.0.0.1 is the node's own address: not probed", n: int = 1):
+    target = fleet.next_target(n)
+    result = ProbeResult(APP, target.instance_id, target.claim, False, 0.1, reason, refused=True)
+    return fleet.checker.apply(result, fleet.now)
+
+
+def test_a_refused_probe_is_not_a_failure_and_the_reason_is_kept_and_logged_once(caplog):
+    fleet = Fleet()
+    caplog.set_level(logging.WARNING, logger="registry.health.checker")
+    for _ in range(5):
+        assert refused(fleet) is None
+    assert fleet.status() == c.UP and fleet.override() is None
+    view = fleet.checker.view(APP, "host1:orders:8080")
+    assert view.failures == 0 and view.probes == 0 and view.health == "unknown"
+    assert view.refused_reason == "10.0.0.1 is the node's own address: not probed"
+    assert fleet.checker.stats.probes_refused == 5 and fleet.checker.stats.probes_failed == 0
+    [line] = [r for r in caplog.records if getattr(r, "event", "") == "health_check_refused"]
+    assert "ORDERS/host1:orders:8080 not probed: 10.0.0.1 is the node's own address" in line.getMessage()
+    # Probed again (the operator allowed the network): the reason goes, the health is the probe's.
+    fleet.probe(True)
+    view = fleet.checker.view(APP, "host1:orders:8080")
+    assert view.refused_reason == "" and view.health == c.UP
+
+
+def test_a_refused_probe_lifts_a_down_the_checker_holds():
+    fleet = Fleet()
+    for _ in range(3):
+        fleet.probe(False)
+    assert fleet.checker.view(APP, "host1:orders:8080").health == c.DOWN
+    refused(fleet)
+    assert fleet.status() == c.UP and fleet.override() is None
+    assert fleet.checker.view(APP, "host1:orders:8080").health == "unknown"

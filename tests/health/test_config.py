@@ -72,7 +72,7 @@ def test_an_unknown_kind_means_no_check_and_a_configuration_error():
         (KEY_INTERVAL, "often", "is not a number of seconds"),
         (KEY_INTERVAL, "nan", "is not a number of seconds"),
         (KEY_TIMEOUT, "-1", "using 2"),
-        (KEY_TIMEOUT, "600", "using 2"),
+        (KEY_TIMEOUT, "inf", "using 2"),
         (KEY_THRESHOLD, "0", "from 1 to 100: using 3"),
         (KEY_THRESHOLD, "2.5", "whole number"),
         (KEY_RECOVER, "many", "using 2"),
@@ -120,3 +120,54 @@ def test_tcp_uses_the_secure_port_when_only_it_is_enabled():
 def test_tcp_without_an_enabled_port_is_a_configuration_error():
     parsed = parse_check(instance({KEY_KIND: "tcp"}, port_enabled=False, secure_port_enabled=False), DEFAULTS)
     assert parsed.config is None and "neither port nor securePort" in parsed.errors[0]
+
+
+@pytest.mark.parametrize(
+    ("asked", "got_ms"), [("600", 10_000), ("10.5", 10_000), ("10", 10_000), ("9.5", 9_500)]
+)
+def test_an_instance_may_not_ask_for_a_timeout_above_the_nodes_cap(asked, got_ms):
+    parsed = parse_check(instance({KEY_KIND: "tcp", KEY_TIMEOUT: asked}), DEFAULTS)
+    assert DEFAULTS.max_timeout_ms == 10_000
+    assert parsed.config.timeout_ms == got_ms
+    if got_ms < int(float(asked) * 1000):
+        assert "above the node's cap of 10 s: using 10" in parsed.errors[0]
+    else:
+        assert parsed.errors == ()
+
+
+def test_the_cap_is_the_nodes_setting_and_bounds_its_default_too():
+    defaults = CheckDefaults(timeout_ms=2_000, max_timeout_ms=1_000)
+    assert parse_check(instance({KEY_KIND: "tcp"}), defaults).config.timeout_ms == 1_000
+    parsed = parse_check(instance({KEY_KIND: "tcp", KEY_TIMEOUT: "3"}), defaults)
+    assert parsed.config.timeout_ms == 1_000 and "cap of 1 s" in parsed.errors[0]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/health",  # the node's loopback, while the instance says it is 10.0.0.7
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.8:8080/health",  # a neighbour
+        "http://orders-2:8080/health",
+        "http://orders-1.evil.example:8080/health",
+        "http://10.0.0.7.nip.io:8080/health",
+    ],
+)
+def test_an_http_url_on_another_host_than_the_instances_own_is_not_checked(url):
+    parsed = parse_check(instance({KEY_KIND: "http"}, health_check_url=url), DEFAULTS)
+    assert parsed.config is None
+    assert "is neither the instance's ipAddr ('10.0.0.7') nor its hostName ('orders-1')" in parsed.errors[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "fields"),
+    [
+        ("http://10.0.0.7:8080/health", {}),
+        ("http://ORDERS-1:8080/health", {}),  # names without case
+        ("https://orders-1:8443/health", {"ip_addr": ""}),
+        ("http://[::1]:8080/health", {"ip_addr": "0:0:0:0:0:0:0:1"}),  # addresses as addresses
+    ],
+)
+def test_an_http_url_on_the_instances_ip_addr_or_host_name_is_checked(url, fields):
+    parsed = parse_check(instance({KEY_KIND: "http"}, health_check_url=url, **fields), DEFAULTS)
+    assert parsed.errors == () and parsed.config.url == url

@@ -134,28 +134,95 @@ def test_unreadable_results_are_a_400_and_nothing_is_applied(api, registered, cl
     assert registered.health.view(APP, INSTANCE).probes == 0
 
 
-@pytest.mark.django_db
-def test_the_instance_page_shows_the_check_and_the_checkers_override(api, registered, clock, client):
-    fail_once(api, clock)
-    fail_once(api, clock)
+def health_table(client):
     page = client.get(f"/instances/{APP}/{INSTANCE}/")
     assert page.status_code == 200
-    table = BeautifulSoup(page.content.decode(), "html.parser").find(id="health-check")
+    return BeautifulSoup(page.content.decode(), "html.parser").find(id="health-check")
+
+
+@pytest.mark.django_db
+def test_the_instance_page_shows_staff_the_check_and_the_checkers_override(
+    api, registered, clock, admin_client
+):
+    fail_once(api, clock)
+    fail_once(api, clock)
+    table = health_table(admin_client)
     text = " ".join(table.get_text(" ", strip=True).split())
     assert "http http://10.0.0.1:8080/health" in text
     assert "timed out after 2s" in text and "in 2000.0 ms" in text
+    assert table.find(id="health-state").get_text(strip=True) == "DOWN"
     assert table.find(id="health-failures").get_text(strip=True) == "2"
     assert table.find(id="health-holds-down").get_text(strip=True).startswith("held since")
 
 
 @pytest.mark.django_db
-def test_the_instance_page_shows_a_configuration_error(api, node, client):
+def test_anonymous_visitors_see_the_health_state_and_no_reason_or_timing(api, registered, clock, client):
+    assert health_table(client).find(id="health-state").get_text(strip=True) == "unknown"
+    fail_once(api, clock)
+    table = health_table(client)
+    text = " ".join(table.get_text(" ", strip=True).split())
+    assert table.find(id="health-state").get_text(strip=True) == "DOWN"
+    # What the probe found would tell a registrant about the network behind the node.
+    assert "timed out" not in text and "2000" not in text and "failures" not in text.lower()
+    assert table.find(id="health-staff-only") is not None
+
+
+@pytest.mark.django_db
+def test_a_refused_probe_shows_staff_why_and_anonymous_visitors_only_unknown(
+    api, registered, clock, client, admin_client
+):
+    clock.advance(10_000)
+    [target] = claim(api).json()["targets"]
+    reason = (
+        "10.0.0.1 is one of the node's own addresses: "
+        "not probed unless EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS allows it"
+    )
+    result = {
+        "app": APP,
+        "instance_id": INSTANCE,
+        "claim": target["claim"],
+        "ok": False,
+        "latency_ms": 0.1,
+        "reason": reason,
+        "refused": True,
+    }
+    assert report(api, {"results": [result]}).json() == {"applied": 1, "overrides_changed": 0}
+    assert status(api) == "UP" and registered.health.view(APP, INSTANCE).failures == 0
+    staff = health_table(admin_client)
+    assert staff.find(id="health-refused").get_text(strip=True) == reason
+    anonymous = health_table(client)
+    assert anonymous.find(id="health-state").get_text(strip=True) == "unknown"
+    assert "own addresses" not in anonymous.get_text() and anonymous.find(id="health-refused") is None
+    assert 'eureka_health_probes_total{result="refused"} 1.0' in api.get("/metrics").content.decode()
+
+
+def test_a_worker_is_told_the_nodes_own_addresses_with_its_targets(api, registered, clock):
+    registered.start_cluster([("198.51.100.9", 8761)])
+    answer = claim(api).json()
+    assert "198.51.100.9" in answer["node_addresses"] and "127.0.0.1" in answer["node_addresses"]
+
+
+@pytest.mark.django_db
+def test_the_instance_page_shows_staff_a_configuration_error(api, node, client, admin_client):
     body = instance_body(metadata={KEY_KIND: "icmp"})
     api.post(f"/eureka/apps/{APP}", body, format="json")
     node.health.refresh(node.now())
-    page = client.get(f"/instances/{APP}/{INSTANCE}/")
-    errors = BeautifulSoup(page.content.decode(), "html.parser").select(".health-config-error")
+    errors = health_table(admin_client).select(".health-config-error")
     assert "'icmp' is not one of http, tcp" in errors[0].get_text()
+    assert health_table(client).select(".health-config-error") == []
+
+
+@pytest.mark.django_db
+def test_a_health_check_url_on_another_host_is_not_probed_and_staff_see_why(api, node, admin_client):
+    body = instance_body(
+        healthCheckUrl="http://127.0.0.1:8080/health", metadata={KEY_KIND: "http", KEY_THRESHOLD: "2"}
+    )
+    assert api.post(f"/eureka/apps/{APP}", body, format="json").status_code == 204
+    node.health.refresh(node.now())
+    assert claim(api).json()["targets"] == []
+    errors = health_table(admin_client).select(".health-config-error")
+    wanted = "'http://127.0.0.1:8080/health' is neither the instance's ipAddr ('10.0.0.1')"
+    assert wanted in errors[0].get_text()
 
 
 def test_metrics_count_probes_by_result_and_instances_held_down(api, registered, clock):

@@ -25,7 +25,12 @@ WAIT_S = 20
 
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory):
-    extra_env = {"EUREKA_HEALTH_CHECKS": "true", "EUREKA_HEALTH_CHECK_DISPATCH_MS": "250"}
+    # The instance servers listen on loopback: probes reach it only where the operator allows it.
+    extra_env = {
+        "EUREKA_HEALTH_CHECKS": "true",
+        "EUREKA_HEALTH_CHECK_DISPATCH_MS": "250",
+        "EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    }
     with production_topology(tmp_path_factory.mktemp("health_topology"), extra_env) as processes:
         yield processes
 
