@@ -4,6 +4,7 @@ Every variable, with its default, is listed in ``deploy/.env.example``. Malforme
 ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
 """
 
+import ipaddress
 import re
 from pathlib import Path
 
@@ -186,6 +187,17 @@ EUREKA_API_AUTH_RECHECK_SECONDS = env_int("EUREKA_API_AUTH_RECHECK_SECONDS", 5, 
 EUREKA_SIGNIN_MAX_FAILURES = env_int("EUREKA_SIGNIN_MAX_FAILURES", 10, minimum=0)
 EUREKA_SIGNIN_MAX_FAILURES_PER_USER = env_int("EUREKA_SIGNIN_MAX_FAILURES_PER_USER", 30, minimum=0)
 EUREKA_SIGNIN_LOCKOUT_SECONDS = env_int("EUREKA_SIGNIN_LOCKOUT_SECONDS", 60, minimum=1)
+# Proxies (addresses or CIDRs) whose X-Forwarded-For is believed for the client address these limits
+# count: behind them, the last address in it that is not a proxy. Others' X-Forwarded-For is ignored.
+# Default: loopback (a proxy or reader on the same host), as gunicorn's forwarded_allow_ips.
+EUREKA_TRUSTED_PROXIES = tuple(env.list("EUREKA_TRUSTED_PROXIES", default=["127.0.0.1", "::1"]))
+for _proxy in EUREKA_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"EUREKA_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network"
+        ) from None
 
 # Django's hashers, the default one (PBKDF2-SHA256, same stored hashes) computed in gevent's threadpool
 # so that a sign-in does not hold the event loop for half a second (registry/access/hashers.py).

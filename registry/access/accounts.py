@@ -14,6 +14,7 @@ import binascii
 import logging
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -226,9 +227,11 @@ def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | Non
     return None
 
 
-def authenticate(header: str, client: str = "") -> Principal:
+def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Principal:
     """The account behind an ``Authorization`` header, or ``Refused`` (``TooManyFailures`` when the
-    ``client`` address or the user name failed too often lately: then no password is checked)."""
+    client's address or the user name failed too often lately: then no password is checked).
+
+    ``client`` gives the address, asked only for credentials not remembered (not on a heartbeat's way)."""
     cache = credential_cache()
     key = digest(header)
     principal = _remembered(cache, key, cache.clock())
@@ -236,7 +239,8 @@ def authenticate(header: str, client: str = "") -> Principal:
         return principal
     username, password = decode_basic(header)
     throttle = signin_throttle()
-    wait = throttle.wait(client, username)
+    address = client()
+    wait = throttle.wait(address, username)
     if wait:
         raise TooManyFailures(wait, username)
     with _one_check_at_a_time(key):
@@ -249,7 +253,7 @@ def authenticate(header: str, client: str = "") -> Principal:
         now = cache.clock()
         if account is None or not matches or not account.is_active:
             cache.remember(key, None, "", now)
-            throttle.failed(client, username)
+            throttle.failed(address, username)
             raise Refused("wrong user name or password", username)
         throttle.succeeded(username)
         principal = Principal(account.user_id, account.username, account.permissions)

@@ -9,6 +9,7 @@ from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import BasePermission
 
 from registry.access import accounts, roles
+from registry.access.clients import client_address
 from registry.protocol.http import is_replication
 
 REALM = 'Basic realm="eureka", charset="UTF-8"'
@@ -32,12 +33,6 @@ def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
 setting_changed.connect(_follow_setting)
 
 
-def client_address(request) -> str:
-    """The peer address of the connection (failed sign-ins are counted per address). Behind a proxy or a
-    reader that is the proxy's: forwarded headers are not believed, any client could send them."""
-    return request.META.get("REMOTE_ADDR", "?")
-
-
 class BasicAccountAuthentication(BaseAuthentication):
     """HTTP Basic credentials of a Django user, as every Eureka client sends from its service URL."""
 
@@ -46,7 +41,7 @@ class BasicAccountAuthentication(BaseAuthentication):
         if not header:
             return None  # the permission check answers 401 with the challenge
         try:
-            principal = accounts.authenticate(header, client_address(request))
+            principal = accounts.authenticate(header, lambda: client_address(request))
         except accounts.TooManyFailures as refused:
             accounts.note_refusal(
                 "throttled", f"{refused.reason} for {refused.username!r} from {client_address(request)}"

@@ -11,7 +11,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
 from registry.access import accounts
-from registry.access.drf import client_address
+from registry.access.clients import client_address
 
 
 class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):

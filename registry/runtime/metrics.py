@@ -44,6 +44,7 @@ from prometheus_client.registry import Collector
 
 from registry import constants as c
 from registry.access import accounts, roles
+from registry.access.clients import client_address
 from registry.runtime.node import get_node
 
 if TYPE_CHECKING:
@@ -535,7 +536,7 @@ def scrape_allowed(request: HttpRequest) -> bool:
     if api_accounts and scheme.lower() == "basic":
         try:
             principal = accounts.authenticate(
-                request.headers["Authorization"], request.META.get("REMOTE_ADDR", "?")
+                request.headers["Authorization"], lambda: client_address(request)
             )
         except accounts.Refused:
             return False

@@ -4,6 +4,7 @@ through API Basic credentials and the admin's sign-in form (which the console us
 from __future__ import annotations
 
 import base64
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,6 +14,7 @@ from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from registry.access import accounts
+from registry.access.clients import client_address
 from registry.access.credentials import CredentialCache
 from registry.access.hashers import OffloadedPBKDF2PasswordHasher
 from registry.access.throttle import SignInThrottle
@@ -111,6 +113,32 @@ def test_a_spray_from_many_addresses_and_names_keeps_memory_bounded(throttle_clo
     assert throttle.wait("10.0.195.79", "z") == 60
 
 
+# --- the client's address -----------------------------------------------------------------------
+
+
+def address_of(remote: str, forwarded: str | None = None) -> str:
+    meta = {"REMOTE_ADDR": remote}
+    if forwarded is not None:
+        meta["HTTP_X_FORWARDED_FOR"] = forwarded
+    return client_address(SimpleNamespace(META=meta))
+
+
+def test_a_clients_own_x_forwarded_for_is_not_believed():
+    assert address_of("203.0.113.7", "10.1.1.1") == "203.0.113.7"
+
+
+def test_behind_a_trusted_proxy_the_last_hop_it_did_not_write_is_the_client():
+    # nginx on the same host appends the address it was reached from to what the client sent.
+    assert address_of("127.0.0.1", "6.6.6.6, 203.0.113.7") == "203.0.113.7"
+    assert address_of("::1", "203.0.113.8") == "203.0.113.8"
+    assert address_of("127.0.0.1") == "127.0.0.1"
+    # A chain of trusted proxies (nginx in front of a reader): each one's hop is skipped.
+    with override_settings(EUREKA_TRUSTED_PROXIES=("127.0.0.1", "10.0.0.0/8")):
+        assert address_of("10.0.0.5", "6.6.6.6, 203.0.113.7, 10.0.0.4") == "203.0.113.7"
+    with override_settings(EUREKA_TRUSTED_PROXIES=()):
+        assert address_of("127.0.0.1", "203.0.113.7") == "127.0.0.1"
+
+
 # --- the hasher ----------------------------------------------------------------------------------
 
 
@@ -179,6 +207,22 @@ def test_api_basic_auth_is_throttled_per_address_with_429_and_retry_after(node, 
     assert accounts.REFUSALS["throttled"] >= 2
     throttle_clock.advance(LOCKOUT_MS)
     assert read(api, basic("dash", "guess-4", "10.0.0.1")).status_code == 401
+
+
+@pytest.mark.django_db
+@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+def test_behind_a_proxy_each_client_is_counted_by_its_forwarded_address(node, throttled):
+    reader_account("dash")
+    api = APIClient()
+    # Through nginx on the node's host (loopback is a trusted proxy by default).
+    for n in range(3):
+        creds = basic("dash", f"guess-{n}", "127.0.0.1") | {"HTTP_X_FORWARDED_FOR": "203.0.113.66"}
+        assert read(api, creds).status_code == 401
+    attacker = basic("dash", "pw", "127.0.0.1") | {"HTTP_X_FORWARDED_FOR": "203.0.113.66"}
+    assert read(api, attacker).status_code == 429
+    # Another client through the same proxy is not locked with it.
+    neighbour = basic("dash", "pw", "127.0.0.1") | {"HTTP_X_FORWARDED_FOR": "203.0.113.77"}
+    assert read(api, neighbour).status_code == 200
 
 
 @pytest.mark.django_db
