@@ -9,6 +9,12 @@ tier keeps it up to 180 s, so an old ``built_at`` is no sign of a stale payload;
 stops moving is (the node or its cache sync has stopped). ``{namespace}:ro:_synced`` holds the time of
 the last sync (the reader's /readyz). ``TierReader`` is that read side, for processes holding no node.
 
+Readers serve keys the node never sees read, so they say so: ``{namespace}:ro:_read`` is a sorted set
+of hash names scored by when a reader last served them, each reader process marking a key at most
+once per ``mark_every_ms`` (a tenth of the expiry time: one write per key every 18 s, not per read).
+The node asks for those marks only about the keys it has not seen read for the expiry time itself,
+and takes out of Redis the ones nobody read (``ResponseCache.sync``).
+
 Redis is a cache here, never the source of truth: when it fails the node serves from its in-process
 copy of the tier, keeps accepting writes, logs once per episode, reports ``degraded`` on /readyz, and
 goes back to Redis by itself once it answers again.
@@ -46,6 +52,11 @@ def hash_name(namespace: str, key: CacheKey) -> str:
 def last_sync_name(namespace: str) -> str:
     # Under the tier's prefix (a new node's clear() drops it too); no entity is called "_synced".
     return f"{namespace}:ro:_synced"
+
+
+def read_marks_name(namespace: str) -> str:
+    # Under the tier's prefix too; no entity is called "_read".
+    return f"{namespace}:ro:_read"
 
 
 class RedisHealth:
@@ -179,6 +190,48 @@ class RedisReadOnlyTier(ReadOnlyTier):
     def holds(self, key: CacheKey, payload: Payload) -> bool:
         return self._published.get(key) is payload
 
+    def discard(self, key: CacheKey) -> None:
+        self.discard_many([key])
+
+    def discard_many(self, keys: list[CacheKey]) -> None:
+        """Out of the process's copy and out of Redis, with the readers' marks, in one round trip.
+        While Redis cannot be reached the hashes stay there, unconfirmed: readers stop serving them
+        within their staleness bound, and the next node's start clears the tier."""
+        for key in keys:
+            super().discard(key)
+            self._published.pop(key, None)
+        if not keys or not self._usable():
+            return
+        names = [self._name(key) for key in keys]
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.delete(*names)
+            pipe.zrem(read_marks_name(self._namespace), *names)
+            pipe.execute()
+        except RedisError as exc:
+            self._failed(exc)
+            return
+        self._recovered()
+
+    def read_times(self, keys: list[CacheKey], older_than: int) -> dict[CacheKey, int] | None:
+        """The readers' marks of ``keys``, in one round trip; marks older than ``older_than`` are
+        dropped meanwhile (a mark a reader left as its key was being taken out, say). None while
+        Redis cannot be asked: the node then keeps the keys rather than guess."""
+        if not self._usable():
+            return None
+        marks = read_marks_name(self._namespace)
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.zscore(marks, self._name(key))
+            pipe.zremrangebyscore(marks, "-inf", f"({older_than}")
+            *scores, _ = pipe.execute()
+        except RedisError as exc:
+            self._failed(exc)
+            return None
+        self._recovered()
+        return {key: int(score) for key, score in zip(keys, scores, strict=True) if score is not None}
+
     def confirm(self, keys: Iterable[CacheKey], now: int) -> None:
         """After a cache sync: ``synced_at = now`` on each of ``keys`` Redis holds as the node serves
         it, and the time of this sync; one pipelined round trip."""
@@ -268,6 +321,10 @@ class TierReader:
         if data is None:
             return None
         return stamp, (Payload(None, stamp.built_at, data) if gzip else Payload(data, stamp.built_at))
+
+    def mark_read(self, key: CacheKey, now: int) -> None:
+        """Tell the node that ``key`` was served at ``now`` (it does not see these reads)."""
+        self._redis.zadd(read_marks_name(self._namespace), {hash_name(self._namespace, key): now})
 
     def last_sync(self) -> int | None:
         value = self._redis.get(last_sync_name(self._namespace))

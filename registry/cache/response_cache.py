@@ -5,6 +5,11 @@
 * read-only tier: what readers see; filled lazily and refreshed from the read-write tier by the
   cache-sync job, so changes reach readers 0..sync-interval later, exactly as with Eureka.
 
+Any name can be asked for, so nothing is kept per name that the registry does not hold: a miss (an
+app with no instances, a vip none carries) is served but kept only in a small bounded table, and a
+key nobody read for ``expire_ms`` leaves both tiers and every table beside them (readers' reads of a
+remote tier count: ``ReadOnlyTier.read_times``).
+
 A payload is serialized once per key and gzip-compressed at most once, never per request.
 """
 
@@ -50,9 +55,10 @@ class Payload:
     ``body`` is the uncompressed bytes, ``gzipped()`` their gzip copy, made once. A large payload
     that nobody has asked for uncompressed (``keep_plain`` false) drops its uncompressed bytes when
     its gzip copy is made; should a client then ask for them, they are decompressed once and kept.
+    ``matched`` false: a body that names nothing the registry holds (``NoMatch``).
     """
 
-    __slots__ = ("_body", "_pieces", "built_at", "_gzipped", "_lock", "keep_plain")
+    __slots__ = ("_body", "_pieces", "built_at", "_gzipped", "_lock", "keep_plain", "matched")
 
     def __init__(
         self,
@@ -60,6 +66,7 @@ class Payload:
         built_at: int,
         gzipped: bytes | None = None,
         keep_plain: bool = True,
+        matched: bool = True,
     ):
         # A payload built as pieces is joined only when its uncompressed bytes are asked for.
         self._pieces = body if isinstance(body, Pieces) else None
@@ -68,10 +75,16 @@ class Payload:
         self._gzipped = gzipped
         self._lock = threading.Lock()
         self.keep_plain = keep_plain
+        self.matched = matched
 
     @property
     def found(self) -> bool:
         return self._body is not None or self._gzipped is not None or self._pieces is not None
+
+    @property
+    def miss(self) -> bool:
+        """Whether the key names nothing the registry holds (a 404, or a vip no instance carries)."""
+        return not self.matched or not self.found
 
     @property
     def body(self) -> bytes | None:
@@ -183,7 +196,16 @@ def set_offload(run: Offload) -> None:
     _offload[0] = run
 
 
-Builder = Callable[[CacheKey], "bytes | Pieces | None"]
+@dataclass(frozen=True, slots=True)
+class NoMatch:
+    """What a builder returns for a key that names nothing the registry holds yet has a body to send:
+    a vip no instance carries is answered 200 with an empty ``applications`` document, as by Eureka.
+    Served like any payload, but a miss (``Payload.miss``): never enlisted, never kept for long."""
+
+    body: bytes
+
+
+Builder = Callable[[CacheKey], "bytes | Pieces | NoMatch | None"]
 
 
 @dataclass(slots=True)
@@ -203,6 +225,9 @@ class CacheCounters:
     # Changed keys that a sync took out of the read-only tier instead of rebuilding, as nobody had
     # read them since the sync before (ResponseCache.sync).
     syncs_dropped: int = 0
+    # Keys a sync took out of the read-only tier (and every table beside it) as nobody, readers of a
+    # remote tier included, had read them for the expiry time.
+    keys_expired: int = 0
 
 
 class ReadOnlyTier:
@@ -225,6 +250,17 @@ class ReadOnlyTier:
     def discard(self, key: CacheKey) -> None:
         """Stop serving ``key``: its next read misses and builds it afresh."""
         self._payloads.pop(key, None)
+
+    def discard_many(self, keys: list[CacheKey]) -> None:
+        """``discard`` each of ``keys`` (a remote tier in one round trip)."""
+        for key in keys:
+            self.discard(key)
+
+    def read_times(self, keys: list[CacheKey], older_than: int) -> dict[CacheKey, int] | None:
+        """When readers that do not go through the cache last read each of ``keys`` (those they read
+        at all), or None when that cannot be known now. In the process every read goes through the
+        cache: none. Marks of reads before ``older_than`` no longer matter (a remote tier may drop them)."""
+        return {}
 
     def holds(self, key: CacheKey, payload: Payload) -> bool:
         """Whether readers already get exactly ``payload`` for ``key`` (then a sync has nothing to do)."""
@@ -273,6 +309,12 @@ BUILD_TIMES_KEPT = 3
 # How many keys read uncompressed are remembered (PLAIN_KEEP_BYTES); past it the memory starts afresh.
 MAX_PLAIN_KEYS = 4096
 
+# Misses (``Payload.miss``: an app with no instances, a vip no instance carries) kept at once, the
+# oldest going first. A few spare a client polling one missing name a scan of the registry per poll (a
+# vip lookup walks every lease); keeping every one let any stream of made-up names grow the node, and
+# every write's invalidation with it (bench/README.md, "Junk names").
+MAX_MISSES = 1024
+
 
 class ResponseCache:
     def __init__(
@@ -294,11 +336,17 @@ class ResponseCache:
         self._expire_ms = expire_ms
         self._use_read_only = use_read_only
         self._read_write: dict[CacheKey, Payload] = {}
+        # Misses, apart from the read-write tier: at most MAX_MISSES, never in the read-only tier.
+        self._misses: dict[CacheKey, Payload] = {}
+        # (entity, name) -> the keys of either table under that name: a write drops what it makes
+        # stale by name, without looking at any other key (it runs under the registry's lock).
+        self._named: dict[tuple[str, str], set[CacheKey]] = {}
         self.read_only = read_only if read_only is not None else ReadOnlyTier()
         # Guards only check-and-store against invalidation; never held while building, because
         # invalidate() runs under the registry lock and building takes that lock.
         self._lock = threading.Lock()
         self._generation = 0
+        # A key's lock is in the table only while a build of it runs.
         self._build_locks: dict[CacheKey, threading.Lock] = {}
         self.counters = CacheCounters()
         # Per key: how long its last few builds took (ms of CPU), and when a sync last refreshed its copy.
@@ -306,16 +354,20 @@ class ResponseCache:
         self._synced_at: dict[CacheKey, int] = {}
         # Keys some client reads uncompressed: their payloads keep the uncompressed bytes.
         self._plain_keys: set[CacheKey] = set()
-        # Keys read since the last sync (ResponseCache.sync).
+        # Keys read since the last sync (ResponseCache.sync), and when each key that is no miss was
+        # last read through here (a key unread for ``expire_ms`` is dropped: ``_unread``).
         self._read_keys: set[CacheKey] = set()
+        self._last_read: dict[CacheKey, int] = {}
+        self._swept_at: int | None = None
 
     def get(self, key: CacheKey, now: int, gzip: bool = False, enlist: bool = True) -> Payload:
         """The payload readers get for ``key``. A key enters the read-only tier on its first read, and
-        from then on every cache sync keeps it fresh (rebuilt and gzipped after each change). A read
-        with ``enlist=False`` does not enter it: for a one-time read, such as a peer's start-up sync,
-        which would otherwise have the node rebuild its whole registry at every sync for good."""
-        self._read_keys.add(key)
-        if not gzip and key not in self._plain_keys:
+        from then on every cache sync keeps it fresh (rebuilt and gzipped after each change) until
+        nobody has read it for ``expire_ms``. A read with ``enlist=False`` does not enter it: for a
+        one-time read, such as a peer's start-up sync, which would otherwise have the node rebuild its
+        whole registry at every sync for good. A miss never enters it (MAX_MISSES)."""
+        plain = not gzip and key not in self._plain_keys
+        if plain:
             if len(self._plain_keys) >= MAX_PLAIN_KEYS:  # any app name can be asked for
                 self._plain_keys.clear()
             self._plain_keys.add(key)
@@ -324,16 +376,25 @@ class ResponseCache:
             if payload is None:
                 self.counters.read_only_misses += 1
                 payload = self._load(key, now)
-                if enlist:
+                if enlist and not payload.miss:
                     self.read_only.put(key, payload)
             else:
                 self.counters.read_only_hits += 1
-            return payload
-        return self._load(key, now)
+        else:
+            payload = self._load(key, now)
+        if payload.miss:
+            if plain:
+                self._plain_keys.discard(key)
+        else:
+            self._read_keys.add(key)
+            self._last_read[key] = now
+        return payload
 
     def _fresh(self, key: CacheKey, now: int) -> Payload | None:
-        """The read-write tier's payload of ``key`` if a read would be served it as is (not expired)."""
+        """The payload built for ``key`` if a read would be served it as is (not expired)."""
         payload = self._read_write.get(key)
+        if payload is None:
+            payload = self._misses.get(key)
         return payload if payload is not None and now - payload.built_at < self._expire_ms else None
 
     def _load(self, key: CacheKey, now: int) -> Payload:
@@ -344,44 +405,81 @@ class ResponseCache:
         # One builder per key; concurrent readers of the same key wait for its result.
         build_lock = self._build_locks.setdefault(key, threading.Lock())
         with build_lock:
-            payload = self._fresh(key, now)
-            if payload is not None:
-                self.counters.read_write_hits += 1
-                return payload
-            generation = self._generation
-            started, started_cpu, paused_cpu = time.perf_counter(), time.thread_time(), PACER.paused_cpu()
-            payload = Payload(self._build(key), now, keep_plain=key in self._plain_keys)
-            self.counters.builds += 1
-            self.counters.build_seconds += time.perf_counter() - started
+            try:
+                payload = self._fresh(key, now)
+                if payload is not None:
+                    self.counters.read_write_hits += 1
+                    return payload
+                return self._build_and_keep(key, now)
+            finally:
+                # Those already waiting hold the lock object and find the payload; kept for good, the
+                # table would hold a lock per name anybody ever made up.
+                if self._build_locks.get(key) is build_lock:
+                    del self._build_locks[key]
+
+    def _build_and_keep(self, key: CacheKey, now: int) -> Payload:
+        generation = self._generation
+        started, started_cpu, paused_cpu = time.perf_counter(), time.thread_time(), PACER.paused_cpu()
+        built = self._build(key)
+        if isinstance(built, NoMatch):
+            payload = Payload(built.body, now, keep_plain=key in self._plain_keys, matched=False)
+        else:
+            payload = Payload(built, now, keep_plain=key in self._plain_keys)
+        self.counters.builds += 1
+        self.counters.build_seconds += time.perf_counter() - started
+        if not payload.miss:
             # CPU time, not wall time: a build that waited for the CPU (a busy machine) is not costly;
             # nor is what other greenlets ran while the build paused (pacing.py).
             own_cpu = time.thread_time() - started_cpu - (PACER.paused_cpu() - paused_cpu)
             recent = (*self._build_ms.get(key, ())[1 - BUILD_TIMES_KEPT :], max(own_cpu, 0.0) * 1000)
             self._build_ms[key] = recent
-            with self._lock:
-                # A write that landed while we built may not be in this payload: serve it once, keep nothing.
-                if generation == self._generation:
-                    self._read_write[key] = payload
-            return payload
+        with self._lock:
+            # A write that landed while we built may not be in this payload: serve it once, keep nothing.
+            if generation == self._generation:
+                self._keep(key, payload)
+        return payload
+
+    def _keep(self, key: CacheKey, payload: Payload) -> None:
+        """Store a freshly built payload (under ``_lock``): a miss among the misses, the oldest miss
+        going when there are MAX_MISSES, anything else in the read-write tier."""
+        if payload.miss:
+            self._read_write.pop(key, None)
+            if key not in self._misses and len(self._misses) >= MAX_MISSES:
+                self._forget_built(next(iter(self._misses)))
+            self._misses[key] = payload
+        else:
+            self._misses.pop(key, None)
+            self._read_write[key] = payload
+        self._named.setdefault((key.entity, key.name), set()).add(key)
+
+    def _forget_built(self, key: CacheKey) -> None:
+        """Drop ``key``'s built payload, whichever table holds it (under ``_lock``)."""
+        self._read_write.pop(key, None)
+        self._misses.pop(key, None)
+        name = (key.entity, key.name)
+        keys = self._named.get(name)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._named[name]
 
     def invalidate(self, app: str, vips: Iterable[str | None]) -> None:
         """Drop what a change to ``app`` (with these raw vip / secure-vip strings) makes stale."""
         with self._lock:
             self._generation += 1
-            # The read-write tier holds only what was built since the last write, a few keys at most:
-            # looking at those is cheaper than naming every key the change could touch (every write
-            # runs this under the registry's lock).
-            if not self._read_write:
+            if not self._named:
                 return
-            names: set[str] | None = None
-            for key in list(self._read_write):
-                if key.entity == APP and key.name != app:
-                    continue
-                if key.entity in (VIP, SVIP):
-                    names = _vip_names(vips) if names is None else names
-                    if key.name not in names:
-                        continue
-                self._read_write.pop(key, None)
+            # The names a change touches are looked up, never searched for among the keys held: any
+            # name can have been asked for, and every write runs this under the registry's lock.
+            stale = [(APPS, ""), (DELTA, ""), (APP, app)]
+            for name in _vip_names(vips):
+                stale += ((VIP, name), (SVIP, name))
+            for name in stale:
+                keys = self._named.pop(name, None)
+                if keys:
+                    for key in keys:
+                        self._read_write.pop(key, None)
+                        self._misses.pop(key, None)
 
     def _defer(self, key: CacheKey, now: int) -> bool:
         """Whether this sync leaves ``key``'s read-only copy as it is: it changed (its read-write copy
@@ -405,32 +503,114 @@ class ResponseCache:
         read misses and builds it, no staler than a refreshed copy. So a key is rebuilt at most once
         per read instead of once per sync: the ``GET apps`` in XML that someone asked for once no
         longer costs a rebuild at every sync while a fleet registers, and its serialized pieces go
-        (``keep_formats``). A key read at least once a sync is refreshed as before."""
+        (``keep_formats``). A key read at least once a sync is refreshed as before.
+
+        A key nobody read for ``expire_ms`` (here or, for a remote tier, at its readers) leaves the
+        tier and every table kept for it, and a key whose payload became a miss (its app is gone)
+        leaves the tier: whatever names were asked for, what is kept is what is read."""
         read, self._read_keys = self._read_keys, set()
         drop_unread = self.read_only.sees_every_read
         keys = self.read_only.keys()
-        kept = []
+        expired = self._unread(keys, now)
+        kept, dropped = [], []
         for key in keys:
+            if key in expired:
+                dropped.append(key)
+                continue
             if drop_unread and key not in read and self._fresh(key, now) is None:
-                self.read_only.discard(key)
-                self._synced_at.pop(key, None)
+                dropped.append(key)
                 self.counters.syncs_dropped += 1
                 continue
-            kept.append(key)
             if self._defer(key, now):
+                kept.append(key)
                 self.counters.syncs_deferred += 1
                 continue
             self._synced_at[key] = now
             payload = self._load(key, now)
+            if payload.miss:
+                # Its app (or every instance of its vip) is gone: answered as a miss from now on.
+                dropped.append(key)
+                continue
+            kept.append(key)
             # Unchanged payloads are not stored again: a remote tier would otherwise be sent every
             # payload (10 MB for 10,000 instances) each interval, changed or not.
             if not self.read_only.holds(key, payload):
                 self.read_only.put(key, payload)
+        if dropped:
+            self.read_only.discard_many(dropped)
+            for key in dropped:
+                self._synced_at.pop(key, None)
+        for key in expired:
+            self._forget(key)
+        self.counters.keys_expired += len(expired)
         # Readers in other processes measure staleness by this confirmation (registry/reader/). A
         # deferred key is confirmed too: it is what the node itself serves until its next rebuild.
         self.read_only.confirm(kept, now)
+        self._sweep(now)
         self._forget_unused_formats()
         return len(kept)
+
+    def _unread(self, keys: list[CacheKey], now: int) -> set[CacheKey]:
+        """Those of the read-only tier's ``keys`` nobody read for ``expire_ms``. Reads through here
+        are in ``_last_read``; a remote tier is asked about the few keys that have none as recent (its
+        readers mark what they serve, at most once per key every few seconds: ``read_times``)."""
+        cutoff = now - self._expire_ms
+        last_read = self._last_read
+        candidates = []
+        for key in keys:
+            # A key that entered the tier without a read through here (put by a test, or by an older
+            # process of this cache) is given a whole period from the first sync that sees it.
+            if last_read.setdefault(key, now) <= cutoff:
+                candidates.append(key)
+        if not candidates:
+            return set()
+        elsewhere = self.read_only.read_times(candidates, cutoff)
+        if elsewhere is None:
+            return set()  # the remote tier cannot say now whether its readers read them: keep them
+        unread = set()
+        for key in candidates:
+            read_at = elsewhere.get(key)
+            if read_at is not None and read_at > cutoff:
+                last_read[key] = read_at
+            else:
+                unread.add(key)
+        return unread
+
+    def _forget(self, key: CacheKey) -> None:
+        """Everything kept for ``key`` beside the read-only tier."""
+        with self._lock:
+            self._forget_built(key)
+        self._last_read.pop(key, None)
+        self._build_ms.pop(key, None)
+        self._synced_at.pop(key, None)
+        self._plain_keys.discard(key)
+
+    def _sweep(self, now: int) -> None:
+        """Every quarter of ``expire_ms``: drop what is kept for keys outside the read-only tier (read
+        without enlisting, or with no read-only tier) once unread for ``expire_ms``, and payloads past
+        ``expire_ms``, which are never served again (``_fresh``)."""
+        if self._swept_at is not None and now - self._swept_at < self._expire_ms // 4:
+            return
+        self._swept_at = now
+        cutoff = now - self._expire_ms
+        in_tier = set(self.read_only.keys())
+        for key, read_at in list(self._last_read.items()):
+            if read_at <= cutoff and key not in in_tier:
+                self._last_read.pop(key, None)
+        with self._lock:
+            for key, payload in list(self._read_write.items()):
+                if payload.built_at <= cutoff or (key not in in_tier and key not in self._last_read):
+                    self._forget_built(key)
+            for key, payload in list(self._misses.items()):
+                if payload.built_at <= cutoff:
+                    self._forget_built(key)
+        # Over copies: reads and builds may add to these tables meanwhile.
+        for table in (self._build_ms, self._synced_at):
+            for key in list(table):
+                if key not in in_tier and key not in self._last_read:
+                    table.pop(key, None)
+        unread_plain = [key for key in list(self._plain_keys) if key not in self._last_read]
+        self._plain_keys.difference_update(unread_plain)
 
     def _forget_unused_formats(self) -> None:
         """Tell the builder which formats are still served, when that changed since the last sync."""
@@ -447,11 +627,18 @@ class ResponseCache:
         with self._lock:
             self._generation += 1
             self._read_write.clear()
+            self._misses.clear()
+            self._named.clear()
             self._synced_at.clear()
             self._build_ms.clear()
+            self._last_read.clear()
             self.read_only.clear()
         if self._on_clear is not None:
             self._on_clear()
 
     def stats(self) -> dict:
-        return {"read_write_keys": len(self._read_write), "read_only_keys": len(self.read_only)}
+        return {
+            "read_write_keys": len(self._read_write),
+            "read_only_keys": len(self.read_only),
+            "miss_keys": len(self._misses),
+        }

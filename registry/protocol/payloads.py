@@ -46,6 +46,7 @@ from registry.cache.response_cache import (
     SVIP,
     VIP,
     CacheKey,
+    NoMatch,
     Pieces,
     deflate_chunk,
 )
@@ -430,11 +431,14 @@ class PayloadBuilder:
     def build(self, key: CacheKey) -> bytes | None:
         """Serialized bytes for ``key``, or None when the key names an app with no instances (404)."""
         assembled = self.assemble(key)
+        if isinstance(assembled, NoMatch):
+            return assembled.body
         return assembled.join() if isinstance(assembled, Pieces) else assembled
 
-    def assemble(self, key: CacheKey) -> bytes | Pieces | None:
+    def assemble(self, key: CacheKey) -> bytes | Pieces | NoMatch | None:
         """What the response cache stores for ``key``: as ``build``, but ``GET apps`` and the delta
-        are left in pieces (``Pieces``: joined only if a client asks for them uncompressed)."""
+        are left in pieces (``Pieces``: joined only if a client asks for them uncompressed), and a vip
+        no instance carries is marked ``NoMatch`` (a miss, which the cache does not keep for long)."""
         if key.entity == APPS:
             return self.applications(key.fmt, key.compact)
         if key.entity == DELTA:
@@ -446,6 +450,9 @@ class PayloadBuilder:
             if key.fmt == JSON:
                 return b'{"application":' + fragment.body + b"}"
             return fragment.body
+        if key.entity in (VIP, SVIP):
+            body, matched = vip_payload(self.registry, key)
+            return body if matched else NoMatch(body)
         return build_payload(self.registry, key)
 
 
@@ -489,7 +496,7 @@ def build_payload(registry: Registry, key: CacheKey) -> bytes | None:
     elif key.entity == DELTA:
         snapshot = registry.snapshot_delta()
     elif key.entity in (VIP, SVIP):
-        snapshot = registry.snapshot_vip(key.name, secure=key.entity == SVIP)
+        return vip_payload(registry, key)[0]
     elif key.entity == APP:
         views = registry.snapshot_app(key.name)
         if not views:
@@ -498,3 +505,9 @@ def build_payload(registry: Registry, key: CacheKey) -> bytes | None:
     else:
         raise ValueError(f"unknown cache entity {key.entity!r}")
     return render("applications", applications_dict(snapshot, key.compact), key.fmt)
+
+
+def vip_payload(registry: Registry, key: CacheKey) -> tuple[bytes, bool]:
+    """``GET vips/{vip}`` or ``svips/{vip}``, and whether any instance carries the vip."""
+    snapshot = registry.snapshot_vip(key.name, secure=key.entity == SVIP)
+    return render("applications", applications_dict(snapshot, key.compact), key.fmt), bool(snapshot.apps)

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from registry.cache.redis_tier import TierReader, connect
 from registry.reader.forwarding import NodeForwarder
-from registry.reader.source import PayloadSource
+from registry.reader.source import MARKS_PER_EXPIRY, PayloadSource
 from registry.runtime.node import holds_node
 
 _NODE_URL = re.compile(r"https?://[^/@\s]+(/[^@\s]*)?")
@@ -75,6 +75,8 @@ def build_reader(settings) -> Reader:
             tier,
             settings.EUREKA_READER_MAX_STALENESS_MS,
             revalidate_ms=settings.EUREKA_READER_REVALIDATE_MS,
+            # The node's expiry (same settings): it drops keys unread for that long, readers' reads included.
+            mark_every_ms=max(1, settings.EUREKA["response_cache_auto_expiration_ms"] // MARKS_PER_EXPIRY),
         ),
         forwarder=NodeForwarder(settings.EUREKA_READER_NODE_URL, settings.EUREKA_READER_NODE_TIMEOUT_MS),
     )

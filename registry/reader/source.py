@@ -11,6 +11,11 @@ round trip was half of a request's CPU). Staleness is still judged at every requ
 ``synced_at`` read then, which is never later than the real one: the bound holds exactly. What the
 interval costs is how soon a new payload replaces the copy: at most ``revalidate_ms`` after the node
 serves it (default 100 ms, a tenth of the default cache-sync interval; 0 asks Redis every time).
+
+The node drops a key nobody read for its expiry time, and it does not see a reader's reads: a worker
+marks each key it serves in Redis (``TierReader.mark_read``), at most once per ``mark_every_ms`` per
+key (a tenth of the expiry time), so a key read only at readers stays, at the cost of one small write
+per key every 18 s per worker rather than one per read.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ REASONS = (SERVED, MISSING, STALE, REDIS_DOWN)
 
 # Copies kept per worker at most (keys x encodings actually asked for); past it they start over.
 MAX_COPIES = 4096
+# A worker marks a key it serves this many times per expiry time at most (module docstring): the node
+# sees a read at most a tenth of that time late, well before it would drop the key.
+MARKS_PER_EXPIRY = 10
 
 
 def wall_clock_ms() -> int:
@@ -51,10 +59,14 @@ class PayloadSource:
         clock: Callable[[], int] = wall_clock_ms,
         max_copies: int = MAX_COPIES,
         revalidate_ms: int = 0,
+        mark_every_ms: int = 180_000 // MARKS_PER_EXPIRY,
     ):
         self._tier = tier
         self.max_staleness_ms = max_staleness_ms
         self.revalidate_ms = revalidate_ms
+        self.mark_every_ms = mark_every_ms
+        # key -> when this worker last marked it read in Redis
+        self._marked: dict[CacheKey, int] = {}
         self._clock = clock
         self._max_copies = max_copies
         # (key, gzip) -> the payload holding that one copy, its stamp, and when that stamp was read
@@ -73,7 +85,7 @@ class PayloadSource:
             return self._count(None, REDIS_DOWN)
         copy = self._copies.get((key, gzip))
         if copy is not None and now - copy[2] < self.revalidate_ms and not self._stale(copy[1], now):
-            return self._count(copy[0], SERVED)
+            return self._served(key, copy[0], now)
         try:
             stamp = self._tier.stamp(key)
             if stamp is None:
@@ -98,6 +110,22 @@ class PayloadSource:
             self._failed(exc, now)
             return self._count(None, REDIS_DOWN)
         self._recovered()
+        return self._served(key, payload, now)
+
+    def _served(self, key: CacheKey, payload: Payload, now: int) -> tuple[Payload | None, str]:
+        """Serve ``payload``, marking ``key`` read in Redis if this worker has not done so lately."""
+        marked = self._marked.get(key)
+        if marked is None or now - marked >= self.mark_every_ms:
+            try:
+                self._tier.mark_read(key, now)
+            except RedisError as exc:
+                # The payload was read and is fresh: served all the same (the node keeps a key for
+                # the whole expiry time, and the next read marks it again).
+                self._failed(exc, now)
+            else:
+                if len(self._marked) >= self._max_copies:
+                    self._marked.clear()
+                self._marked[key] = now
         return self._count(payload, SERVED)
 
     def _count(self, payload: Payload | None, reason: str) -> tuple[Payload | None, str]:

@@ -396,6 +396,12 @@ class NodeCollector(Collector):
             "as nobody had read them since the sync before; their next read builds them.",
             value=counters.syncs_dropped,
         )
+        yield CounterMetricFamily(
+            "eureka_response_cache_keys_expired",
+            "Payloads a cache sync took out of the read-only tier, and everything kept for them, as "
+            "nobody (readers included) had read them for the response cache's expiry time.",
+            value=counters.keys_expired,
+        )
         keys = GaugeMetricFamily("eureka_response_cache_keys", "Payloads held, by tier.", labels=["tier"])
         stats = cache.stats()
         keys.add_metric(["read_only"], stats["read_only_keys"])

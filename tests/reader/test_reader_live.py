@@ -38,12 +38,14 @@ PATHS = [
     "/eureka/apps/delta",
     "/eureka/apps/ALPHA",
     "/eureka/apps/alpha",  # the node upper-cases the app name; so does the reader
-    "/eureka/apps/NO-SUCH-APP",  # a published "not found": 404, empty body
+    "/eureka/apps/NO-SUCH-APP",  # a miss: 404, empty body
     "/eureka/vips/shared-vip",
     "/eureka/svips/alpha-secure",
-    "/eureka/vips/no-such-vip",  # 200 with an empty list
+    "/eureka/vips/no-such-vip",  # a miss too: 200 with an empty list
     "/eureka/v2/apps/",
 ]
+# Names nobody registered are never published (any name can be asked for): the node answers them.
+MISSES = {"/eureka/apps/NO-SUCH-APP", "/eureka/vips/no-such-vip"}
 # JSON / XML x gzip / plain x full / compact.
 VARIANTS = [
     {
@@ -93,8 +95,13 @@ def get_raw(client: httpx.Client, url: str, headers: dict[str, str]) -> Raw:
 
 
 def served_by_reader(client: httpx.Client, stack: ReaderStack, path: str, headers: dict[str, str]) -> Raw:
-    """The reader's own answer (no Via): the node's answer publishes the key first."""
+    """The reader's own answer (no Via): the node's answer publishes the key first. A miss is the
+    node's answer, forwarded by the reader."""
     get_raw(client, stack.url + path, headers)
+    if path in MISSES:
+        forwarded = get_raw(client, stack.reader_url + path, headers)
+        assert forwarded.headers.get("Via") == VIA, f"{path} was served from Redis: a miss was published"
+        return forwarded
 
     def served_from_redis() -> Raw | None:
         response = get_raw(client, stack.reader_url + path, headers)

@@ -83,14 +83,52 @@ class FakeRedis:
         return [name for name in self.data if name.startswith(pattern.rstrip("*"))]
 
     def delete(self, *names):
+        self._check("delete")
         for name in names:
             self.data.pop(name, None)
 
+    # Sorted sets, as {member: score} dicts (the readers' read marks).
+    def zadd(self, name, mapping):
+        self._check("zadd")
+        self.data.setdefault(name, {}).update({member: float(score) for member, score in mapping.items()})
+
+    def zscore(self, name, member):
+        self._check("zscore")
+        return (self.data.get(name) or {}).get(member)
+
+    def zrem(self, name, *members):
+        self._check("zrem")
+        for member in members:
+            (self.data.get(name) or {}).pop(member, None)
+
+    def zremrangebyscore(self, name, low, high):
+        self._check("zremrangebyscore")
+        assert low == "-inf" and high.startswith("(")
+        marks = self.data.get(name) or {}
+        for member in [member for member, score in marks.items() if score < float(high[1:])]:
+            del marks[member]
+
     def pipeline(self, transaction=True):
-        return self
+        return FakePipeline(self)
+
+
+class FakePipeline:
+    """Commands run at once, their answers given back by ``execute`` in order, as a pipeline's."""
+
+    def __init__(self, redis: FakeRedis):
+        self._redis = redis
+        self._answers: list = []
+
+    def __getattr__(self, command):
+        def queue(*args, **kwargs):
+            self._answers.append(getattr(self._redis, command)(*args, **kwargs))
+            return self
+
+        return queue
 
     def execute(self):
-        return []
+        answers, self._answers = self._answers, []
+        return answers
 
 
 class Builder:
@@ -236,12 +274,55 @@ def test_a_hash_without_synced_at_is_stale_and_an_unpublished_key_is_a_miss(publ
     assert source.lookup(CacheKey(VIP, "v", "json"), gzip=False) == (None, MISSING)
 
 
-def test_a_published_not_found_is_served_as_not_found(published):
+def test_a_miss_is_not_published_and_a_published_not_found_is_served_as_not_found(published, redis):
     cache, _, source, clock = published
     key = CacheKey(APP, "MISSING", "json")
-    cache.get(key, clock.now)
+    assert cache.get(key, clock.now).body is None
+    assert "eureka:ro:app:json:0:MISSING" not in redis.data, "any name can be asked for: misses stay out"
+    assert source.lookup(key, gzip=True) == (None, MISSING), "the reader sends it on to the node"
+    # What a node that published misses left in Redis is still served as it says.
+    redis.data["eureka:ro:app:json:0:MISSING"] = {
+        "found": b"0",
+        "built_at": str(T0).encode(),
+        "synced_at": str(T0).encode(),
+        "version": b"old.1",
+    }
     payload, reason = source.lookup(key, gzip=True)
     assert reason == SERVED and not payload.found
+
+
+def test_a_key_read_only_at_readers_stays_in_redis_and_one_nobody_reads_leaves_it(published, redis):
+    """The node sees none of the readers' reads: their marks keep what they serve, at one small write
+    per key per tenth of the expiry time, not one per read."""
+    cache, _, source, clock = published  # 180 s expiry, marks every 18 s
+    read, unread = CacheKey(APPS, "", "json"), CacheKey(APP, "ORDERS", "json")
+    cache.get(read, clock.now)
+    cache.get(unread, clock.now)
+    redis.calls.clear()
+    for _ in range(200):  # 200 s of syncs every second, and a read of ``read`` at a reader each second
+        clock.advance(1000)
+        assert source.lookup(read, gzip=True)[1] == SERVED
+        cache.sync(clock.now)
+    assert "eureka:ro:apps:json:0:" in redis.data, "read at a reader all along: kept"
+    assert "eureka:ro:app:json:0:ORDERS" not in redis.data, "unread for 180 s: gone from Redis"
+    assert cache.read_only.keys() == [read] and cache.counters.keys_expired == 1
+    assert set(redis.data["eureka:ro:_read"]) == {"eureka:ro:apps:json:0:"}
+    assert 0 < redis.calls.count("zadd") <= 200_000 // 18_000 + 1
+    assert source.lookup(unread, gzip=True) == (None, MISSING), "its next read goes to the node"
+
+
+def test_while_redis_cannot_say_what_readers_read_the_node_keeps_their_keys(published, redis):
+    cache, _, _, clock = published
+    key = CacheKey(APPS, "", "json")
+    cache.get(key, clock.now)
+    clock.advance(180_000)
+    redis.down = True
+    cache.sync(clock.now)
+    assert cache.read_only.keys() == [key], "readers may have read it: not dropped on a guess"
+    redis.down = False
+    clock.advance(RETRY_AFTER_MS)
+    cache.sync(clock.now)
+    assert cache.read_only.keys() == [] and "eureka:ro:apps:json:0:" not in redis.data
 
 
 def test_while_redis_fails_reads_go_to_the_node_and_redis_is_left_alone_for_a_while(published, redis):
