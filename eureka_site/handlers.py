@@ -21,7 +21,13 @@ from django.utils.functional import cached_property
 from django.utils.log import log_response
 
 from eureka_site.flat_routes import FlatRoutes
-from eureka_site.request_bodies import BodyRefused, buffer_unsized_body, refuse_unusable_charset
+from eureka_site.request_bodies import (
+    BodyRefused,
+    buffer_unsized_body,
+    plain_wsgi_answer,
+    refuse_unusable_charset,
+)
+from registry.protocol.http import browser_refusal
 
 PROTOCOL_PREFIX = "/eureka/"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
@@ -122,6 +128,10 @@ class RoutingApplication:
             # A reverse proxy that strips a path prefix tells us so; links and redirects then keep it.
             if _PREFIX.fullmatch(prefix):
                 environ["SCRIPT_NAME"] = prefix
+        refusal = browser_refusal(environ)
+        if refusal is not None:
+            # Before the body is read: nothing of a refused request is looked at.
+            return plain_wsgi_answer(start_response, 403, refusal)
         # Chunked bodies (Jersey 1 clients, Spring's replication batches) for both handlers alike.
         try:
             # Before Django builds the request: a charset it cannot use would raise out of the handler.

@@ -15,7 +15,13 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 
 from eureka_site.handlers import ProtocolHandler  # noqa: E402
-from eureka_site.request_bodies import BodyRefused, buffer_unsized_body, refuse_unusable_charset  # noqa: E402
+from eureka_site.request_bodies import (  # noqa: E402
+    BodyRefused,
+    buffer_unsized_body,
+    plain_wsgi_answer,
+    refuse_unusable_charset,
+)
+from registry.protocol.http import browser_refusal  # noqa: E402
 from registry.reader.service import check_settings  # noqa: E402
 from registry.runtime.node import forbid_node  # noqa: E402
 
@@ -31,6 +37,10 @@ class ReaderApplication:
         self.handler = ReaderHandler()
 
     def __call__(self, environ, start_response):
+        # Refused here as on the node: the forwarder does not pass Origin or Sec-Fetch-* on.
+        refusal = browser_refusal(environ)
+        if refusal is not None:
+            return plain_wsgi_answer(start_response, 403, refusal)
         try:
             refuse_unusable_charset(environ)
             buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)

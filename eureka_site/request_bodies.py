@@ -35,15 +35,20 @@ class BodyRefused(Exception):
         self.message = message
 
     def wsgi_response(self, start_response) -> list[bytes]:
-        content = (self.message + "\n").encode()
-        start_response(
-            f"{self.status} {HTTPStatus(self.status).phrase}",
-            [
-                ("Content-Type", "text/plain; charset=utf-8"),
-                ("Content-Length", str(len(content))),
-            ],
-        )
-        return [content]
+        return plain_wsgi_answer(start_response, self.status, self.message)
+
+
+def plain_wsgi_answer(start_response, status: int, message: str) -> list[bytes]:
+    """A short plain-text answer written before Django is involved."""
+    content = (message + "\n").encode()
+    start_response(
+        f"{status} {HTTPStatus(status).phrase}",
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(content))),
+        ],
+    )
+    return [content]
 
 
 def has_unsized_body(environ: dict) -> bool:

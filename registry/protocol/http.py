@@ -3,7 +3,10 @@
 * format: JSON only when ``Accept`` *contains* "json", otherwise XML (no q-value negotiation);
 * error bodies: plain text for 4xx with a reason, empty for 404/403 (Jersey clients try to decode
   any non-HTML body as an instance);
-* gzip: responses when ``Accept-Encoding`` contains gzip, request bodies with ``Content-Encoding: gzip``.
+* gzip: responses when ``Accept-Encoding`` contains gzip, request bodies with ``Content-Encoding: gzip``;
+* browsers: what a web page makes a browser send is refused (403, with a reason: only browsers get
+  it), and request bodies are read only with a JSON or XML media type (415), so that no page can write
+  to an open registry through its visitors' browsers (``browser_refusal``, ``body_format``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,51 @@ class RequestRefused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+# Paths no web page may drive: the protocol (every prefix: /eureka/, /eureka/v2/...; a proxy's
+# X-Forwarded-Prefix is not part of PATH_INFO) and the node's control endpoint.
+BROWSER_REFUSED_PREFIXES = ("/eureka/", "/control/")
+# Sec-Fetch-Site values of a request the user made themselves: typed in the address bar or opened from
+# a bookmark (none), or sent by a page of this same origin.
+OWN_SITES = frozenset({"none", "same-origin"})
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+def browser_refusal(environ: dict) -> str | None:
+    """Why a request that a web page made the browser send is refused (403), or None.
+
+    With API accounts off, any page a user of the network opens could otherwise register instances or
+    post a replication batch through the user's browser, without CORS, as a form or a ``no-cors``
+    fetch does. Eureka clients and peers send neither ``Origin`` nor ``Sec-Fetch-*``; browsers send:
+
+    * ``Origin`` on every POST, PUT or DELETE (same-origin ones too: a page reached by DNS rebinding
+      is "same-origin") and on every cross-origin fetch: refused, whatever the method. A page of
+      another origin could not read a protocol answer anyway (no CORS headers are ever sent).
+    * ``Sec-Fetch-Site``: refused unless ``none`` or ``same-origin``, except for a GET or HEAD
+      navigation (``Sec-Fetch-Mode: navigate``): a link to ``/eureka/apps`` followed from a wiki or a
+      runbook opens the registry in the user's tab, and reading it there changes nothing.
+
+    A browser tab reading the registry by its URL (no ``Origin`` on a GET navigation) keeps working.
+    """
+    path = environ.get("PATH_INFO", "")
+    if not path.startswith(BROWSER_REFUSED_PREFIXES):
+        return None
+    if "HTTP_ORIGIN" in environ:
+        return (
+            "Forbidden: requests sent by a web page (Origin header) are refused on the Eureka API and "
+            "the control endpoint; Eureka clients send no Origin header"
+        )
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    if site is None or site.strip().lower() in OWN_SITES:
+        return None
+    navigation = environ.get("HTTP_SEC_FETCH_MODE", "").strip().lower() == "navigate"
+    if navigation and environ.get("REQUEST_METHOD") in SAFE_METHODS:
+        return None
+    return (
+        f"Forbidden: a request from another site (Sec-Fetch-Site: {site.strip()[:40]}) is refused on "
+        "the Eureka API and the control endpoint; open the URL in the browser's address bar instead"
+    )
 
 
 class EurekaContentNegotiation(BaseContentNegotiation):
@@ -113,22 +161,41 @@ def payload_response(request: HttpRequest, payload: Payload, fmt: str, status: i
     return response
 
 
-def request_format(request: HttpRequest, body: bytes) -> str:
-    content_type = meta(request).get("CONTENT_TYPE", "").lower()
-    if "json" in content_type:
+# Media types a body is read as. A browser sends a cross-site POST without asking the server first
+# (a CORS "simple request") only as text/plain, application/x-www-form-urlencoded or
+# multipart/form-data, with any parameters, or with no type at all: so the type is matched on its
+# essence (the part before any ";"), never as a substring, and a body with no type is not guessed at
+# (every Eureka client and peer names its type). A page can send the types accepted here only after a
+# preflight, which this server never grants.
+JSON_MEDIA_TYPES = frozenset({"application/json", "text/json"})
+XML_MEDIA_TYPES = frozenset({"application/xml", "text/xml"})
+
+
+def body_format(content_type: str) -> str | None:
+    """JSON or XML for a request ``Content-Type`` naming one (``+json``/``+xml`` structured-syntax
+    suffixes included), else None."""
+    essence = content_type.partition(";")[0].strip().lower()
+    kind, slash, subtype = essence.partition("/")
+    if not kind or not slash or not subtype:
+        return None
+    if essence in JSON_MEDIA_TYPES or subtype.endswith("+json"):
         return JSON
-    if "xml" in content_type:
+    if essence in XML_MEDIA_TYPES or subtype.endswith("+xml"):
         return XML
-    if not content_type:
-        start = body.lstrip()[:1]
-        if start == b"{":
-            return JSON
-        if start == b"<":
-            return XML
-    raise RequestRefused(
-        415,
-        f"Unsupported Content-Type {content_type or '(none)'!r}: send application/json or application/xml",
-    )
+    return None
+
+
+def request_format(request: HttpRequest) -> str:
+    """The format of the request body, from its ``Content-Type``; 415 unless JSON or XML."""
+    content_type = meta(request).get("CONTENT_TYPE", "")
+    fmt = body_format(content_type)
+    if fmt is None:
+        raise RequestRefused(
+            415,
+            f"Unsupported Content-Type {content_type[:100] or '(none)'!r}: "
+            "send application/json or application/xml",
+        )
+    return fmt
 
 
 def read_body(request: HttpRequest) -> bytes:

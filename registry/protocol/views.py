@@ -167,7 +167,7 @@ class ApplicationView(EurekaView):
         node = get_node()
         body = read_body(request)
         now = node.now()
-        instance = decode_instance(body, request_format(request, body), now, path_app=app.upper())
+        instance = decode_instance(body, request_format(request), now, path_app=app.upper())
         replicated = is_replication(request)
         try:
             node.registry.register(instance, now, replicated)
@@ -305,7 +305,7 @@ class PeerReplicationBatchView(EurekaView):
 
     def post(self, request):
         body = read_body(request)
-        if request_format(request, body) != JSON:
+        if request_format(request) != JSON:
             raise RequestRefused(415, "Replication batches are JSON: send Content-Type application/json")
         try:
             document = orjson.loads(body)

@@ -7,10 +7,12 @@ mistake (or an nginx rule too broad) keeps working, only a hop slower, and the n
 checks (API accounts, body limits, Eureka's rules) to what it receives.
 
 The request keeps its method (HEAD is asked as GET: the server drops the body), its path and query as
-the client sent them, its body, and the headers the protocol reads; the answer keeps its status, body
-(never decompressed or re-encoded), ``Content-Type``, ``Content-Encoding`` and the other end-to-end
-headers, plus ``Via``. A small pooled httpx client per worker process; when the node does not answer
-the client gets a 503 saying so, which Eureka clients take as "try the next service URL".
+the client sent them (a path with a ``.`` or ``..`` segment is refused with 400 instead: it could reach
+the node's other endpoints, ``/metrics`` or ``/admin/``, see ``leaves_the_protocol``), its body, and the
+headers the protocol reads; the answer keeps its status, body (never decompressed or re-encoded),
+``Content-Type``, ``Content-Encoding`` and the other end-to-end headers, plus ``Via``. A small pooled
+httpx client per worker process; when the node does not answer the client gets a 503 saying so, which
+Eureka clients take as "try the next service URL".
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from urllib.parse import unquote
 
 import httpx
 from django.conf import settings
@@ -82,6 +85,34 @@ def request_target(request: HttpRequest) -> str:
     return raw if raw.startswith("/") else request.get_full_path()
 
 
+# Rounds of percent-decoding looked through for a dot segment: the node's server decodes once, a
+# proxy in front of it may decode again; a path still encoded after these is refused all the same.
+DECODING_ROUNDS = 3
+
+
+def leaves_the_protocol(target: str) -> bool:
+    """Whether the path of ``target`` could name something outside ``/eureka/`` on the node.
+
+    The reader forwards only what it routed under ``/eureka/``, but a ``..`` segment climbs out of it
+    on the way: httpx removes raw dot segments before sending (``/eureka/../metrics`` goes out as
+    ``/metrics``), and a proxy or server in front of the node removes encoded ones (``%2e%2e``, a
+    ``..%2f`` pair) after decoding. No Eureka client sends a ``.`` or ``..`` segment, so any path
+    holding one, raw or percent-encoded (once or more), with ``/`` or ``\\`` between segments, is
+    refused rather than normalised.
+    """
+    # What httpx sends as the path: up to the query or a fragment.
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    for _ in range(DECODING_ROUNDS + 1):
+        segments = path.replace("\\", "/").split("/")
+        if "." in segments or ".." in segments:
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return not path.startswith("/eureka/")
+        path = decoded
+    return True
+
+
 class NodeForwarder:
     def __init__(self, base_url: str, timeout_ms: int, max_connections: int = 64):
         self.base_url = base_url.rstrip("/")
@@ -120,6 +151,12 @@ class NodeForwarder:
             return text(413, f"Request body is larger than {settings.EUREKA_MAX_BODY_BYTES} bytes")
         headers = request_headers(request.META)
         target = request_target(request)
+        if leaves_the_protocol(target):
+            return text(
+                400,
+                f"Refused: the path {target[:200]!r} leaves /eureka/ "
+                "(a reader forwards no '.' or '..' segment, raw or percent-encoded)",
+            )
         method = "GET" if request.method == "HEAD" else request.method
         client = self._http()
         outgoing = client.build_request(method, self.base_url + target, headers=headers, content=body or None)

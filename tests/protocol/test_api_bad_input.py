@@ -17,6 +17,7 @@ from django.conf import settings
 from tests.factories import instance_body
 
 from .api_support import (
+    REPLICATION,
     api_both_framings,
     enc,
     get_json,
@@ -454,6 +455,73 @@ def test_unsupported_content_type_is_415(api, node, populated, content_type):
 
     assert_refused(response, 415, "content-type")
     assert registry_state(api, node) == before
+
+
+# What a web page can make a browser send cross-site without asking first (a CORS "simple request":
+# text/plain, form types, parameters allowed), and a body with no type at all (a Blob or an
+# ArrayBuffer). A JSON or XML body under any of them is still not one.
+BROWSER_SENDABLE_TYPES = [
+    "text/plain; a=json",
+    "text/plain;charset=UTF-8; x=application/json",
+    "application/x-www-form-urlencoded; json",
+    "multipart/form-data; boundary=json",
+    "text/plain; a=xml",
+    "",
+]
+
+
+@pytest.mark.parametrize("content_type", BROWSER_SENDABLE_TYPES)
+@pytest.mark.parametrize("fmt", ["json", "xml"])
+def test_a_body_a_browser_could_send_cross_site_is_415(api, node, populated, content_type, fmt):
+    before = registry_state(api, node)
+    body = json.dumps(instance_body()) if fmt == "json" else to_xml_body(instance_body())
+
+    # generic(): post() would encode a body sent with no type as a form.
+    response = api.generic("POST", "/eureka/apps/ORDERS", body, content_type=content_type)
+
+    assert_refused(response, 415, "content-type")
+    assert registry_state(api, node) == before
+
+
+@pytest.mark.parametrize("content_type", BROWSER_SENDABLE_TYPES)
+def test_a_replication_batch_a_browser_could_send_cross_site_is_415(api, node, populated, content_type):
+    before = registry_state(api, node)
+    item = {
+        "appName": "INTRUDER",
+        "id": "10.9.9.9:intruder:80",
+        "action": "Register",
+        "instanceInfo": instance_body(app="INTRUDER", host="10.9.9.9", port=80)["instance"],
+    }
+
+    response = api.generic(
+        "POST",
+        "/eureka/peerreplication/batch/",
+        json.dumps({"replicationList": [item]}),
+        content_type=content_type,
+        **REPLICATION,
+    )
+
+    assert_refused(response, 415, "content-type")
+    assert registry_state(api, node) == before
+
+
+@pytest.mark.parametrize(
+    "content_type,fmt",
+    [
+        ("application/json", "json"),
+        ("Application/JSON ; charset=UTF-8", "json"),
+        ("application/vnd.eureka+json", "json"),
+        ("text/xml; charset=utf-8", "xml"),
+        ("application/atom+xml", "xml"),
+    ],
+)
+def test_json_and_xml_media_types_are_read_by_their_essence(api, node, content_type, fmt):
+    body = json.dumps(instance_body()) if fmt == "json" else to_xml_body(instance_body())
+
+    response = api.post("/eureka/apps/ORDERS", data=body, content_type=content_type)
+
+    assert response.status_code == 204, response.content
+    assert node.registry.get_instance("ORDERS", ORDERS_ID, node.now()) is not None
 
 
 # -------------------------------------------------------------------------------------- odd ids
