@@ -16,6 +16,7 @@ import ipaddress
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -137,3 +138,12 @@ class AddressPolicy:
         if address in self.own_addresses():
             return "one of the node's own addresses"
         return None
+
+
+def policy_from_options(options: dict[str, Any]) -> AddressPolicy:
+    """Where this process's probes may connect (the node's and Celery workers' alike): never to the
+    node's own addresses (its interfaces', EUREKA_INSTANCE_IP_ADDRESS, and where it listens, added when
+    gunicorn says), unless EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS allows them."""
+    health = options.get("health_checks") or {}
+    own = [options["instance_ip_address"]] if options.get("instance_ip_address") else []
+    return AddressPolicy(parse_networks(",".join(health.get("allowed_networks", ()))), own)

@@ -19,7 +19,7 @@ from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import Registry, RegistryConfig
 from registry.findings import RegistrationSources
-from registry.health.addresses import AddressPolicy, parse_networks
+from registry.health.addresses import AddressPolicy, policy_from_options
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
@@ -360,16 +360,7 @@ def _health_checker(
 
 
 def _node_health_policy(options: dict[str, Any]) -> AddressPolicy | None:
-    return health_address_policy(options) if (options.get("health_checks") or {}).get("enabled") else None
-
-
-def health_address_policy(options: dict[str, Any]) -> AddressPolicy:
-    """Where this process's probes may connect: never to the node's own addresses (its interfaces',
-    EUREKA_INSTANCE_IP_ADDRESS, and where it listens, added when gunicorn says), unless
-    EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS allows them."""
-    health = options.get("health_checks") or {}
-    own = [options["instance_ip_address"]] if options.get("instance_ip_address") else []
-    return AddressPolicy(parse_networks(",".join(health.get("allowed_networks", ()))), own)
+    return policy_from_options(options) if (options.get("health_checks") or {}).get("enabled") else None
 
 
 def _kick_webhook_task() -> None:

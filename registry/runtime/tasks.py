@@ -113,13 +113,13 @@ def _health_context():
     from urllib.parse import urlsplit
 
     from registry.cache.redis_tier import connect
+    from registry.health.addresses import policy_from_options
     from registry.health.probes import ProbePool
-    from registry.runtime.node import health_address_policy
 
     options = settings.EUREKA["health_checks"]
     # This host's interfaces and the node's IP setting; the node's address as this worker reaches it;
     # and each round, the addresses the node reports as its own.
-    policy = health_address_policy(settings.EUREKA)
+    policy = policy_from_options(settings.EUREKA)
     policy.add_own([urlsplit(settings.EUREKA_CONTROL_URL).hostname or ""])
     return connect(settings.REDIS_URL), _control_client(), ProbePool(options["concurrency"], policy)
 
