@@ -34,6 +34,9 @@ from pathlib import Path
 
 from setting_cost import HOST, Node
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.factories import fleet_member  # noqa: E402
+
 JSON_HEADERS = {"Accept": "application/json", "Accept-Encoding": "gzip", "Content-Type": "application/json"}
 # Cache syncs (1 s by default) to wait after the junk phase: what they keep or drop shows in the second
 # measurement.
@@ -42,30 +45,8 @@ SETTLE_S = 3.0
 
 def instance(k: int, apps: int) -> tuple[str, str, bytes]:
     """Fleet member ``k``: its app, its id and its registration body (the Java client's JSON shape)."""
-    app, instance_id, address = f"BENCH-SVC-{k % apps:03d}", f"i-{k}", f"10.1.{k >> 8 & 255}.{k & 255}"
-    body = {
-        "instance": {
-            "instanceId": instance_id,
-            "hostName": f"host-{k}",
-            "app": app,
-            "ipAddr": address,
-            "status": "UP",
-            "overriddenStatus": "UNKNOWN",
-            "port": {"$": 8080, "@enabled": "true"},
-            "securePort": {"$": 443, "@enabled": "false"},
-            "countryId": 1,
-            "dataCenterInfo": {
-                "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                "name": "MyOwn",
-            },
-            "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90},
-            "metadata": {"@class": "java.util.Collections$EmptyMap"},
-            "vipAddress": app.lower(),
-            "secureVipAddress": app.lower(),
-            "isCoordinatingDiscoveryServer": "false",
-        }
-    }
-    return app, instance_id, json.dumps(body).encode()
+    body = fleet_member(k, apps)
+    return body["app"], body["instanceId"], json.dumps({"instance": body}).encode()
 
 
 def worker_pid(node: Node) -> int:
