@@ -11,7 +11,6 @@ browser tab reading the registry by its URL keeps working. These tests speak raw
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -20,7 +19,7 @@ import pytest
 
 from registry.protocol.http import browser_refusal
 from tests.factories import instance_body
-from tests.interop.conftest import LiveServer, running_server
+from tests.interop.conftest import LiveServer, raw_request, running_server
 
 CONTROL_SECRET = "browser-test-control-secret"
 APP = "DRIVEBY"
@@ -36,19 +35,7 @@ def node(tmp_path_factory) -> Iterator[LiveServer]:
 def send(
     server: LiveServer, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
 ) -> tuple[int, bytes]:
-    """One request, its path and headers sent exactly as given; (status, body)."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        connection.putrequest(method, path, skip_accept_encoding=True)
-        for name, value in (headers or {}).items():
-            connection.putheader(name, value)
-        if body or method in ("POST", "PUT"):
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body or None)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    return raw_request(server.port, method, path, body, headers)
 
 
 def registration(host: str) -> bytes:

@@ -12,6 +12,7 @@ users configure it. ``RegistryAdmin`` speaks to such a node with the peer accoun
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -360,6 +361,25 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def raw_request(
+    port: int, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """One request to 127.0.0.1:``port`` with its target and headers sent exactly as given (no
+    normalised path, no added Accept-Encoding, unlike httpx); (status, body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.putrequest(method, target, skip_accept_encoding=True)
+        for name, value in (headers or {}).items():
+            connection.putheader(name, value)
+        if body or method in ("POST", "PUT"):
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body or None)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 def _gunicorn() -> Path:

@@ -5,7 +5,6 @@ out with ``http.client`` so that paths and headers are sent exactly as written."
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -15,6 +14,7 @@ import pytest
 
 from registry.reader.forwarding import leaves_the_protocol
 from tests.factories import instance_body
+from tests.interop.conftest import raw_request
 from tests.reader.conftest import JSON, ReaderStack, start_stack
 
 pytestmark = pytest.mark.integration
@@ -30,23 +30,6 @@ def stack(tmp_path_factory) -> Iterator[ReaderStack]:
         yield started
     finally:
         started.stop_all()
-
-
-def send(
-    port: int, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
-) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.putrequest(method, target, skip_accept_encoding=True)
-        for name, value in (headers or {}).items():
-            connection.putheader(name, value)
-        if body or method in ("POST", "PUT"):
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body or None)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
 
 
 def node_lookup(stack: ReaderStack, host: str) -> int:
@@ -72,7 +55,9 @@ def test_a_path_climbing_out_of_the_protocol_is_400_at_the_reader(stack, target,
     # The node's metrics are open here: reaching them through the reader would answer 200 with them.
     assert b"eureka_" in httpx.get(f"{stack.url}/metrics", timeout=5).content
 
-    status, body = send(stack.reader_port, method, target, headers={"Content-Type": "application/json"})
+    status, body = raw_request(
+        stack.reader_port, method, target, headers={"Content-Type": "application/json"}
+    )
 
     assert status == 400, body[:300]
     assert b"leaves /eureka/" in body and b"eureka_" not in body
@@ -89,7 +74,7 @@ def test_a_path_climbing_out_of_the_protocol_is_400_at_the_reader(stack, target,
 )
 def test_the_node_itself_routes_such_paths_as_protocol_paths(stack, target):
     # No dot-segment removal on the node: the path stays under /eureka/ and finds no route there.
-    status, body = send(stack.port, "GET", target)
+    status, body = raw_request(stack.port, "GET", target)
 
     assert status == 404 and body == b""
 
@@ -100,16 +85,16 @@ def test_paths_with_dots_inside_their_segments_are_still_forwarded(stack):
     body = json.dumps(instance_body(app=APP, host=host)).encode()
     try:
         assert (
-            send(
+            raw_request(
                 stack.reader_port, "POST", f"/eureka/apps/{APP}", body, {"Content-Type": "application/json"}
             )[0]
             == 204
         )
-        assert send(stack.reader_port, "PUT", f"{instance}?status=UP")[0] == 200
-        status, found = send(stack.reader_port, "GET", instance, headers=JSON)
+        assert raw_request(stack.reader_port, "PUT", f"{instance}?status=UP")[0] == 200
+        status, found = raw_request(stack.reader_port, "GET", instance, headers=JSON)
         assert status == 200 and json.loads(found)["instance"]["ipAddr"] == host
     finally:
-        assert send(stack.reader_port, "DELETE", instance)[0] == 200
+        assert raw_request(stack.reader_port, "DELETE", instance)[0] == 200
 
 
 @pytest.mark.parametrize(
@@ -124,7 +109,7 @@ def test_a_web_page_cannot_write_through_a_reader(stack, page, prefix):
     host = "10.7.0.2"
     body = json.dumps(instance_body(app=APP, host=host)).encode()
 
-    status, answer = send(
+    status, answer = raw_request(
         stack.reader_port, "POST", f"{prefix}apps/{APP}", body, {"Content-Type": "application/json"} | page
     )
 
@@ -136,7 +121,7 @@ def test_a_body_typed_as_a_browser_can_is_refused_by_the_node_through_a_reader(s
     host = "10.7.0.3"
     body = json.dumps(instance_body(app=APP, host=host)).encode()
 
-    status, answer = send(
+    status, answer = raw_request(
         stack.reader_port, "POST", f"/eureka/apps/{APP}", body, {"Content-Type": "text/plain; a=json"}
     )
 
@@ -147,7 +132,7 @@ def test_a_body_typed_as_a_browser_can_is_refused_by_the_node_through_a_reader(s
 def test_a_browser_tab_still_reads_through_a_reader(stack):
     tab = {"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
 
-    status, body = send(stack.reader_port, "GET", "/eureka/apps/", headers=tab)
+    status, body = raw_request(stack.reader_port, "GET", "/eureka/apps/", headers=tab)
 
     assert status == 200 and b"<applications>" in body
 
