@@ -197,10 +197,7 @@ def _seconds(
     raw = metadata.get(key)
     if raw is None:
         return default_ms / 1000
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = _number(raw)
     if not math.isfinite(value) or not minimum <= value <= maximum:
         errors.append(
             f"{key}={raw[:40]!r} is not a number of seconds from {minimum:g} to {maximum:g}: "
@@ -210,18 +207,20 @@ def _seconds(
     return value
 
 
+def _number(raw: str) -> float:
+    """A metadata value as a float; NaN when it is not a number."""
+    try:
+        return float(raw)
+    except ValueError:
+        return math.nan
+
+
 def _timeout(metadata: Mapping[str, str], defaults: CheckDefaults, errors: list[str]) -> float:
     """The instance's timeout, at most the node's cap (above it: the cap, with the reason shown)."""
     cap_s = defaults.max_timeout_ms / 1000
     default_ms = min(defaults.timeout_ms, defaults.max_timeout_ms)
     raw = metadata.get(KEY_TIMEOUT)
-    if raw is None:
-        return default_ms / 1000
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and value > cap_s:
+    if raw is not None and math.isfinite(_number(raw)) and _number(raw) > cap_s:
         errors.append(f"{KEY_TIMEOUT}={raw[:40]!r} is above the node's cap of {cap_s:g} s: using {cap_s:g}")
         return cap_s
     return _seconds(metadata, KEY_TIMEOUT, default_ms, 0.001, cap_s, errors)
