@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import enum
 import itertools
-import operator
 import random
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from . import constants as c
 from .changes import (
@@ -25,33 +24,12 @@ from .changes import (
     STATUS_CHANGED,
     Change,
     ChangeLog,
-    exported,
 )
-from .instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info, freeze, shared
+from .instances import InstanceInfo, freeze
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among, views_of
+from .snapshot_format import Restored, SavedParts, SavedState, saved_header
 
 MINUTE_MS = 60_000
-
-# Warm restart (``Registry.export_state`` / ``restore_state``): the version of the saved shape. A
-# snapshot of any other version is refused, never guessed at. Format 2 saves the records and the
-# lease times as two lists (records change seldom, times at every renewal: the writer keeps the
-# records' encoded form); format 1, written before, paired them and is still read.
-SNAPSHOT_FORMAT = 2
-_READ_FORMATS = (1, SNAPSHOT_FORMAT)
-# Each instance is saved as a list of its InstanceInfo fields in this order (named once, in the
-# snapshot's header), then the lease's own fields below.
-_INSTANCE_FIELDS = tuple(f.name for f in fields(InstanceInfo))
-_instance_values = operator.attrgetter(*_INSTANCE_FIELDS)
-_DATA_CENTER = _INSTANCE_FIELDS.index("data_center_info")
-_METADATA = _INSTANCE_FIELDS.index("metadata")
-_LEASE_FIELDS = (
-    "duration_ms",
-    "registration_ts",
-    "last_renewal_ts",
-    "renewed",
-    "eviction_ts",
-    "service_up_ts",
-)
 
 
 class LimitExceeded(ValueError):
@@ -60,23 +38,6 @@ class LimitExceeded(ValueError):
 
 class RegistryFull(LimitExceeded):
     """A client's registration of a new instance while the map holds ``max_instances`` already."""
-
-
-class BadSnapshot(ValueError):
-    """A saved state ``restore_state`` refuses: another format, too old, or not the shape it writes."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restored:
-    """What a warm restart brought back (the console and /readyz say so)."""
-
-    instances: int
-    saved_at: int
-    restored_at: int
-
-    @property
-    def age_ms(self) -> int:
-        return self.restored_at - self.saved_at
 
 
 @dataclass(frozen=True)
@@ -984,36 +945,11 @@ class Registry:
         with self._lock:
             listed = [(app, list(leases.values())) for app, leases in self._apps.items()]
             overrides = [[instance_id, *entry] for instance_id, entry in self._overrides.items()]
-            header = {
-                "format": SNAPSHOT_FORMAT,
-                "saved_at": now,
-                "instance_fields": list(_INSTANCE_FIELDS),
-                "lease_fields": list(_LEASE_FIELDS),
-                "overrides": overrides,
-                "expected_clients": self.expected_clients,
-                "renews_threshold": self.renews_threshold,
-                "renews_last_minute": self._renews.count(now),
-            }
+            header = saved_header(
+                now, overrides, self.expected_clients, self.renews_threshold, self._renews.count(now)
+            )
             last_change_id, changes = self.changes.copy()
-        records = []
-        lease_times = []
-        for app, leases in listed:
-            records.append((app, [lease.instance for lease in leases]))
-            # In steps, so that one application of many thousands also gives the loop its turns.
-            for start in range(0, len(leases), EVICTION_SCAN_STEP):
-                lease_times.extend(
-                    (
-                        lease.duration_ms,
-                        lease.registration_ts,
-                        lease.last_renewal_ts,
-                        lease.renewed,
-                        lease.eviction_ts,
-                        lease.service_up_ts,
-                    )
-                    for lease in leases[start : start + EVICTION_SCAN_STEP]
-                )
-                self.pause()
-        return SavedParts(header, records, lease_times, last_change_id, changes)
+        return SavedParts.collect(header, listed, last_change_id, changes, EVICTION_SCAN_STEP, self.pause)
 
     def export_state(self, now: int) -> dict:
         """Everything a restarted node needs to go on where this one stopped (``export_parts``), as
@@ -1033,10 +969,10 @@ class Registry:
 
         An instance the map already holds is kept as it is (it was written after the snapshot).
         """
-        leases, overrides, numbers = _parse_state(state, now, max_age_ms)
+        saved = SavedState.parse(state, now, max_age_ms)
         with self._lock:
             restored = 0
-            for lease in leases:
+            for lease in saved.leases:
                 instance = lease.instance
                 app_leases = self._apps.setdefault(instance.app, {})
                 if instance.instance_id in app_leases:
@@ -1045,15 +981,15 @@ class Registry:
                 self._size += 1
                 self._status_counts[instance.status] += 1
                 restored += 1
-            for instance_id, status, last_access, actor in overrides:
+            for instance_id, status, last_access, actor in saved.overrides:
                 self._overrides.setdefault(instance_id, [status, last_access, actor])
-            self.expected_clients = max(numbers["expected_clients"], restored)
+            self.expected_clients = max(saved.expected_clients, restored)
             self._update_threshold()
             self.peer_transfer_empty = self.expected_clients == 0
             self.start_ts = now
-            self._renews.reset(now, last=numbers["renews_last_minute"])
-            self.changes.restore(state.get("changes", {}))
-            self.restored = Restored(restored, numbers["saved_at"], now)
+            self._renews.reset(now, last=saved.renews_last_minute)
+            self.changes.restore(saved.changes)
+            self.restored = Restored(restored, saved.saved_at, now)
             return restored
 
     # -------------------------------------------------------------------------------- reads
@@ -1205,150 +1141,6 @@ class Registry:
                 "status_counts": {k: v for k, v in self._status_counts.items() if v > 0},
                 "start_ts": self.start_ts,
             }
-
-
-@dataclass(frozen=True)
-class SavedParts:
-    """A snapshot's content as references (``Registry.export_parts``): ``header`` is plain data;
-    ``records`` the instance records by app, ``lease_times`` their leases' ``_LEASE_FIELDS`` in the
-    same order; ``changes`` the change log's entries."""
-
-    header: dict
-    records: list[tuple[str, list[InstanceInfo]]]
-    lease_times: list[tuple]
-    last_change_id: int
-    changes: list[Change]
-
-    def as_state(self) -> dict:
-        """The saved state as plain data (the snapshot writer writes the same JSON, in pieces)."""
-        return {
-            **self.header,
-            "records": [instance_row(instance) for _, instances in self.records for instance in instances],
-            "lease_times": [list(times) for times in self.lease_times],
-            "changes": exported(self.last_change_id, self.changes),
-        }
-
-
-def _parse_state(state: Mapping, now: int, max_age_ms: int | None) -> tuple[list[Lease], list, dict]:
-    """``restore_state``'s step 1: the leases, overrides and numbers of a saved state, or BadSnapshot."""
-    if not isinstance(state, Mapping):
-        raise BadSnapshot(f"a snapshot is a JSON object, not {type(state).__name__}")
-    if state.get("format") not in _READ_FORMATS:
-        raise BadSnapshot(f"snapshot format {state.get('format')!r}, this node reads {_READ_FORMATS}")
-    try:
-        numbers = {
-            name: _whole(state[name]) for name in ("saved_at", "expected_clients", "renews_last_minute")
-        }
-        age = now - numbers["saved_at"]
-        if max_age_ms is not None and age > max_age_ms:
-            raise BadSnapshot(f"the snapshot is {age} ms old, more than the {max_age_ms} ms allowed")
-        instance_fields = list(state["instance_fields"])
-        unknown = set(instance_fields) - set(_INSTANCE_FIELDS)
-        if unknown:
-            raise BadSnapshot(f"unknown instance fields {sorted(unknown)}")
-        if list(state["lease_fields"]) != list(_LEASE_FIELDS):
-            raise BadSnapshot(f"lease fields {state['lease_fields']!r}, expected {list(_LEASE_FIELDS)}")
-        if state["format"] == 1:
-            saved_leases = state["leases"]
-        else:
-            saved_leases = zip(state["records"], state["lease_times"], strict=True)
-        leases = [_parse_lease(instance_fields, values, times) for values, times in saved_leases]
-        overrides = [_parse_override(entry) for entry in state["overrides"]]
-        changes = state.get("changes", {})
-        if not isinstance(changes, Mapping):
-            raise ValueError("the change log is not an object")
-        # The very parse the node's log will do, on a scratch log: a bad entry refuses it all here.
-        ChangeLog(0, 1).restore(changes)
-    except BadSnapshot:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BadSnapshot(f"not a snapshot this node wrote: {type(exc).__name__}: {exc}") from exc
-    return leases, overrides, numbers
-
-
-_TEXT_FIELDS = tuple(
-    _INSTANCE_FIELDS.index(name)
-    for name in ("instance_id", "app", "host_name", "ip_addr", "status", "overridden_status")
-)
-# Kept as shared strings, as a decoded registration keeps them (registry/instances.py, ``shared``).
-_SHARED_FIELDS = tuple(_INSTANCE_FIELDS.index(name) for name in SHARED_TEXT_FIELDS)
-_HOST_NAME = _INSTANCE_FIELDS.index("host_name")
-_IP_ADDR = _INSTANCE_FIELDS.index("ip_addr")
-
-
-def instance_row(instance: InstanceInfo) -> list:
-    """An instance record as a snapshot saves it: its fields' values in ``_INSTANCE_FIELDS`` order."""
-    values = list(_instance_values(instance))
-    data_center = values[_DATA_CENTER]
-    values[_DATA_CENTER] = [data_center.name, dict(data_center.metadata)]
-    values[_METADATA] = dict(values[_METADATA])
-    return values
-
-
-def _saved_default(name: str) -> object:
-    """An InstanceInfo field's default, as ``export_state`` writes it; KeyError for a required one."""
-    if name == "data_center_info":
-        return ["MyOwn", {}]
-    if name == "metadata":
-        return {}
-    field_ = next(f for f in fields(InstanceInfo) if f.name == name)
-    if field_.default is MISSING:
-        raise KeyError(f"the instance field {name!r} is missing")
-    return field_.default
-
-
-def _parse_lease(instance_fields: list[str], values: list, lease_values: list) -> Lease:
-    if len(values) != len(instance_fields) or len(lease_values) != len(_LEASE_FIELDS):
-        raise ValueError("a lease with the wrong number of fields")
-    if len(instance_fields) == len(_INSTANCE_FIELDS) and instance_fields == list(_INSTANCE_FIELDS):
-        # The usual case (written by this version): positional, a third of the time of keywords.
-        values = list(values)
-    else:
-        # Written with other fields: by name, and a field the snapshot lacks takes its default.
-        record = dict(zip(instance_fields, values, strict=True))
-        values = [record[name] if name in record else _saved_default(name) for name in _INSTANCE_FIELDS]
-    for index in _TEXT_FIELDS:
-        _text(values[index])
-    for index in _SHARED_FIELDS:
-        values[index] = shared(values[index])
-    if values[_IP_ADDR] == values[_HOST_NAME]:
-        values[_IP_ADDR] = values[_HOST_NAME]
-    name, metadata = values[_DATA_CENTER] or ("MyOwn", {})
-    values[_DATA_CENTER] = data_center_info(_text(name), _text_map(metadata))
-    values[_METADATA] = freeze(_text_map(values[_METADATA] or {}))
-    instance = InstanceInfo(*values)
-    duration_ms, registration_ts, last_renewal_ts, renewed, eviction_ts, service_up_ts = lease_values
-    lease = Lease(instance, _whole(duration_ms), _whole(registration_ts), _whole(service_up_ts))
-    lease.last_renewal_ts = _whole(last_renewal_ts)
-    lease.renewed = bool(renewed)
-    lease.eviction_ts = _whole(eviction_ts)
-    return lease
-
-
-def _parse_override(entry: list) -> tuple[str, str, int, str]:
-    """``[instance id, status, last access, actor]`` (the actor came later: absent means none)."""
-    instance_id, status, last_access, *rest = entry
-    if len(rest) > 1:
-        raise ValueError("an override entry with too many fields")
-    return _text(instance_id), _text(status), _whole(last_access), _text(rest[0]) if rest else ""
-
-
-def _whole(value: object) -> int:
-    if type(value) is not int:
-        raise ValueError(f"expected a whole number, got {value!r:.40}")
-    return value
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected text, got {value!r:.40}")
-    return value
-
-
-def _text_map(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected an object, got {value!r:.40}")
-    return {_text(key): _text(item) for key, item in value.items()}
 
 
 def _vips_of(instance: InstanceInfo) -> tuple[str, ...]:

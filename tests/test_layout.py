@@ -25,6 +25,7 @@ DOMAIN = (
     "registry.leases",
     "registry.changes",
     "registry.findings",
+    "registry.snapshot_format",
     "registry.core",
 )
 

@@ -41,7 +41,8 @@ import orjson
 
 from registry.cache.pacing import PACER
 from registry.changes import Change
-from registry.core import BadSnapshot, Registry, instance_row
+from registry.core import Registry
+from registry.snapshot_format import BadSnapshot, instance_row
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from registry import constants as c
-from registry.core import SNAPSHOT_FORMAT, BadSnapshot, Registry, RegistryConfig, Renew
+from registry.core import Registry, RegistryConfig, Renew
 from registry.instances import DataCenterInfo, freeze
 from registry.runtime import snapshots
 from registry.runtime.node import build_node, reset_node
@@ -31,6 +31,7 @@ from registry.runtime.snapshots import (
     redis_key,
 )
 from registry.runtime.status import general_stats
+from registry.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
 from tests.registry.test_core import MIN, SEC, T0, inst
 
 # The fast profile's numbers (eureka_site/settings.py): expected clients counted exactly from 0.
