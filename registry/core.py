@@ -25,8 +25,9 @@ from .changes import (
     Change,
     ChangeLog,
 )
+from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo, freeze
-from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among, views_of
+from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
 
 MINUTE_MS = 60_000
@@ -110,17 +111,6 @@ class Snapshot:
     apps: list[tuple[str, list[LeaseView]]]
     hashcode: str
     version: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class DeltaParts:
-    """The delta by parts: every app with the version of its part, in order; instances of the apps
-    asked for; the full-registry hashcode and the delta's version number."""
-
-    outline: list[tuple[str, int]]
-    changed: dict[str, list[LeaseView]]
-    hashcode: str
-    version: int
 
 
 # Why an entry entered one of the "last 1000" lists (the console's cause column).
@@ -315,16 +305,7 @@ class Registry:
         self._size = 0
         self._status_counts: Counter[str] = Counter()
         self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
-        # Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first. The delta
-        # lists each instance once, as of its latest entry, grouped by app in the order the apps first
-        # appear. ``_delta_by_app`` keeps, per app, each instance's latest (sequence, lease) in
-        # sequence order, so a delta snapshot needs no pass over the queue; ``_delta_app_versions``
-        # changes whenever an app's part of the delta does, so a payload builder can keep the rest.
-        self._delta: deque[tuple[int, Lease, int]] = deque()
-        self._delta_by_app: dict[str, dict[str, tuple[int, Lease]]] = {}
-        self._delta_app_versions: dict[str, int] = {}
-        self._delta_seq = itertools.count()
-        self._delta_versions = itertools.count(1)
+        self._delta = DeltaQueue(config.delta_retention_ms)
         self._renews = MeasuredRate(MINUTE_MS, now)
         self._last_eviction_run: int | None = None
         self._on_change = on_change or (lambda app, vips: None)
@@ -535,7 +516,7 @@ class Registry:
         else:
             self._status_counts[existing.instance.status] -= 1
         self._status_counts[status] += 1
-        self._append_delta(now, lease)
+        self._delta.append(now, lease)
         if cause is None:
             cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
         self.recent_registered.append(
@@ -651,7 +632,7 @@ class Registry:
         self._status_counts[lease.instance.status] -= 1
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
-        self._append_delta(now, lease)
+        self._delta.append(now, lease)
         self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause, seq=next(self._event_seq)))
         if self.expected_clients > 0:
             self.expected_clients -= 1
@@ -666,15 +647,6 @@ class Registry:
             None,
         )
         return True
-
-    def _append_delta(self, now: int, lease: Lease) -> None:
-        seq = next(self._delta_seq)
-        self._delta.append((now, lease, seq))
-        app, instance_id = lease.instance.app, lease.instance.instance_id
-        entries = self._delta_by_app.setdefault(app, {})
-        entries.pop(instance_id, None)  # re-inserted last: the delta lists it where it last changed
-        entries[instance_id] = (seq, lease)
-        self._delta_app_versions[app] = seq
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
         """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
@@ -697,7 +669,7 @@ class Registry:
         new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
         self._status_counts[old.status] -= 1
         self._status_counts[new.status] += 1
-        self._append_delta(now, lease)
+        self._delta.append(now, lease)
         self._on_change(new.app, _vips_of(new))
         if new.status != old.status:
             self.changes.append(
@@ -889,20 +861,7 @@ class Registry:
     def prune(self, now: int) -> int:
         """Drop delta-queue entries past retention and override entries idle too long."""
         with self._lock:
-            horizon = now - self.config.delta_retention_ms
-            dropped = 0
-            while self._delta and self._delta[0][0] < horizon:
-                _, lease, seq = self._delta.popleft()
-                app, instance_id = lease.instance.app, lease.instance.instance_id
-                entries = self._delta_by_app.get(app, {})
-                latest = entries.get(instance_id)
-                if latest is not None and latest[0] == seq:
-                    del entries[instance_id]
-                    if entries:
-                        self._delta_app_versions[app] = next(self._delta_seq)
-                    else:
-                        del self._delta_by_app[app], self._delta_app_versions[app]
-                dropped += 1
+            dropped = self._delta.prune(now)
             idle = self.config.override_idle_expiry_ms
             for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
                 del self._overrides[instance_id]
@@ -1038,38 +997,10 @@ class Registry:
         100,000 had registered (the whole fleet is in the delta for three minutes). A lease
         renewed meanwhile shows that renewal, which is newer and as true."""
         with self._lock:
-            versions = self._delta_app_versions
-            outline = [(app, versions[app]) for app in self._delta_app_order()]
-            # Two flat lists per app: a pair per lease made 100,000 new tuples under the lock, and
-            # the collections they set off made its hold ~30 ms instead of ~5 ms.
-            listed = {}
-            for app, version in outline:
-                if known.get(app) != version:
-                    entries = list(self._delta_by_app[app].values())
-                    listed[app] = ([lease.instance for _, lease in entries], entries)
+            outline, listed, version = self._delta.read(known)
             hashcode = reconcile_hashcode(self._status_counts)
-            version = next(self._delta_versions)
-        timing = self.config.eureka_timing
-        changed = {}
-        unpaused = 0
-        for app, (records, entries) in listed.items():
-            views = changed[app] = []
-            # In slices, so that one application of many thousands also gives the loop its turns.
-            for start in range(0, len(entries), EVICTION_SCAN_STEP):
-                end = start + EVICTION_SCAN_STEP
-                part = entries[start:end]
-                views.extend(
-                    views_of(zip(records[start:end], (lease for _, lease in part), strict=True), timing)
-                )
-                unpaused += len(part)
-                if unpaused >= EVICTION_SCAN_STEP:
-                    self.pause()
-                    unpaused = 0
+        changed = changed_views(listed, self.config.eureka_timing, EVICTION_SCAN_STEP, self.pause)
         return DeltaParts(outline, changed, hashcode, version)
-
-    def _delta_app_order(self) -> list[str]:
-        """Apps in the order they first appear in the delta: by their oldest latest entry."""
-        return sorted(self._delta_by_app, key=lambda app: next(iter(self._delta_by_app[app].values()))[0])
 
     def snapshot_vip(self, vip: str, secure: bool) -> Snapshot:
         """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""

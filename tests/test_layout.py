@@ -26,6 +26,7 @@ DOMAIN = (
     "registry.changes",
     "registry.findings",
     "registry.snapshot_format",
+    "registry.delta",
     "registry.core",
 )
 

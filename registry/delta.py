@@ -1,0 +1,127 @@
+"""The delta queue: the leases changed in the retention window, as ``GET apps/delta`` lists them.
+Plain Python, no Django; time is passed in (ms).
+
+Not thread-safe: the registry calls it under its own lock, except ``changed_views``, which reads the
+lease times of what ``DeltaQueue.read`` listed after that lock, in steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .instances import InstanceInfo
+from .leases import Lease, LeaseView, views_of
+
+# What ``DeltaQueue.read`` lists per app whose part changed: the records (as of the read, which is what
+# the hashcode counted) and the (sequence number, lease) entries, in the same order.
+Listed = dict[str, tuple[list[InstanceInfo], list[tuple[int, Lease]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaParts:
+    """The delta by parts: every app with the version of its part, in order; instances of the apps
+    asked for; the full-registry hashcode and the delta's version number."""
+
+    outline: list[tuple[str, int]]
+    changed: dict[str, list[LeaseView]]
+    hashcode: str
+    version: int
+
+
+class DeltaQueue:
+    """Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first, kept for
+    ``retention_ms`` (``prune``).
+
+    The delta lists each instance once, as of its latest entry, grouped by app in the order the apps
+    first appear. ``_by_app`` keeps, per app, each instance's latest (sequence, lease) in sequence
+    order, so a delta read needs no pass over the queue; ``_app_versions`` changes whenever an app's
+    part of the delta does, so a payload builder can keep the rest.
+    """
+
+    def __init__(self, retention_ms: int):
+        self.retention_ms = retention_ms
+        self._queue: deque[tuple[int, Lease, int]] = deque()
+        self._by_app: dict[str, dict[str, tuple[int, Lease]]] = {}
+        self._app_versions: dict[str, int] = {}
+        self._seq = itertools.count()
+        self._versions = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def append(self, now: int, lease: Lease) -> None:
+        """The lease changed at ``now`` (registered, modified or cancelled: its record says which)."""
+        seq = next(self._seq)
+        self._queue.append((now, lease, seq))
+        app, instance_id = lease.instance.app, lease.instance.instance_id
+        entries = self._by_app.setdefault(app, {})
+        entries.pop(instance_id, None)  # re-inserted last: the delta lists it where it last changed
+        entries[instance_id] = (seq, lease)
+        self._app_versions[app] = seq
+
+    def prune(self, now: int) -> int:
+        """Drop the entries older than the retention; returns how many. An app whose part lost an
+        instance gets a new version; an app left with none leaves the delta."""
+        horizon = now - self.retention_ms
+        queue = self._queue
+        dropped = 0
+        while queue and queue[0][0] < horizon:
+            _, lease, seq = queue.popleft()
+            app, instance_id = lease.instance.app, lease.instance.instance_id
+            entries = self._by_app.get(app, {})
+            latest = entries.get(instance_id)
+            if latest is not None and latest[0] == seq:
+                del entries[instance_id]
+                if entries:
+                    self._app_versions[app] = next(self._seq)
+                else:
+                    del self._by_app[app], self._app_versions[app]
+            dropped += 1
+        return dropped
+
+    def read(self, known: Mapping[str, int]) -> tuple[list[tuple[str, int]], Listed, int]:
+        """The outline (every app with its part's version, in delta order), what ``changed_views``
+        needs of the apps whose version differs from ``known`` (app -> version), and a new version
+        number for the delta as a whole.
+
+        Two flat lists per app: a pair per lease made 100,000 new tuples under the registry's lock,
+        and the collections they set off made its hold ~30 ms instead of ~5 ms."""
+        versions = self._app_versions
+        outline = [(app, versions[app]) for app in self._app_order()]
+        listed = {}
+        for app, version in outline:
+            if known.get(app) != version:
+                entries = list(self._by_app[app].values())
+                listed[app] = ([lease.instance for _, lease in entries], entries)
+        return outline, listed, next(self._versions)
+
+    def _app_order(self) -> list[str]:
+        """Apps in the order they first appear in the delta: by their oldest latest entry."""
+        return sorted(self._by_app, key=lambda app: next(iter(self._by_app[app].values()))[0])
+
+
+def changed_views(
+    listed: Listed, eureka_timing: bool, step: int, pause: Callable[[], None]
+) -> dict[str, list[LeaseView]]:
+    """The views of what ``DeltaQueue.read`` listed, with each lease's times as they are now (a lease
+    renewed since shows that renewal, which is newer and as true) and the record listed beside it.
+    ``pause()`` after every ``step`` leases, in slices, so that one application of many thousands
+    also gives the event loop its turns."""
+    changed = {}
+    unpaused = 0
+    for app, (records, entries) in listed.items():
+        views = changed[app] = []
+        for start in range(0, len(entries), step):
+            end = start + step
+            part = entries[start:end]
+            views.extend(
+                views_of(zip(records[start:end], (lease for _, lease in part), strict=True), eureka_timing)
+            )
+            unpaused += len(part)
+            if unpaused >= step:
+                pause()
+                unpaused = 0
+    return changed
