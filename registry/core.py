@@ -27,10 +27,9 @@ from .changes import (
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo, freeze
-from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, MeasuredRate, expired_among
+from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, expired_among
+from .preservation import Preservation, SelfPreservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
-
-MINUTE_MS = 60_000
 
 
 class LimitExceeded(ValueError):
@@ -170,25 +169,6 @@ class ReplicationEvent:
     override: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SelfPreservation:
-    """The numbers behind the self-preservation banner and "Lease expiration enabled" (reference A4)."""
-
-    enabled: bool
-    renews_last_minute: int
-    renews_threshold: int
-    expected_clients: int
-    renewal_interval_secs: int
-    renewal_percent_threshold: float
-    # R <= T once the start-up wait is over: what the banners key on.
-    below_threshold: bool
-    lease_expiration_enabled: bool
-    # Still inside wait_time_in_ms_when_sync_empty after start: Eureka shows no banner yet.
-    in_startup_wait: bool
-    start_ts: int
-    startup_wait_ms: int
-
-
 @dataclass(slots=True)
 class WriteCounts:
     """Cumulative counts of one origin's writes (clients, or peers replicating) since the map was made.
@@ -299,14 +279,13 @@ class Registry:
         rng: random.Random | None = None,
         on_replicate: ReplicationListener | None = None,
     ):
-        self.config = config
+        self._config = config
         self._lock = threading.Lock()
         self._apps: dict[str, dict[str, Lease]] = {}
         self._size = 0
         self._status_counts: Counter[str] = Counter()
         self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
-        self._delta = DeltaQueue(config.delta_retention_ms)
-        self._renews = MeasuredRate(MINUTE_MS, now)
+        self._delta = DeltaQueue()
         self._last_eviction_run: int | None = None
         self._on_change = on_change or (lambda app, vips: None)
         self._on_replicate = on_replicate
@@ -324,15 +303,23 @@ class Registry:
         self.pause: Callable[[], None] = lambda: None
         # Expired leases the latest eviction run kept, so each is counted as prevented once.
         self._expired_kept: set[tuple[str, str]] = set()
-        self.expected_clients = config.expected_number_of_clients_sending_renews
-        self.renews_threshold = 0
-        self.start_ts = now
-        self.peer_transfer_empty = True
+        # Expected clients, the renewal threshold and the renewals per minute (self-preservation).
+        self._preservation = Preservation(config, now)
         # Every change, numbered, for the change feed and webhooks (registry/changes.py).
         self.changes = ChangeLog(now, config.delta_retention_ms)
         # Set by a warm restart (``restore_state``); None for a node that started empty.
         self.restored: Restored | None = None
         self.open_for_traffic(0, now)
+
+    @property
+    def config(self) -> RegistryConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: RegistryConfig) -> None:
+        """A node's knobs changed in place (tests turn self-preservation off this way): the
+        arithmetic reads the same ones."""
+        self._config = self._preservation.config = config
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
         """Where client writes go to be replicated (None: a standalone node, nothing is recorded)."""
@@ -344,62 +331,36 @@ class Registry:
     def open_for_traffic(self, synced_count: int, now: int) -> None:
         """Start serving after the startup sync copied ``synced_count`` instances from peers."""
         with self._lock:
-            if self.restored is not None:
-                # A warm restart opened the node already, with its own count and renew measurement:
-                # the peers' instances only add to it (their new ones were counted as registered).
-                self.expected_clients = max(synced_count, self.expected_clients)
-                self._update_threshold()
-                return
-            self.expected_clients = synced_count or self.config.default_open_for_traffic_count
-            self.peer_transfer_empty = self.expected_clients == 0
-            self.start_ts = now
-            self._renews.reset(now)
-            self._update_threshold()
+            self._preservation.open_for_traffic(synced_count, now, restored=self.restored is not None)
 
-    def _update_threshold(self) -> None:
-        cfg = self.config
-        self.renews_threshold = int(
-            self.expected_clients * (60.0 / cfg.renewal_interval_secs) * cfg.renewal_percent_threshold
-        )
+    @property
+    def expected_clients(self) -> int:
+        return self._preservation.expected_clients
+
+    @expected_clients.setter
+    def expected_clients(self, count: int) -> None:
+        self._preservation.expected_clients = count
+
+    @property
+    def renews_threshold(self) -> int:
+        return self._preservation.renews_threshold
 
     def renews_last_minute(self, now: int) -> int:
         with self._lock:
-            return self._renews.count(now)
-
-    def _lease_expiration_enabled(self, now: int) -> bool:
-        if not self.config.enable_self_preservation:
-            return True
-        return self.renews_threshold > 0 and self._renews.count(now) > self.renews_threshold
+            return self._preservation.renews_last_minute(now)
 
     def lease_expiration_enabled(self, now: int) -> bool:
         """False while the node is in self-preservation (it then evicts nothing)."""
         with self._lock:
-            return self._lease_expiration_enabled(now)
+            return self._preservation.lease_expiration_enabled(now)
 
     def self_preservation(self, now: int) -> SelfPreservation:
-        cfg = self.config
         with self._lock:
-            renews = self._renews.count(now)
-            wait = cfg.wait_time_in_ms_when_sync_empty
-            in_wait = wait > 0 and now <= self.start_ts + wait
-            return SelfPreservation(
-                enabled=cfg.enable_self_preservation,
-                renews_last_minute=renews,
-                renews_threshold=self.renews_threshold,
-                expected_clients=self.expected_clients,
-                renewal_interval_secs=cfg.renewal_interval_secs,
-                renewal_percent_threshold=cfg.renewal_percent_threshold,
-                below_threshold=renews <= self.renews_threshold and not in_wait,
-                lease_expiration_enabled=self._lease_expiration_enabled(now),
-                in_startup_wait=in_wait,
-                start_ts=self.start_ts,
-                startup_wait_ms=wait,
-            )
+            return self._preservation.report(now)
 
     def allows_reads(self, now: int) -> bool:
         """Eureka's read gate: closed for a while after a startup sync that found no instances."""
-        wait = self.config.wait_time_in_ms_when_sync_empty
-        return wait <= 0 or not self.peer_transfer_empty or now > self.start_ts + wait
+        return self._preservation.allows_reads(now)
 
     # ------------------------------------------------------------------------- override map
 
@@ -487,9 +448,8 @@ class Registry:
             # The copy with the newer client-side clock wins; a tie goes to the incoming payload.
             if existing.instance.last_dirty_timestamp > instance.last_dirty_timestamp:
                 instance = existing.instance
-        elif self.expected_clients > 0 or not self.config.expected_clients_move_only_above_zero:
-            self.expected_clients += 1
-            self._update_threshold()
+        else:
+            self._preservation.client_added()
 
         override = self._override(instance.instance_id, now)
         if override is None and instance.overridden_status != c.UNKNOWN:
@@ -557,6 +517,7 @@ class Registry:
     ) -> RenewResult:
         """Eureka ``renew`` plus the resource's dirty-timestamp check (protocol reference 5.3)."""
         writes = self._writes[is_replication]
+        config = self.config
         with self._lock:
             lease = self._apps.get(app, {}).get(instance_id)
             if lease is None:
@@ -583,16 +544,16 @@ class Registry:
                     is_replication,
                 )
                 instance = lease.instance = instance.evolve(status=status)
-            self._renews.increment(now)
+            self._preservation.renews.increment(now)
             writes.renews += 1
             lease.renew(now)
             if not is_replication:
                 # Sent whatever the dirty-timestamp check below answers, as Eureka does.
                 self._replicate(c.REPLICATE_HEARTBEAT, lease, self._current_override(instance_id))
 
-            if last_dirty_timestamp is None or not self.config.sync_when_timestamp_differs:
+            if last_dirty_timestamp is None or not config.sync_when_timestamp_differs:
                 return RenewResult(Renew.OK)
-            if last_dirty_timestamp > now + self.config.max_dirty_ahead_ms:
+            if last_dirty_timestamp > now + config.max_dirty_ahead_ms:
                 # From a clock far ahead of ours: the stored copy was lowered to now + the limit when
                 # it was registered, so a comparison would answer 404 (re-register) to every heartbeat.
                 # Skipping it keeps nothing from the sender: a renewal stores no timestamp.
@@ -607,7 +568,7 @@ class Registry:
                 writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             if last_dirty_timestamp < instance.last_dirty_timestamp and is_replication:
-                return RenewResult(Renew.CONFLICT, lease.view(self.config.eureka_timing))
+                return RenewResult(Renew.CONFLICT, lease.view(config.eureka_timing))
             return RenewResult(Renew.OK)
 
     def cancel(self, app: str, instance_id: str, now: int, is_replication: bool = False) -> bool:
@@ -634,9 +595,7 @@ class Registry:
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
         self._delta.append(now, lease)
         self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause, seq=next(self._event_seq)))
-        if self.expected_clients > 0:
-            self.expected_clients -= 1
-            self._update_threshold()
+        self._preservation.client_removed()
         self._on_change(app, _vips_of(lease.instance))
         self.changes.append(
             now,
@@ -653,7 +612,8 @@ class Registry:
         lease = self._apps.get(app, {}).get(instance_id)
         if lease is None:
             return None
-        if lease.is_expired(now, self.config.eureka_timing) and self._lease_expiration_enabled(now):
+        expiring = self._preservation.lease_expiration_enabled
+        if lease.is_expired(now, self.config.eureka_timing) and expiring(now):
             return None
         return lease
 
@@ -830,7 +790,7 @@ class Registry:
                 and lease.is_expired(now, timing, compensation)
             ]
             chosen: list[tuple[str, str]] = []
-            if expired and self._lease_expiration_enabled(now):
+            if expired and self._preservation.lease_expiration_enabled(now):
                 limit = self._size - int(self._size * self.config.renewal_percent_threshold)
                 chosen = self._rng.sample(expired, min(len(expired), limit))
             for app, instance_id in chosen:
@@ -839,29 +799,25 @@ class Registry:
             self._evictions += len(chosen)
             self._evictions_prevented += len(kept - self._expired_kept)
             self._expired_kept = kept
+            preservation = self._preservation
             return EvictionRun(
                 evicted=chosen,
                 expired=len(expired),
-                preserving=not self._lease_expiration_enabled(now),
-                renews_last_minute=self._renews.count(now),
-                renews_threshold=self.renews_threshold,
-                expected_clients=self.expected_clients,
+                preserving=not preservation.lease_expiration_enabled(now),
+                renews_last_minute=preservation.renews_last_minute(now),
+                renews_threshold=preservation.renews_threshold,
+                expected_clients=preservation.expected_clients,
             )
 
     def recount_expected_clients(self, now: int) -> None:
         """The 15-minute recount: adopt the local registry size unless it fell below the threshold share."""
         with self._lock:
-            count = self._size
-            if count > self.config.renewal_percent_threshold * self.expected_clients or (
-                not self.config.enable_self_preservation
-            ):
-                self.expected_clients = count
-                self._update_threshold()
+            self._preservation.recount(self._size)
 
     def prune(self, now: int) -> int:
         """Drop delta-queue entries past retention and override entries idle too long."""
         with self._lock:
-            dropped = self._delta.prune(now)
+            dropped = self._delta.prune(now, self.config.delta_retention_ms)
             idle = self.config.override_idle_expiry_ms
             for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
                 del self._overrides[instance_id]
@@ -904,8 +860,13 @@ class Registry:
         with self._lock:
             listed = [(app, list(leases.values())) for app, leases in self._apps.items()]
             overrides = [[instance_id, *entry] for instance_id, entry in self._overrides.items()]
+            preservation = self._preservation
             header = saved_header(
-                now, overrides, self.expected_clients, self.renews_threshold, self._renews.count(now)
+                now,
+                overrides,
+                preservation.expected_clients,
+                preservation.renews_threshold,
+                preservation.renews_last_minute(now),
             )
             last_change_id, changes = self.changes.copy()
         return SavedParts.collect(header, listed, last_change_id, changes, EVICTION_SCAN_STEP, self.pause)
@@ -942,11 +903,7 @@ class Registry:
                 restored += 1
             for instance_id, status, last_access, actor in saved.overrides:
                 self._overrides.setdefault(instance_id, [status, last_access, actor])
-            self.expected_clients = max(saved.expected_clients, restored)
-            self._update_threshold()
-            self.peer_transfer_empty = self.expected_clients == 0
-            self.start_ts = now
-            self._renews.reset(now, last=saved.renews_last_minute)
+            self._preservation.restore(max(saved.expected_clients, restored), saved.renews_last_minute, now)
             self.changes.restore(saved.changes)
             self.restored = Restored(restored, saved.saved_at, now)
             return restored
@@ -1058,19 +1015,20 @@ class Registry:
 
     def stats(self, now: int) -> dict:
         """Numbers the status console and /status show."""
+        preservation = self._preservation
         with self._lock:
             return {
                 "instances": self._size,
                 "applications": len(self._apps),
-                "expected_clients": self.expected_clients,
-                "renews_threshold": self.renews_threshold,
-                "renews_last_minute": self._renews.count(now),
-                "lease_expiration_enabled": self._lease_expiration_enabled(now),
+                "expected_clients": preservation.expected_clients,
+                "renews_threshold": preservation.renews_threshold,
+                "renews_last_minute": preservation.renews_last_minute(now),
+                "lease_expiration_enabled": self._preservation.lease_expiration_enabled(now),
                 "self_preservation_enabled": self.config.enable_self_preservation,
                 "delta_queue_length": len(self._delta),
                 "overrides": len(self._overrides),
                 "status_counts": {k: v for k, v in self._status_counts.items() if v > 0},
-                "start_ts": self.start_ts,
+                "start_ts": preservation.start_ts,
             }
 
 

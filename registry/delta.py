@@ -33,7 +33,7 @@ class DeltaParts:
 
 class DeltaQueue:
     """Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first, kept for
-    ``retention_ms`` (``prune``).
+    the retention the registry's prune job gives (``prune``).
 
     The delta lists each instance once, as of its latest entry, grouped by app in the order the apps
     first appear. ``_by_app`` keeps, per app, each instance's latest (sequence, lease) in sequence
@@ -41,8 +41,7 @@ class DeltaQueue:
     part of the delta does, so a payload builder can keep the rest.
     """
 
-    def __init__(self, retention_ms: int):
-        self.retention_ms = retention_ms
+    def __init__(self) -> None:
         self._queue: deque[tuple[int, Lease, int]] = deque()
         self._by_app: dict[str, dict[str, tuple[int, Lease]]] = {}
         self._app_versions: dict[str, int] = {}
@@ -62,10 +61,10 @@ class DeltaQueue:
         entries[instance_id] = (seq, lease)
         self._app_versions[app] = seq
 
-    def prune(self, now: int) -> int:
-        """Drop the entries older than the retention; returns how many. An app whose part lost an
+    def prune(self, now: int, retention_ms: int) -> int:
+        """Drop the entries older than ``retention_ms``; returns how many. An app whose part lost an
         instance gets a new version; an app left with none leaves the delta."""
-        horizon = now - self.retention_ms
+        horizon = now - retention_ms
         queue = self._queue
         dropped = 0
         while queue and queue[0][0] < horizon:

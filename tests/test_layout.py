@@ -27,6 +27,7 @@ DOMAIN = (
     "registry.findings",
     "registry.snapshot_format",
     "registry.delta",
+    "registry.preservation",
     "registry.core",
 )
 

@@ -12,8 +12,8 @@ import pytest
 from dashboard import console
 from registry import constants as c
 from registry.cluster.peers import AVAILABILITY_WINDOW_MS, PeerSet, scrub_credentials
-from registry.core import SelfPreservation
 from registry.instances import InstanceInfo
+from registry.preservation import SelfPreservation
 from registry.protocol.codecs import decode_instance
 from registry.runtime import status as node_status
 from registry.runtime.node import build_node

@@ -18,7 +18,7 @@ def ids(listed: dict) -> dict[str, list[str]]:
 
 
 def test_an_instance_changed_twice_is_listed_once_where_it_last_changed_and_apps_in_first_order(clock):
-    queue = DeltaQueue(180 * SEC)
+    queue = DeltaQueue()
     first, second = lease(clock, n=1), lease(clock, n=2)
     queue.append(clock.now, first)
     queue.append(clock.advance(SEC), lease(clock, "BILLING", 3))
@@ -35,7 +35,7 @@ def test_an_instance_changed_twice_is_listed_once_where_it_last_changed_and_apps
 
 
 def test_only_the_apps_whose_part_changed_since_the_known_versions_are_listed(clock):
-    queue = DeltaQueue(180 * SEC)
+    queue = DeltaQueue()
     queue.append(clock.now, lease(clock, "ORDERS", 1))
     queue.append(clock.now, lease(clock, "BILLING", 2))
     outline, _, version = queue.read({})
@@ -49,7 +49,7 @@ def test_only_the_apps_whose_part_changed_since_the_known_versions_are_listed(cl
 
 
 def test_prune_drops_entries_past_retention_and_changes_the_version_of_the_parts_it_shrinks(clock):
-    queue = DeltaQueue(180 * SEC)
+    queue = DeltaQueue()
     start = clock.now
     moved = lease(clock, n=1)
     queue.append(start, moved)
@@ -58,16 +58,16 @@ def test_prune_drops_entries_past_retention_and_changes_the_version_of_the_parts
     queue.append(clock.advance(100 * SEC), moved)  # host1's latest change: kept longer
     known = dict(queue.read({})[0])
 
-    assert queue.prune(start + 180 * SEC) == 0, "retention is inclusive"
-    assert queue.prune(start + 181 * SEC) == 3, "host1's old entry goes too, its latest stays"
+    assert queue.prune(start + 180 * SEC, 180 * SEC) == 0, "retention is inclusive"
+    assert queue.prune(start + 181 * SEC, 180 * SEC) == 3, "host1's old entry goes too, its latest stays"
     outline, listed, _ = queue.read(known)
     assert [app for app, _ in outline] == ["ORDERS"], "BILLING's part is empty: it leaves the delta"
     assert ids(listed) == {"ORDERS": ["host1:orders:8080"]}, "host2 left ORDERS' part: a new version"
-    assert queue.prune(start + 281 * SEC) == 1 and queue.read({})[0] == [] and len(queue) == 0
+    assert queue.prune(start + 281 * SEC, 180 * SEC) == 1 and queue.read({})[0] == [] and len(queue) == 0
 
 
 def test_views_are_read_in_steps_with_the_leases_current_times_and_the_records_as_listed(clock):
-    queue = DeltaQueue(180 * SEC)
+    queue = DeltaQueue()
     leases = [lease(clock, "ORDERS", n) for n in range(4)] + [lease(clock, "BILLING", 9)]
     for each in leases:
         queue.append(clock.now, each)
