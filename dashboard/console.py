@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from registry import constants as c
 from registry.cluster.peers import PeerState, scrub_credentials
-from registry.core import RecentEvent
+from registry.counters import RecentEvent
 from registry.leases import LeaseView
 from registry.preservation import SelfPreservation
 from registry.runtime.status import application_stats, format_uptime, general_stats

@@ -8,12 +8,11 @@ work, except the periodic jobs (eviction, recount) and the snapshot copies behin
 from __future__ import annotations
 
 import enum
-import itertools
 import random
 import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import constants as c
 from .changes import (
@@ -24,6 +23,18 @@ from .changes import (
     STATUS_CHANGED,
     Change,
     ChangeLog,
+)
+from .counters import (
+    CAUSE_CANCEL,
+    CAUSE_EVICTION,
+    CAUSE_METADATA,
+    CAUSE_OVERRIDE,
+    CAUSE_OVERRIDE_REMOVED,
+    CAUSE_REGISTER,
+    CAUSE_REREGISTER,
+    Counters,
+    EventCounts,
+    RecentEvent,
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo, freeze
@@ -112,31 +123,6 @@ class Snapshot:
     version: int = 1
 
 
-# Why an entry entered one of the "last 1000" lists (the console's cause column).
-CAUSE_REGISTER = "register"
-CAUSE_REREGISTER = "re-register"
-CAUSE_METADATA = "metadata"
-CAUSE_CANCEL = "cancel"
-CAUSE_EVICTION = "eviction"
-CAUSE_OVERRIDE = "override"
-CAUSE_OVERRIDE_REMOVED = "override removed"
-
-
-@dataclass(frozen=True, slots=True)
-class RecentEvent:
-    """One entry of the "last 1000" lists. ``status`` is the status the change left (overrides only);
-    ``actor`` says who asked when it was not the instance itself (e.g. an admin user)."""
-
-    timestamp: int
-    app: str
-    instance_id: str
-    cause: str = CAUSE_REGISTER
-    status: str = ""
-    actor: str = ""
-    # Order across the three lists (timestamps tie within a millisecond).
-    seq: int = 0
-
-
 @dataclass(frozen=True, slots=True)
 class StatusChange:
     """What a status override call found and left; ``changed`` is False for a no-op."""
@@ -167,37 +153,6 @@ class ReplicationEvent:
     instance: InstanceInfo | None = None
     view: LeaseView | None = None
     override: str | None = None
-
-
-@dataclass(slots=True)
-class WriteCounts:
-    """Cumulative counts of one origin's writes (clients, or peers replicating) since the map was made.
-
-    Plain integers bumped under the map's lock where each write is decided, so that GET /metrics
-    can read them without the request path paying for a metrics library.
-    """
-
-    registers: int = 0
-    # Heartbeats that renewed a lease (what "renews in the last minute" counts).
-    renews: int = 0
-    # Heartbeats answered 404: unknown instance, status UNKNOWN, or a newer copy at the sender.
-    renews_not_found: int = 0
-    cancels: int = 0
-    overrides_set: int = 0
-    overrides_removed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class EventCounts:
-    """A copy of the map's cumulative counts (``Registry.event_counts``)."""
-
-    from_clients: WriteCounts
-    from_peers: WriteCounts
-    evictions: int
-    # Expired leases an eviction run kept (self-preservation, or the per-run cap), each counted once
-    # per stretch of being kept; ``expired_kept`` is how many the latest run kept.
-    evictions_prevented: int
-    expired_kept: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,19 +245,11 @@ class Registry:
         self._on_change = on_change or (lambda app, vips: None)
         self._on_replicate = on_replicate
         self._rng = rng or random.Random()
-        self.recent_registered: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
-        self.recent_cancelled: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
-        self.recent_overrides: deque[RecentEvent] = deque(maxlen=c.RECENT_EVENTS_KEPT)
-        self._event_seq = itertools.count(1)
-        # Indexed by ``is_replication``: writes from clients, then writes replicated from peers.
-        self._writes = (WriteCounts(), WriteCounts())
-        self._evictions = 0
-        self._evictions_prevented = 0
+        # The "last 1000" lists and the cumulative counts the console and /metrics read.
+        self._counters = Counters()
         # Called between pieces of a long scan so that a server's event loop gets a turn (the node sets
         # its pacer's tick; nothing to do with threads, which the interpreter preempts).
         self.pause: Callable[[], None] = lambda: None
-        # Expired leases the latest eviction run kept, so each is counted as prevented once.
-        self._expired_kept: set[tuple[str, str]] = set()
         # Expected clients, the renewal threshold and the renewals per minute (self-preservation).
         self._preservation = Preservation(config, now)
         # Every change, numbered, for the change feed and webhooks (registry/changes.py).
@@ -398,7 +345,7 @@ class Registry:
             if not is_replication:
                 self._check_room(instance)
             self._register(instance, now, is_replication)
-            self._writes[is_replication].registers += 1
+            self._counters.writes[is_replication].registers += 1
 
     def _check_room(self, instance: InstanceInfo) -> None:
         limit = self.config.max_instances
@@ -479,9 +426,7 @@ class Registry:
         self._delta.append(now, lease)
         if cause is None:
             cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
-        self.recent_registered.append(
-            RecentEvent(now, instance.app, instance.instance_id, cause, seq=next(self._event_seq))
-        )
+        self._counters.registered(now, instance.app, instance.instance_id, cause)
         old = existing.instance if existing is not None else instance
         self._on_change(instance.app, {*_vips_of(instance), *_vips_of(old)})
         self.changes.append(
@@ -516,7 +461,7 @@ class Registry:
         is_replication: bool = False,
     ) -> RenewResult:
         """Eureka ``renew`` plus the resource's dirty-timestamp check (protocol reference 5.3)."""
-        writes = self._writes[is_replication]
+        writes = self._counters.writes[is_replication]
         config = self.config
         with self._lock:
             lease = self._apps.get(app, {}).get(instance_id)
@@ -575,7 +520,7 @@ class Registry:
         with self._lock:
             cancelled = self._cancel(app, instance_id, now, CAUSE_CANCEL)
             if cancelled:
-                self._writes[is_replication].cancels += 1
+                self._counters.writes[is_replication].cancels += 1
             if cancelled and not is_replication and self._on_replicate is not None:
                 self._on_replicate(ReplicationEvent(c.REPLICATE_CANCEL, app, instance_id))
             return cancelled
@@ -594,7 +539,7 @@ class Registry:
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
         self._delta.append(now, lease)
-        self.recent_cancelled.append(RecentEvent(now, app, instance_id, cause, seq=next(self._event_seq)))
+        self._counters.cancelled(now, app, instance_id, cause)
         self._preservation.client_removed()
         self._on_change(app, _vips_of(lease.instance))
         self.changes.append(
@@ -664,7 +609,7 @@ class Registry:
             if not is_replication:
                 # Replicated even when nothing changes here, as Eureka does: the peer may differ.
                 self._replicate_status(c.REPLICATE_STATUS_UPDATE, lease, status)
-            self._writes[is_replication].overrides_set += 1
+            self._counters.writes[is_replication].overrides_set += 1
             if old.status == status:
                 return StatusChange(old.status, status, old_override, old_override)
             if status == c.UP:
@@ -673,9 +618,7 @@ class Registry:
             self._modify(
                 lease, now, last_dirty_timestamp, is_replication, status=status, overridden_status=status
             )
-            self.recent_overrides.append(
-                RecentEvent(now, app, instance_id, CAUSE_OVERRIDE, status, actor, next(self._event_seq))
-            )
+            self._counters.overridden(now, app, instance_id, CAUSE_OVERRIDE, status, actor)
             return StatusChange(old.status, status, old_override, status)
 
     def remove_status_override(
@@ -699,7 +642,7 @@ class Registry:
             if not is_replication:
                 # The peer applies the status this removal asks for (Eureka sends it in the item).
                 self._replicate_status(c.REPLICATE_DELETE_STATUS_OVERRIDE, lease, new_status)
-            self._writes[is_replication].overrides_removed += 1
+            self._counters.writes[is_replication].overrides_removed += 1
             if removed is None:
                 return StatusChange(old_status, old_status, None, None)
             self._modify(
@@ -710,11 +653,7 @@ class Registry:
                 status=new_status,
                 overridden_status=c.UNKNOWN,
             )
-            self.recent_overrides.append(
-                RecentEvent(
-                    now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor, next(self._event_seq)
-                )
-            )
+            self._counters.overridden(now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor)
             return StatusChange(old_status, new_status, removed[0], None)
 
     def _replicate_status(self, action: str, lease: Lease, status: str) -> None:
@@ -795,10 +734,7 @@ class Registry:
                 chosen = self._rng.sample(expired, min(len(expired), limit))
             for app, instance_id in chosen:
                 self._cancel(app, instance_id, now, CAUSE_EVICTION)
-            kept = set(expired).difference(chosen)
-            self._evictions += len(chosen)
-            self._evictions_prevented += len(kept - self._expired_kept)
-            self._expired_kept = kept
+            self._counters.eviction_run(expired, chosen)
             preservation = self._preservation
             return EvictionRun(
                 evicted=chosen,
@@ -997,7 +933,7 @@ class Registry:
     def recent_events(self) -> tuple[list[RecentEvent], list[RecentEvent], list[RecentEvent]]:
         """Copies of the registered, cancelled and override lists, oldest first."""
         with self._lock:
-            return list(self.recent_registered), list(self.recent_cancelled), list(self.recent_overrides)
+            return self._counters.recent()
 
     def size(self) -> int:
         return self._size
@@ -1005,13 +941,7 @@ class Registry:
     def event_counts(self) -> EventCounts:
         """Cumulative counts of writes, evictions and prevented evictions since the map was made."""
         with self._lock:
-            return EventCounts(
-                from_clients=replace(self._writes[False]),
-                from_peers=replace(self._writes[True]),
-                evictions=self._evictions,
-                evictions_prevented=self._evictions_prevented,
-                expired_kept=len(self._expired_kept),
-            )
+            return self._counters.counts()
 
     def stats(self, now: int) -> dict:
         """Numbers the status console and /status show."""

@@ -28,6 +28,7 @@ DOMAIN = (
     "registry.snapshot_format",
     "registry.delta",
     "registry.preservation",
+    "registry.counters",
     "registry.core",
 )
 

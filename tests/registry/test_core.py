@@ -179,9 +179,10 @@ def test_recent_registrations_and_cancellations_keep_the_last_thousand():
     for n in range(1005):
         registry.register(inst(n=n), T0 + n)
     registry.cancel("ORDERS", "host3:orders:8080", T0 + 2000)
-    assert len(registry.recent_registered) == 1000
-    assert registry.recent_registered[0].instance_id == "host5:orders:8080"
-    assert [e.instance_id for e in registry.recent_cancelled] == ["host3:orders:8080"]
+    registered, cancelled, _ = registry.recent_events()
+    assert len(registered) == 1000
+    assert registered[0].instance_id == "host5:orders:8080"
+    assert [e.instance_id for e in cancelled] == ["host3:orders:8080"]
 
 
 # ------------------------------------------------------------------------------ override rules
