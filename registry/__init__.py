@@ -1,8 +1,10 @@
 """The Eureka registry, as one Django app (label ``registry``) in rooms by responsibility.
 
 The modules at this level are the domain and import no Django: ``core.py`` (the lease map and
-Eureka's rules: renewals, overrides, expiry, eviction, self-preservation, the delta queue),
-``leases.py``, ``instances.py`` and ``constants.py``; they run on an injected clock. Around them:
+Eureka's rules: renewals, overrides, expiry, eviction), the classes it hands its side jobs to
+(``delta.py`` the delta queue, ``preservation.py`` the self-preservation arithmetic, ``counters.py``
+the console's counts, ``snapshot_format.py`` the warm-restart format), ``leases.py``,
+``instances.py`` and ``constants.py``; they run on an injected clock. Around them:
 ``protocol/`` (the wire protocol as DRF views), ``cache/`` (the two-tier response cache),
 ``cluster/`` (peers), ``runtime/`` (the node that owns one map per process, its jobs and how they
 are driven) and ``admin/`` (status overrides in the Django admin). ``models.py``, ``migrations/``

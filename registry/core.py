@@ -3,6 +3,11 @@
 Every operation takes ``now`` (epoch milliseconds) from the caller and reads no clock of its own, so
 the rules are unit-tested with a fake clock. One lock guards all state; operations hold it for O(1)
 work, except the periodic jobs (eviction, recount) and the snapshot copies behind cache misses.
+
+``Registry`` keeps the lock, the map and the writes (register, renew, cancel, override, evict); what
+they also move lives in small classes it calls under that lock, each with its own tests: the delta
+queue (``delta.py``), the self-preservation arithmetic (``preservation.py``), the console's counters
+(``counters.py``), and the warm-restart format (``snapshot_format.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/core.py) on a fake clock, and
-the snapshot store and keeper (registry/runtime/snapshots.py) on a temporary directory.
+"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/core.py, the format in
+registry/snapshot_format.py) on a fake clock, and the snapshot store and keeper
+(registry/runtime/snapshots.py) on a temporary directory.
 
 The live restarts (a real gunicorn stopped and started again under heartbeats) are in
 tests/deploy/test_warm_restart.py.
