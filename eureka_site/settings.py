@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from eureka_site.logs import LOG_FORMATS, log_secrets
 from registry.cluster.peers import BadPeerUrl, parse_peer_urls
+from registry.cluster.regions import BadRegionConfig, parse_region_urls, parse_whitelist, whitelist_to_options
 from registry.health.addresses import parse_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -345,6 +346,32 @@ EUREKA["replication_flush_ms"] = env_int("EUREKA_REPLICATION_FLUSH_MS", 100, min
 EUREKA["replication_queue_size"] = env_int("EUREKA_REPLICATION_QUEUE_SIZE", 10_000, minimum=250)
 EUREKA["peer_timeout_ms"] = env_int("EUREKA_PEER_TIMEOUT_MS", 5_000, minimum=100)
 
+# --- Remote regions (README "Remote regions"; registry/cluster/regions.py) -------------------------
+# Other Eureka deployments whose registries this node fetches and merges into GET apps?regions=... and
+# apps/delta?regions=... (Eureka's remoteRegionUrlsWithName): region=serviceUrl, comma-separated.
+try:
+    _remote_region_urls = parse_region_urls(env.list("EUREKA_REMOTE_REGION_URLS", default=[]))
+except BadRegionConfig as exc:
+    raise ImproperlyConfigured(f"EUREKA_REMOTE_REGION_URLS: {exc}") from None
+try:
+    # APP (from every region) or region:APP (from that region); a region with entries of its own uses
+    # those, the others the plain entries; none at all: every app.
+    _remote_region_whitelist = parse_whitelist(
+        env.list("EUREKA_REMOTE_REGION_APP_WHITELIST", default=[]), _remote_region_urls
+    )
+except BadRegionConfig as exc:
+    raise ImproperlyConfigured(f"EUREKA_REMOTE_REGION_APP_WHITELIST: {exc}") from None
+EUREKA["remote_regions"] = {
+    "urls": _remote_region_urls,
+    "fetch_interval_ms": 1000 * env_int("EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS", 30, minimum=1),
+    "connect_timeout_ms": env_int("EUREKA_REMOTE_REGION_CONNECT_TIMEOUT_MS", 1_000, minimum=100),
+    "read_timeout_ms": env_int("EUREKA_REMOTE_REGION_READ_TIMEOUT_MS", 1_000, minimum=100),
+    "whitelist": whitelist_to_options(_remote_region_whitelist),
+    # Eureka's transparent fallback: requests without regions= get every region too, and an app or
+    # instance missing here is looked up in them. Off: only regions= merges.
+    "transparent_fallback": env_bool("EUREKA_REMOTE_REGION_TRANSPARENT_FALLBACK", True),
+}
+
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -463,6 +490,12 @@ CELERY_BEAT_SCHEDULE = {
     }.items()
     if interval
 }
+if _remote_region_urls:
+    # The remote regions' fetches run in the registry process (it holds their registries); beat only
+    # says when (registry/runtime/jobs.py, fetch_remote_regions).
+    CELERY_BEAT_SCHEDULE["eureka-fetch_remote_regions"] = _beat_entry(
+        "fetch_remote_regions", EUREKA["remote_regions"]["fetch_interval_ms"]
+    )
 if EUREKA["peer_urls"]:
     # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick
     # the node sends when an outbox fills was lost (registry/cluster/redis_outbox.py).
@@ -525,7 +558,7 @@ if LOG_FORMAT not in LOG_FORMATS:
 # Masked wherever they would appear in a line (any password in a URL is removed too).
 _LOG_SECRETS = log_secrets(
     [SECRET_KEY, EUREKA_CONTROL_SECRET, EUREKA_METRICS_TOKEN, DATABASES["default"].get("PASSWORD") or ""],
-    urls=[REDIS_URL, *EUREKA["peer_urls"]],
+    urls=[REDIS_URL, *EUREKA["peer_urls"], *EUREKA["remote_regions"]["urls"].values()],
 )
 LOGGING = {
     "version": 1,

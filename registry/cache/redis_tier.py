@@ -46,7 +46,9 @@ def connect(url: str) -> Redis:
 
 
 def hash_name(namespace: str, key: CacheKey) -> str:
-    return f"{namespace}:ro:{key.entity}:{key.fmt}:{int(key.compact)}:{key.name}"
+    name = f"{namespace}:ro:{key.entity}:{key.fmt}:{int(key.compact)}:{key.name}"
+    # Only ``GET apps`` and the delta (whose name is empty) carry regions: no app name can collide.
+    return f"{name}@{','.join(key.regions)}" if key.regions else name
 
 
 def last_sync_name(namespace: str) -> str:

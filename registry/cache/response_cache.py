@@ -41,6 +41,10 @@ class CacheKey:
     name: str
     fmt: str
     compact: bool = False
+    # The remote regions merged into the payload (registry/cluster/regions.py): configured ones only,
+    # lower-cased and sorted, so any spelling or order of ``?regions=`` shares one key, and made-up
+    # names make no keys. A write drops every regions variant of the names it touches (``_named``).
+    regions: tuple[str, ...] = ()
 
 
 # A payload at least this large keeps only its gzip copy once it has one, unless its key is served

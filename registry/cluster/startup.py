@@ -17,36 +17,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from registry import constants as c
 from registry.cluster.peers import Peer
 from registry.cluster.transport import PeerTransport, PeerUnreachable
 from registry.core import Registry
-from registry.protocol.codecs import BadInput, build_instance
+from registry.protocol.codecs import BadInput, build_instance, instances_in
 
 logger = logging.getLogger(__name__)
 
 RETRY_UNREGISTERED_MS = 5_000
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def instances_in(document: Any) -> Iterator[dict[str, Any]]:
-    """The instance objects of a ``GET apps`` JSON document (one app or instance may be unwrapped)."""
-    applications = document.get("applications") if isinstance(document, dict) else None
-    if not isinstance(applications, dict):
-        return
-    for application in _as_list(applications.get("application")):
-        if isinstance(application, dict):
-            for instance in _as_list(application.get("instance")):
-                if isinstance(instance, dict):
-                    yield instance
 
 
 def sync_from_peers(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Collection
 from urllib.parse import parse_qsl
 
 from django.conf import settings
@@ -130,6 +131,29 @@ def wants_compact(request: HttpRequest) -> bool:
 def from_peer_server(request: HttpRequest) -> bool:
     """Whether a Eureka server made the request (``DiscoveryIdentity-Name: DefaultServer``)."""
     return meta(request).get("HTTP_DISCOVERYIDENTITY_NAME") == SERVER_IDENTITY
+
+
+def requested_regions(request: HttpRequest) -> tuple[str, ...] | None:
+    """``?regions=a,b`` lower-cased and sorted, once each; None when not asked for (absent or empty).
+    Java splits the lower-cased value on commas; blanks around a name are dropped here too."""
+    value = query_values(request).get("regions")
+    if not value:
+        return None
+    return tuple(sorted({name.strip().lower() for name in value.split(",") if name.strip()}))
+
+
+def key_regions(
+    request: HttpRequest, asked: tuple[str, ...] | None, configured: Collection[str], fallback: bool
+) -> tuple[str, ...]:
+    """The remote regions a ``GET apps`` or delta merges (``CacheKey.regions``): the configured ones
+    among those asked for; without ``regions=``, every configured one when transparent fallback is
+    on (Eureka's default), except for a Eureka server's read (a peer's start-up sync, another
+    region's fetch), which gets this region's own instances only."""
+    if asked is not None:
+        return tuple(name for name in asked if name in configured)
+    if fallback and configured and not from_peer_server(request):
+        return tuple(sorted(configured))
+    return ()
 
 
 def is_replication(request: HttpRequest) -> bool:

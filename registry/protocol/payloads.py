@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 
@@ -54,6 +56,19 @@ from registry.core import Registry, reconcile_hashcode
 from registry.jsonbytes import dumps_to_keep
 from registry.leases import LeaseView
 from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
+
+AppViews = list[tuple[str, list[LeaseView]]]
+
+
+class RemoteSource(Protocol):
+    """The remote regions' instances as payloads merge them in (registry/cluster/regions.py)."""
+
+    def applications(self, names: Iterable[str]) -> AppViews: ...
+
+    def deltas(self, names: Iterable[str]) -> AppViews: ...
+
+    def find_app(self, app: str) -> list[LeaseView] | None: ...
+
 
 # Spreads the expiry of instance bytes; not security sensitive.
 _jitter = random.Random()
@@ -215,6 +230,15 @@ class PayloadBuilder:
         self.delta_fragments_built = 0
         self.fragments_built = 0
         self.instances_serialized = 0
+        # Remote regions (None: none configured). ``remote_fallback``: ``GET apps/{app}`` for an app
+        # with no instance here is answered from them (Eureka's transparent fallback).
+        self.remote: RemoteSource | None = None
+        self.remote_fallback = False
+        # ("apps" | "delta", app, fmt, compact) -> (the remote views, their fragment, last used): a
+        # remote app is serialized again only when a fetch changed it.
+        self._remote_fragments: dict[
+            tuple[str, str, str, bool], tuple[tuple[LeaseView, ...], Fragment, int]
+        ] = {}
 
     def invalidate(self, app: str) -> None:
         """The registry changed ``app`` (called under its lock: dictionary operations only)."""
@@ -232,6 +256,7 @@ class PayloadBuilder:
             self._instances = {}
             self._shared = {}
             self._delta_fragments = {}
+            self._remote_fragments = {}
 
     def keep_formats(self, variants: set[tuple[str, bool]]) -> None:
         """Forget the pieces of every (fmt, compact) variant not in ``variants``: no key of theirs is
@@ -247,8 +272,12 @@ class PayloadBuilder:
             self._chunk_caches = {
                 key: kept for key, kept in self._chunk_caches.items() if key[-2:] in variants
             }
+            # A variant is (fmt, compact), then the remote regions merged, if any.
             self._delta_fragments = {
-                variant: kept for variant, kept in self._delta_fragments.items() if variant in variants
+                variant: kept for variant, kept in self._delta_fragments.items() if variant[:2] in variants
+            }
+            self._remote_fragments = {
+                key: kept for key, kept in self._remote_fragments.items() if key[2:] in variants
             }
 
     def _instance_entries(
@@ -388,45 +417,120 @@ class PayloadBuilder:
             self._instances[variant] = {
                 key: entry for key, entry in list(cache.items()) if now < entry.expires_at
             }
+        self._remote_fragments = {
+            key: kept for key, kept in list(self._remote_fragments.items()) if now - kept[2] < self.expire_ms
+        }
 
-    def applications(self, fmt: str, compact: bool) -> Pieces:
-        """``GET apps``: the fragments of every application, in the registry's order."""
-        self._sweep(self.clock())
+    def applications(self, fmt: str, compact: bool, regions: tuple[str, ...] = ()) -> Pieces:
+        """``GET apps``: the fragments of every application, in the registry's order, then those of
+        the remote ``regions`` (an app held here too gets their instances in its own element); the
+        hashcode counts them all, as the Java server's (``getApplicationsFromMultipleRegions``)."""
+        now = self.clock()
+        self._sweep(now)
         fragments = []
         for app in self.registry.app_names():
             fragment = self.fragment(app, fmt, compact)
             if fragment is not None:
                 fragments.append(fragment)
             PACER.tick()
+        if regions and self.remote is not None:
+            remote = dict(self.remote.applications(regions))
+            merged = []
+            for fragment in fragments:
+                extra = remote.pop(fragment.app, None)
+                if extra is None:
+                    merged.append(fragment)
+                else:
+                    local = self.registry.snapshot_app(fragment.app)
+                    merged.append(self._merged_fragment(fragment.app, local, extra, fmt, compact, now))
+            merged += [
+                self._remote_fragment("apps", app, views, fmt, compact, now) for app, views in remote.items()
+            ]
+            fragments = merged
         statuses: Counter = Counter()
         for fragment in fragments:
             statuses.update(fragment.statuses)
-        chunk_cache = self._chunk_caches.setdefault((fmt, compact), _ChunkCache())
+        chunk_cache = self._chunk_caches.setdefault((*_regions_part(regions), fmt, compact), _ChunkCache())
         return _applications(fmt, "1", reconcile_hashcode(statuses), fragments, chunk_cache)
 
-    def delta(self, fmt: str, compact: bool) -> Pieces:
+    def _merged_fragment(
+        self, app: str, local: list[LeaseView], remote: list[LeaseView], fmt: str, compact: bool, now: int
+    ) -> Fragment:
+        """An app held here and in a remote region: one element, a remote instance replacing a local
+        one with the same id (as Java's ``Application.addInstance``). Rare; never kept."""
+        ids = {view.instance.instance_id for view in remote}
+        views = [view for view in local if view.instance.instance_id not in ids] + remote
+        body = self._application(app, views, fmt, compact, now)
+        return Fragment(app, body, Counter(view.instance.status for view in views), now)
+
+    def _remote_fragment(
+        self, kind: str, app: str, views: list[LeaseView], fmt: str, compact: bool, now: int
+    ) -> Fragment:
+        """A remote region's app, serialized again only when its instances changed."""
+        key = (kind, app, fmt, compact)
+        held = tuple(views)
+        kept = self._remote_fragments.get(key)
+        if kept is not None and kept[0] == held:
+            fragment = kept[1]
+        else:
+            body = render("application", application_dict(app, views, compact), fmt)
+            if fmt == JSON:
+                body = body[len(b'{"application":') : -1]
+            fragment = Fragment(app, body, Counter(view.instance.status for view in views), now)
+            PACER.tick()
+        self._remote_fragments[key] = (held, fragment, now)
+        return fragment
+
+    def delta(self, fmt: str, compact: bool, regions: tuple[str, ...] = ()) -> Pieces:
         """``GET apps/delta``: the delta queue's instances, each app's part kept until it changes (a
-        write to the app, or its oldest entries leaving the queue), joined with its gzip runs."""
+        write to the app, or its oldest entries leaving the queue), joined with its gzip runs. With
+        remote ``regions``, what their last fetches brought is merged in, and the hashcode counts the
+        registry merged with them, as ``GET apps`` with the same regions shows it."""
         now = self.clock()
-        variant = (fmt, compact)
+        variant = (fmt, compact, *_regions_part(regions))
+        remote = dict(self.remote.deltas(regions)) if regions and self.remote is not None else {}
         kept = self._delta_fragments.get(variant, {})
-        # Parts past expire_ms are built again, like any cached payload (renewal times move on).
-        known = {app: version for app, (version, f) in kept.items() if now - f.built_at < self.expire_ms}
+        # Parts past expire_ms are built again, like any cached payload (renewal times move on); so
+        # are those of apps the remote delta also has (their instances are merged into one element).
+        known = {
+            app: version
+            for app, (version, f) in kept.items()
+            if now - f.built_at < self.expire_ms and app not in remote
+        }
         parts = self.registry.delta_parts(known)
         fresh: dict[str, tuple[int, Fragment]] = {}
+        fragments = []
         for app, version in parts.outline:
             views = parts.changed.get(app)
             if views is None:
                 fresh[app] = kept[app]
+            elif app in remote:
+                # Not kept: the next delta may no longer have the remote part.
+                fragments.append(self._merged_fragment(app, views, remote.pop(app), fmt, compact, now))
+                continue
             else:
                 body = self._application(app, views, fmt, compact, now)
                 fresh[app] = (version, Fragment(app, body, Counter(), now))
                 self.delta_fragments_built += 1
                 PACER.tick()
+            fragments.append(fresh[app][1])
         self._delta_fragments[variant] = fresh
-        fragments = [fragment for _, fragment in fresh.values()]
-        chunk_cache = self._chunk_caches.setdefault(("delta", *variant), _ChunkCache())
-        return _applications(fmt, str(parts.version), parts.hashcode, fragments, chunk_cache)
+        fragments += [
+            self._remote_fragment("delta", app, views, fmt, compact, now) for app, views in remote.items()
+        ]
+        hashcode = parts.hashcode
+        if regions and self.remote is not None:
+            counts = merged_counts(
+                counts_of_hashcode(parts.hashcode),
+                self.registry.snapshot_app,
+                set(self.registry.app_names()),
+                self.remote.applications(regions),
+            )
+            hashcode = reconcile_hashcode(counts)
+        chunk_cache = self._chunk_caches.setdefault(
+            ("delta", *_regions_part(regions), fmt, compact), _ChunkCache()
+        )
+        return _applications(fmt, str(parts.version), hashcode, fragments, chunk_cache)
 
     def build(self, key: CacheKey) -> bytes | None:
         """Serialized bytes for ``key``, or None when the key names an app with no instances (404)."""
@@ -440,13 +544,13 @@ class PayloadBuilder:
         are left in pieces (``Pieces``: joined only if a client asks for them uncompressed), and a vip
         no instance carries is marked ``NoMatch`` (a miss, which the cache does not keep for long)."""
         if key.entity == APPS:
-            return self.applications(key.fmt, key.compact)
+            return self.applications(key.fmt, key.compact, key.regions)
         if key.entity == DELTA:
-            return self.delta(key.fmt, key.compact)
+            return self.delta(key.fmt, key.compact, key.regions)
         if key.entity == APP:
             fragment = self.fragment(key.name, key.fmt, key.compact)
             if fragment is None:
-                return None
+                return self._remote_app(key)
             if key.fmt == JSON:
                 return b'{"application":' + fragment.body + b"}"
             return fragment.body
@@ -454,6 +558,50 @@ class PayloadBuilder:
             body, matched = vip_payload(self.registry, key)
             return body if matched else NoMatch(body)
         return build_payload(self.registry, key)
+
+    def _remote_app(self, key: CacheKey) -> bytes | None:
+        """An app with no instance here, from the first remote region that has it (any app: the
+        whitelist does not apply to this fallback, in Eureka either); None: 404."""
+        if not self.remote_fallback or self.remote is None:
+            return None
+        views = self.remote.find_app(key.name)
+        if not views:
+            return None
+        return render("application", application_dict(key.name, views, key.compact), key.fmt)
+
+
+def _regions_part(regions: tuple[str, ...]) -> tuple:
+    """What a payload variant's key gains when remote regions are merged in (nothing otherwise, so
+    the keys of a node without remote regions are as they were)."""
+    return (regions,) if regions else ()
+
+
+_HASHCODE_PART = re.compile(r"([A-Z_]+?)_(\d+)_")
+
+
+def counts_of_hashcode(hashcode: str) -> dict[str, int]:
+    """The status counts a reconcile hashcode spells (``DOWN_1_UP_3_`` -> {DOWN: 1, UP: 3})."""
+    return {status: int(count) for status, count in _HASHCODE_PART.findall(hashcode)}
+
+
+def merged_counts(
+    local_counts: Mapping[str, int],
+    local_app: Callable[[str], list[LeaseView]],
+    local_names: set[str],
+    remote: AppViews,
+) -> dict[str, int]:
+    """Status counts of the local registry with ``remote`` merged in as ``GET apps`` merges it: a
+    remote instance with the id of a local one of the same app replaces it, so it is counted once."""
+    counts = dict(local_counts)
+    for app, views in remote:
+        if app in local_names:
+            ids = {view.instance.instance_id for view in views}
+            for local in local_app(app):
+                if local.instance.instance_id in ids:
+                    counts[local.instance.status] -= 1
+        for view in views:
+            counts[view.instance.status] = counts.get(view.instance.status, 0) + 1
+    return counts
 
 
 def _applications(

@@ -30,12 +30,14 @@ from registry.protocol.http import (
     empty,
     from_peer_server,
     is_replication,
+    key_regions,
     meta,
     parse_timestamp,
     payload_response,
     query_values,
     read_body,
     request_format,
+    requested_regions,
     response_format,
     text,
     wants_compact,
@@ -124,8 +126,19 @@ def _cached(request, entity: str, name: str = "") -> HttpResponse:
     now = node.now()
     if not node.registry.allows_reads(now):
         return empty(403)
+    regions: tuple[str, ...] = ()
+    if entity in (APPS, DELTA):
+        remote = node.remote_regions
+        asked = requested_regions(request)
+        if remote is not None:
+            # Regions asked for before every region's first fetch: 403, as the Java server's
+            # shouldAllowAccess(true); the Java client then tries again (or another server).
+            if asked is not None and not remote.ready():
+                return empty(403)
+            known = remote.known(asked) if asked is not None else None
+            regions = key_regions(request, known, remote.names, remote.fallback)
     fmt = response_format(request)
-    key = CacheKey(entity, name, fmt, wants_compact(request))
+    key = CacheKey(entity, name, fmt, wants_compact(request), regions)
     # A Eureka server's read (a peer's start-up sync) is served without enlisting the key for the
     # cache sync: it is not read again, and keeping it fresh would cost a full rebuild per change.
     payload = node.cache.get(key, now, wants_gzip(request), enlist=not from_peer_server(request))
@@ -142,7 +155,8 @@ def _instance_response(request, view, status: int = 200) -> HttpResponse:
 
 
 class ApplicationsView(EurekaView):
-    """``GET apps`` — the full registry (``?regions=`` is accepted; no remote regions are configured)."""
+    """``GET apps`` — the full registry, with remote regions merged in (``?regions=``, or all of them
+    by transparent fallback: registry/cluster/regions.py)."""
 
     def get(self, request):
         return _cached(request, APPS)
@@ -189,7 +203,10 @@ class InstanceView(EurekaView):
 
     def get(self, request, app, instance_id):
         node = get_node()
-        return _instance_response(request, node.registry.get_instance(app.upper(), instance_id, node.now()))
+        view = node.registry.get_instance(app.upper(), instance_id, node.now())
+        if view is None and node.remote_regions is not None and node.remote_regions.fallback:
+            view = node.remote_regions.find_instance(app.upper(), instance_id)
+        return _instance_response(request, view)
 
     def put(self, request, app, instance_id):
         params = query_values(request)

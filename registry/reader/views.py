@@ -10,10 +10,18 @@ instead of ``node.cache.get``.
 from __future__ import annotations
 
 import orjson
+from django.conf import settings
 from django.http import HttpResponse
 
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey
-from registry.protocol.http import payload_response, response_format, wants_compact, wants_gzip
+from registry.protocol.http import (
+    key_regions,
+    payload_response,
+    requested_regions,
+    response_format,
+    wants_compact,
+    wants_gzip,
+)
 from registry.protocol.views import EurekaView
 from registry.reader.service import get_reader
 
@@ -30,10 +38,26 @@ class ReaderView(EurekaView):
         return super().dispatch(request, *args, **kwargs)
 
 
+def _regions(request, entity: str) -> tuple[str, ...] | None:
+    """The remote regions of the node's key for this request (``key_regions``, from the same
+    settings); None when only the node can answer: regions asked for but none of them configured
+    (the node may still refuse them, 403, before its first fetch of every region)."""
+    config = settings.EUREKA.get("remote_regions") or {}
+    urls = config.get("urls") or {}
+    if entity not in (APPS, DELTA) or not urls:
+        return ()
+    asked = requested_regions(request)
+    regions = key_regions(request, asked, urls, bool(config.get("transparent_fallback", True)))
+    return None if asked is not None and not regions else regions
+
+
 def _served(request, entity: str, name: str = "") -> HttpResponse:
     reader = get_reader()
     fmt = response_format(request)
-    key = CacheKey(entity, name, fmt, wants_compact(request))
+    regions = _regions(request, entity)
+    if regions is None:
+        return reader.forwarder.forward(request._request)
+    key = CacheKey(entity, name, fmt, wants_compact(request), regions)
     payload, _reason = reader.source.lookup(key, wants_gzip(request))
     if payload is None:
         # Missing, stale or Redis down: the node answers (and publishes the key for next time).

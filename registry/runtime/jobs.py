@@ -52,6 +52,13 @@ def prune_webhook_deliveries(node: JobTarget, now: int) -> object:
     return relay.prune() if relay is not None else None
 
 
+def fetch_remote_regions(node: JobTarget, now: int) -> object:
+    """Start a fetch of each remote region (registry/cluster/regions.py) not being fetched already;
+    returns at once, the fetches run beside (a slow remote holds neither this job nor a request)."""
+    regions = getattr(node, "remote_regions", None)
+    return regions.start_fetches() if regions is not None else None
+
+
 # Jobs about the serving process itself, not the registry: its own scheduler runs them in both modes
 # (the GC policy looks every second; through Celery beat that was a task and a control request each).
 LOCAL_JOBS = frozenset({"freeze_gc"})
@@ -66,4 +73,5 @@ JOBS: dict[str, Job] = {
     "recount_expected_clients": recount_expected_clients,
     "freeze_gc": freeze_gc,
     "prune_webhook_deliveries": prune_webhook_deliveries,
+    "fetch_remote_regions": fetch_remote_regions,
 }

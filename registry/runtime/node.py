@@ -35,6 +35,7 @@ from registry.runtime.state_log import StateLog
 
 if TYPE_CHECKING:
     from registry.cluster.member import ClusterMember
+    from registry.cluster.regions import RemoteRegions
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ class Node:
     webhooks: Any = None
     # The event loop's watch (registry/runtime/loop_watch.py), under gevent only; None elsewhere.
     loop_watch: LoopWatch | None = None
+    # Remote regions fetched and merged into payloads (registry/cluster/regions.py); None: none.
+    remote_regions: RemoteRegions | None = None
     _stop_loop_watch: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +125,8 @@ class Node:
         if not self.options.get("gc_freeze_interval_ms", 60_000):
             # Switched off: Python's own collection schedule, as any process.
             self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}
+        if self.remote_regions is None:
+            self.jobs = {name: job for name, job in self.jobs.items() if name != "fetch_remote_regions"}
         for name in self.jobs:
             self.job_records.setdefault(name, JobRecord())
 
@@ -185,12 +190,18 @@ class Node:
             "prune_webhook_deliveries": int(
                 self.options.get("webhooks", {}).get("prune_interval_ms", 3_600_000)
             ),
+            "fetch_remote_regions": int(
+                (self.options.get("remote_regions") or {}).get("fetch_interval_ms", 30_000)
+            ),
         }
 
     def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
         """Run the jobs in-process; as a ``watchdog`` (when Celery drives them) only the overdue ones.
-        The serving process's other background work (webhooks) starts with it."""
+        The serving process's other background work (webhooks, the first fetch of the remote
+        regions, which would otherwise wait for the job's first interval) starts with it."""
         self.start_webhooks()
+        if self.remote_regions is not None and self.scheduler is None:
+            self.remote_regions.start_fetches()
         if self.scheduler is None:
             intervals = self.job_intervals()
             jobs = []
@@ -316,6 +327,10 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         keep_formats=builder.keep_formats,
     )
     holder.append((cache, builder))
+    remote_regions = _remote_regions(options, clock, cache)
+    if remote_regions is not None:
+        builder.remote = remote_regions
+        builder.remote_fallback = remote_regions.fallback
     peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])
     cluster = _cluster_member(registry, peers, options, clock) if options.get("peer_urls") else None
     return Node(
@@ -330,6 +345,36 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         health_policy=_node_health_policy(options),
         warm_restart=build_warm_restart(registry, options, clock) if options.get("warm_restart") else None,
         change_publisher=_change_publisher(registry, options),
+        remote_regions=remote_regions,
+    )
+
+
+def _remote_regions(
+    options: dict[str, Any], clock: Callable[[], int], cache: ResponseCache
+) -> RemoteRegions | None:
+    """``options["remote_regions"]`` (EUREKA_REMOTE_REGION_*), or None when no region is configured."""
+    config = options.get("remote_regions") or {}
+    if not config.get("urls"):
+        return None
+    # Here, not at the top: a node without remote regions does not load the HTTP client.
+    from registry.cluster.region_transport import RegionHttpTransport
+    from registry.cluster.regions import RemoteRegions, whitelist_from_options
+
+    def on_change(region: str, apps: set[str]) -> None:
+        # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
+        # regions variant), and the apps answered by fallback. A change of the delta alone drops
+        # those of no app.
+        for app in apps or {""}:
+            cache.invalidate(app, ())
+
+    transport = RegionHttpTransport(config["connect_timeout_ms"] / 1000, config["read_timeout_ms"] / 1000)
+    return RemoteRegions(
+        config["urls"],
+        whitelist_from_options(config.get("whitelist") or {}),
+        transport,
+        clock,
+        on_change=on_change,
+        fallback=bool(config.get("transparent_fallback", True)),
     )
 
 

@@ -1,0 +1,481 @@
+"""Remote regions: other Eureka deployments whose registries this node fetches and serves beside its
+own, as the Java server does with ``eureka.server.remoteRegionUrlsWithName`` (protocol reference 5.13).
+
+Each configured region is fetched like a Eureka client fetches a server: the full registry first,
+then the delta at every run, checked against the remote's ``apps__hashcode`` (a mismatch, or a delta
+that cannot be read, means a full fetch, as ``DiscoveryClient`` does). A region is *ready* once a
+first fetch succeeded; until every region is ready, requests that ask for regions are refused (403),
+as the Java server's ``shouldAllowAccess(true)``.
+
+The node serves each region's instances as the remote sent them (their own status, lease times,
+``actionType``): ``GET apps?regions=...`` merges them in, ``apps/delta?regions=...`` merges the
+remote's last delta in, with the hashcode counted over the merged registry. A whitelist
+(``EUREKA_REMOTE_REGION_APP_WHITELIST``) limits which apps of a region are merged.
+
+Who drives the fetches (the node's scheduler, or Celery beat through the control endpoint) only
+decides when: ``start_fetches`` hands each region not already being fetched to ``spawn`` (a thread,
+under gevent a greenlet) and returns at once, so a slow remote never holds a job or a request.
+Decoding a large remote registry gives the event loop a turn after each instance (``PACER``).
+
+Plain Python: no Django. The HTTP client (httpx) is loaded only when a region is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from registry import constants as c
+from registry.cache.pacing import PACER
+from registry.cluster.peers import BadPeerUrl, Peer, parse_peer_urls, scrub_text
+from registry.core import reconcile_hashcode
+from registry.instances import InstanceInfo
+from registry.leases import LeaseView
+from registry.protocol.codecs import BadInput, build_instance, instances_in, parse_long
+
+logger = logging.getLogger(__name__)
+
+# Region names as ``?regions=`` carries them: the Java server lower-cases the query, so a region
+# configured in capitals could never be asked for; names are lower-cased here too.
+_REGION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
+_ACTIONS = frozenset({c.ADDED, c.MODIFIED, c.DELETED})
+
+AppViews = list[tuple[str, list[LeaseView]]]
+
+# Unknown region names asked for are logged once each, up to this many.
+UNKNOWN_NAMES_LOGGED = 100
+
+
+class BadRegionConfig(ValueError):
+    """A remote-region setting that cannot be used; the message names the entry."""
+
+
+def parse_region_urls(entries: Iterable[str]) -> dict[str, str]:
+    """``name=url`` entries (``EUREKA_REMOTE_REGION_URLS``, split on commas) → {name: service URL}.
+    Names are lower-cased; URLs are normalized like peer URLs (credentials kept, for Basic auth)."""
+    regions: dict[str, str] = {}
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, url = entry.partition("=")
+        name = name.strip().lower()
+        if not sep or not url.strip():
+            raise BadRegionConfig(f"{scrub_text(entry)!r}: expected region=http://host:port/eureka/")
+        if not _REGION_NAME.match(name):
+            raise BadRegionConfig(f"region name {name[:40]!r}: use letters, digits, '.', '_' or '-'")
+        if name in regions:
+            raise BadRegionConfig(f"region {name!r} is given twice")
+        try:
+            (peer,) = parse_peer_urls([url.strip()])
+        except BadPeerUrl as exc:
+            raise BadRegionConfig(f"region {name!r}: {exc}") from None
+        regions[name] = peer.url
+    return regions
+
+
+@dataclass(frozen=True)
+class Whitelist:
+    """Which apps of a region are merged: the region's own list if it has one, else the global list,
+    else every app (Eureka's ``shouldFetchFromRemoteRegistry``)."""
+
+    everywhere: frozenset[str] | None = None
+    per_region: Mapping[str, frozenset[str]] | None = None
+
+    def allows(self, region: str, app: str) -> bool:
+        apps = (self.per_region or {}).get(region, self.everywhere)
+        return apps is None or app in apps
+
+
+def parse_whitelist(entries: Iterable[str], regions: Iterable[str]) -> Whitelist:
+    """``APP`` (every region) or ``region:APP`` (that region) entries; apps are upper-cased, as app
+    names are. A region named here must be configured."""
+    known = set(regions)
+    everywhere: set[str] = set()
+    per_region: dict[str, set[str]] = {}
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        region, sep, app = entry.rpartition(":")
+        region, app = region.strip().lower(), app.strip().upper()
+        if not app or (sep and not region):
+            raise BadRegionConfig(f"whitelist entry {entry[:60]!r}: expected APP or region:APP")
+        if not sep:
+            everywhere.add(app)
+        elif region not in known:
+            raise BadRegionConfig(
+                f"whitelist entry {entry[:60]!r}: no remote region {region!r} is configured"
+                f" (known: {', '.join(sorted(known)) or 'none'})"
+            )
+        else:
+            per_region.setdefault(region, set()).add(app)
+    return Whitelist(
+        frozenset(everywhere) if everywhere else None,
+        {region: frozenset(apps) for region, apps in per_region.items()} or None,
+    )
+
+
+def whitelist_to_options(whitelist: Whitelist) -> dict[str, Any]:
+    """The whitelist as plain lists, for settings (which tests copy and edit)."""
+    return {
+        "everywhere": sorted(whitelist.everywhere) if whitelist.everywhere is not None else None,
+        "per_region": {region: sorted(apps) for region, apps in (whitelist.per_region or {}).items()},
+    }
+
+
+def whitelist_from_options(options: Mapping[str, Any]) -> Whitelist:
+    everywhere = options.get("everywhere")
+    per_region = options.get("per_region") or {}
+    return Whitelist(
+        frozenset(everywhere) if everywhere is not None else None,
+        {region: frozenset(apps) for region, apps in per_region.items()} or None,
+    )
+
+
+class FetchFailed(Exception):
+    """A remote region's registry could not be had this time; the message is shown on the console
+    (staff only) and never holds credentials."""
+
+
+class RegionTransport(Protocol):
+    def fetch(self, peer: Peer, delta: bool) -> bytes:
+        """The body of ``GET apps/`` (or ``apps/delta``) as JSON; raises FetchFailed."""
+        ...
+
+
+def _counts_by_status(apps: Iterable[Iterable[LeaseView]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for views in apps:
+        for view in views:
+            status = view.instance.status
+            counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def decode_registry(document: Any, now: int) -> tuple[AppViews, str | None]:
+    """A remote ``applications`` document → its instances grouped by app, and its hashcode. Each
+    instance keeps the remote's data: status, lease times, ``actionType``, ``lastUpdatedTimestamp``.
+    An instance that is not a valid registration is skipped (logged)."""
+    grouped: dict[str, dict[str, LeaseView]] = {}
+    for raw in instances_in(document):
+        try:
+            view = _remote_view(raw, now)
+        except BadInput as exc:
+            logger.warning("remote region: an instance skipped: %s", exc)
+            continue
+        grouped.setdefault(view.instance.app, {})[view.instance.instance_id] = view
+        # ~20 us an instance: a registry of 10,000 would hold the event loop for 200 ms.
+        PACER.tick()
+    applications = document.get("applications") if isinstance(document, dict) else None
+    hashcode = applications.get("apps__hashcode") if isinstance(applications, dict) else None
+    return [(app, list(views.values())) for app, views in grouped.items()], (
+        hashcode if isinstance(hashcode, str) else None
+    )
+
+
+def _remote_view(raw: Mapping[str, Any], now: int) -> LeaseView:
+    instance: InstanceInfo = build_instance(raw, now)
+    action = raw.get("actionType")
+    action = action.upper() if isinstance(action, str) and action.upper() in _ACTIONS else None
+    updated = raw.get("lastUpdatedTimestamp")
+    instance = instance.evolve(
+        action_type=action,
+        last_updated_timestamp=parse_long(updated, "lastUpdatedTimestamp") if updated else now,
+    )
+    lease = raw.get("leaseInfo") if isinstance(raw.get("leaseInfo"), dict) else {}
+
+    def stamp(key: str) -> int:
+        value = lease.get(key)
+        return parse_long(value, f"leaseInfo.{key}") if value not in (None, "") else 0
+
+    return LeaseView(
+        instance,
+        stamp("registrationTimestamp"),
+        stamp("lastRenewalTimestamp"),
+        stamp("evictionTimestamp"),
+        stamp("serviceUpTimestamp"),
+    )
+
+
+@dataclass(frozen=True)
+class RegionHealth:
+    """One region as the console and the metrics show it (``url`` without credentials)."""
+
+    name: str
+    url: str
+    ready: bool
+    instances: int
+    last_success_at: int | None
+    last_attempt_at: int | None
+    last_error: str | None
+    full_fetches: int
+    delta_fetches: int
+    hashcode_mismatches: int
+    failures: int
+
+
+class RemoteRegion:
+    """One remote region's registry as last fetched. Replaced whole by each fetch (``apps`` and
+    ``delta`` are new objects each time), so readers need no lock."""
+
+    def __init__(self, name: str, url: str):
+        self.name = name
+        self.peer = Peer(url)
+        # app -> instance id -> view, as the remote holds them after the last fetch.
+        self.apps: dict[str, dict[str, LeaseView]] = {}
+        # What the remote changed in the last fetch: its delta, or after a full fetch its whole
+        # registry (the Java server keeps the same; protocol reference 5.13).
+        self.delta: AppViews = []
+        # Bumped by every fetch that changed anything: what payloads built from it are kept by.
+        self.version = 0
+        self.ready = False
+        self.last_success_at: int | None = None
+        self.last_attempt_at: int | None = None
+        self.last_error: str | None = None
+        self.full_fetches = 0
+        self.delta_fetches = 0
+        self.hashcode_mismatches = 0
+        self.failures = 0
+
+    def instance_count(self) -> int:
+        return sum(len(instances) for instances in self.apps.values())
+
+    def hashcode(self) -> str:
+        return reconcile_hashcode(_counts_by_status(held.values() for held in self.apps.values()))
+
+    def health(self) -> RegionHealth:
+        return RegionHealth(
+            self.name,
+            self.peer.display_url,
+            self.ready,
+            self.instance_count(),
+            self.last_success_at,
+            self.last_attempt_at,
+            self.last_error,
+            self.full_fetches,
+            self.delta_fetches,
+            self.hashcode_mismatches,
+            self.failures,
+        )
+
+    def fetch(self, transport: RegionTransport, now: Callable[[], int]) -> set[str] | None:
+        """One fetch, as a Eureka client's: full while nothing is held, else the delta, then full
+        again when the delta does not add up to the remote's hashcode. Returns the apps whose
+        instances changed, or None when nothing a payload shows changed (``version`` kept)."""
+        self.last_attempt_at = now()
+        before_apps, before_delta = self.apps, self.delta
+        try:
+            if not self.apps or not self._fetch_delta(transport, now):
+                self._fetch_full(transport, now)
+        except FetchFailed as exc:
+            self.failures += 1
+            if self.last_error != str(exc):
+                logger.warning("remote region %s (%s): %s", self.name, self.peer.display_url, exc)
+            self.last_error = str(exc)
+            return None
+        if self.last_error is not None or not self.ready:
+            logger.info(
+                "remote region %s (%s): fetched, %d instances",
+                self.name,
+                self.peer.display_url,
+                self.instance_count(),
+            )
+        self.ready = True
+        self.last_error = None
+        self.last_success_at = now()
+        changed = {
+            app for app in self.apps.keys() | before_apps.keys() if self.apps.get(app) != before_apps.get(app)
+        }
+        if not changed and self.delta == before_delta:
+            return None
+        self.version += 1
+        return changed
+
+    def _document(self, transport: RegionTransport, delta: bool) -> Any:
+        body = transport.fetch(self.peer, delta)
+        what = "delta" if delta else "registry"
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise FetchFailed(f"unreadable {what}: {exc}") from None
+        if not isinstance(document, dict) or not isinstance(document.get("applications"), dict):
+            raise FetchFailed(f"unreadable {what}: no applications document")
+        return document
+
+    def _fetch_full(self, transport: RegionTransport, now: Callable[[], int]) -> None:
+        apps, _ = decode_registry(self._document(transport, delta=False), now())
+        self.apps = {app: _by_id(views) for app, views in apps}
+        self.delta = apps
+        self.full_fetches += 1
+
+    def _fetch_delta(self, transport: RegionTransport, now: Callable[[], int]) -> bool:
+        """Apply the remote's delta; False when a full fetch is needed instead: the delta could not
+        be had (a remote with deltas disabled answers 403), or it does not add up to the hashcode."""
+        try:
+            document = self._document(transport, delta=True)
+        except FetchFailed as exc:
+            logger.info("remote region %s: no delta (%s): full fetch", self.name, exc)
+            return False
+        delta, remote_hashcode = decode_registry(document, now())
+        apps = {app: dict(instances) for app, instances in self.apps.items()}
+        for app, views in delta:
+            held = apps.setdefault(app, {})
+            for view in views:
+                if view.instance.action_type == c.DELETED:
+                    held.pop(view.instance.instance_id, None)
+                else:
+                    held[view.instance.instance_id] = view
+        apps = {app: instances for app, instances in apps.items() if instances}
+        self.delta_fetches += 1
+        if remote_hashcode is not None and remote_hashcode != reconcile_hashcode(
+            _counts_by_status(held.values() for held in apps.values())
+        ):
+            self.hashcode_mismatches += 1
+            logger.info("remote region %s: the delta does not add up to its hashcode: full fetch", self.name)
+            return False
+        self.apps = apps
+        self.delta = delta
+        return True
+
+
+class RemoteRegions:
+    """Every configured remote region, what requests may read of them, and their fetching."""
+
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        whitelist: Whitelist,
+        transport: RegionTransport,
+        clock: Callable[[], int],
+        on_change: Callable[[str, set[str]], None] | None = None,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
+        fallback: bool = True,
+    ):
+        # Transparent fallback (Eureka's default): requests that name no region get them all, and
+        # ``GET apps/{app}`` / ``apps/{app}/{id}`` missing here are looked up in the regions.
+        self.fallback = fallback
+        self.regions = {name: RemoteRegion(name, url) for name, url in urls.items()}
+        self.whitelist = whitelist
+        self.transport = transport
+        self.clock = clock
+        self.on_change = on_change
+        self._spawn = spawn or _thread
+        self._in_flight: set[str] = set()
+        self._lock = threading.Lock()
+        self._unknown_logged: set[str] = set()
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.regions)
+
+    # ---------------------------------------------------------------------------------- fetching
+
+    def fetch(self, name: str) -> set[str] | None:
+        """Fetch one region now, in this thread. When what payloads show changed, ``on_change`` is
+        told the region and the apps whose instances changed (the cached payloads drop them)."""
+        changed = self.regions[name].fetch(self.transport, self.clock)
+        if changed is not None and self.on_change is not None:
+            self.on_change(name, changed)
+        return changed
+
+    def fetch_all(self) -> None:
+        """Fetch every region now, one after the other, in this thread (tests, commands)."""
+        for name in self.regions:
+            self.fetch(name)
+
+    def start_fetches(self) -> int:
+        """Start a fetch of every region not being fetched already (``spawn``); returns how many."""
+        started = 0
+        for name in self.regions:
+            with self._lock:
+                if name in self._in_flight:
+                    continue
+                self._in_flight.add(name)
+            started += 1
+            self._spawn(lambda name=name: self._fetch_and_release(name))
+        return started
+
+    def _fetch_and_release(self, name: str) -> None:
+        try:
+            self.fetch(name)
+        except Exception:  # a bug must not leave the region marked in flight for good
+            logger.exception("remote region %s: fetch failed", name)
+        finally:
+            with self._lock:
+                self._in_flight.discard(name)
+
+    # ----------------------------------------------------------------------------------- reading
+
+    def ready(self) -> bool:
+        """Whether requests asking for regions may be served: every region fetched once (as Eureka)."""
+        return all(region.ready for region in self.regions.values())
+
+    def known(self, asked: Iterable[str]) -> tuple[str, ...]:
+        """The configured ones among ``asked`` (lower-cased, sorted, once each). The others are
+        ignored, as by Eureka, and logged once each (a few: any name can be asked for)."""
+        names = []
+        for name in sorted({name.strip().lower() for name in asked if name.strip()}):
+            if name in self.regions:
+                names.append(name)
+            elif name not in self._unknown_logged and len(self._unknown_logged) < UNKNOWN_NAMES_LOGGED:
+                self._unknown_logged.add(name)
+                logger.info("remote region %r asked for but not configured: ignored", name[:60])
+        return tuple(names)
+
+    def applications(self, names: Iterable[str]) -> AppViews:
+        """The whitelisted apps of these regions, an app's instances from every region together (a
+        later region's instance replacing an earlier one with the same id, as in Eureka)."""
+        return self._merged(names, lambda region: region.apps.items())
+
+    def deltas(self, names: Iterable[str]) -> AppViews:
+        """What these regions' last fetches brought (whitelisted), grouped by app."""
+        return self._merged(names, lambda region: ((app, _by_id(views)) for app, views in region.delta))
+
+    def _merged(self, names: Iterable[str], apps_of: Callable[[RemoteRegion], Any]) -> AppViews:
+        merged: dict[str, dict[str, LeaseView]] = {}
+        for name in names:
+            region = self.regions.get(name)
+            if region is None:
+                continue
+            for app, instances in apps_of(region):
+                if instances and self.whitelist.allows(name, app):
+                    merged.setdefault(app, {}).update(instances)
+        return [(app, list(instances.values())) for app, instances in merged.items()]
+
+    def versions(self, names: Iterable[str]) -> tuple[int, ...]:
+        """What payloads merging these regions depend on: changes whenever one of them changes."""
+        return tuple(self.regions[name].version for name in names if name in self.regions)
+
+    def find_app(self, app: str) -> list[LeaseView] | None:
+        """``GET apps/{app}`` for an app with no instance here: the first region that has it."""
+        for region in self.regions.values():
+            instances = region.apps.get(app)
+            if instances:
+                return list(instances.values())
+        return None
+
+    def find_instance(self, app: str, instance_id: str) -> LeaseView | None:
+        """``GET apps/{app}/{id}`` for an instance not held here."""
+        for region in self.regions.values():
+            view = region.apps.get(app, {}).get(instance_id)
+            if view is not None:
+                return view
+        return None
+
+    def health(self) -> list[RegionHealth]:
+        return [region.health() for region in self.regions.values()]
+
+
+def _by_id(views: list[LeaseView]) -> dict[str, LeaseView]:
+    return {view.instance.instance_id: view for view in views}
+
+
+def _thread(run: Callable[[], None]) -> None:
+    threading.Thread(target=run, name="remote-region-fetch", daemon=True).start()
