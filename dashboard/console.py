@@ -21,6 +21,7 @@ from registry.preservation import SelfPreservation
 from registry.runtime.status import application_stats, format_uptime, general_stats
 
 if TYPE_CHECKING:
+    from registry.cluster.regions import RegionHealth
     from registry.runtime.node import Node
 
 BANNER_EMERGENCY = (
@@ -239,3 +240,8 @@ def replica_health(node: Node, now: int) -> list[ReplicaHealth]:
     return [
         ReplicaHealth(peer, peer.available(now), peer.unavailable_reason(now)) for peer in node.peers.states()
     ]
+
+
+def remote_regions(node: Node) -> list[RegionHealth]:
+    """Each remote region's fetch health (registry/cluster/regions.py); empty when none is configured."""
+    return node.remote_regions.health() if node.remote_regions is not None else []

@@ -66,6 +66,7 @@ def _status_context(request) -> tuple[dict, int]:
         "general_info": console.general_info(node, now),
         "instance_info": console.instance_info(node, now),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
+        "remote_regions": console.remote_regions(node),
     }
     if not form.is_valid():
         return context, 400

@@ -13,6 +13,7 @@ import json
 from xml.etree import ElementTree as ET
 
 import pytest
+from bs4 import BeautifulSoup
 
 from registry.cluster.peers import Peer
 from registry.cluster.regions import (
@@ -547,3 +548,38 @@ def test_a_node_without_regions_ignores_regions(api, node):
     assert "fetch_remote_regions" not in node.jobs
     assert ids_of(get_json(api, "/eureka/apps?regions=us-west")) == [LOCAL]
     assert ids_of(get_json(api, "/eureka/apps/delta?regions=us-west")) == [LOCAL]
+
+
+# ------------------------------------------------------------------------------------ console
+
+
+def remote_regions_block(client):
+    page = BeautifulSoup(client.get("/").content.decode(), "html.parser")
+    return page.select_one("#remote-regions")
+
+
+def test_the_status_page_shows_each_region_and_its_error_to_staff_only(
+    west_node, west, clock, client, admin_client
+):
+    west.failure = "ConnectError: [Errno 111] Connection refused (10.9.8.7:8761)"
+    west_node.remote_regions.fetch_all()
+    block = remote_regions_block(client)
+    item = block.select_one('[data-region="us-west"]')
+    text = " ".join(item.get_text(" ", strip=True).split())
+    assert "us-west" in text and "http://w1:8761/eureka/" in text and "not ready" in text
+    assert "s3cret" not in str(block)
+    assert "failed" in text and "10.9.8.7" not in text
+    staff_text = remote_regions_block(admin_client).get_text(" ", strip=True)
+    assert "10.9.8.7" in staff_text
+
+    west.failure = None
+    clock.advance(5_000)
+    west_node.remote_regions.fetch_all()
+    clock.advance(3_000)
+    text = " ".join(remote_regions_block(client).get_text(" ", strip=True).split())
+    assert "ready" in text and "not ready" not in text
+    assert "last fetch: 3 s ago" in text and "instances: 3" in text
+
+
+def test_the_status_page_has_no_region_block_without_regions(node, client):
+    assert remote_regions_block(client) is None

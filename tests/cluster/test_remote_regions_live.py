@@ -182,3 +182,17 @@ def test_the_whitelist_limits_what_the_home_node_merges(tmp_path_factory, west):
         assert left not in ids(doc)
         assert {inst["app"] for inst in instances(doc)} == {"INVENTORY"}
         assert doc["applications"]["apps__hashcode"] == hashcode_over(instances(doc))
+
+
+def test_the_console_shows_the_region(home, west):
+    def region_block() -> str | None:
+        page = httpx.get(f"{home.base_url}/", timeout=5).text
+        start = page.find('id="remote-regions"')
+        return page[start:].split("</ul>")[0] if start >= 0 else None
+
+    block = wait_for(
+        "the region ready on A's console", lambda: (b := region_block()) and ">ready<" in b and b
+    )
+    assert 'data-region="us-west"' in block
+    assert west.url in block
+    assert "last fetch: never" not in block
