@@ -160,6 +160,46 @@ class NodeCollector(Collector):
         yield from self._change_feed(node)
         yield from self._health_checks(node)
         yield from self._loop_watch(node)
+        yield from self._remote_regions(node, now)
+
+    def _remote_regions(self, node: Node, now: int) -> Iterator[Metric]:
+        """Each remote region's fetches (registry/cluster/regions.py); nothing when none is configured."""
+        if node.remote_regions is None:
+            return
+        families = {
+            "ready": GaugeMetricFamily(
+                "eureka_remote_region_ready",
+                "1 once the region was fetched (regions= is served).",
+                labels=["region"],
+            ),
+            "instances": GaugeMetricFamily(
+                "eureka_remote_region_instances",
+                "Instances held from the region's last fetch.",
+                labels=["region"],
+            ),
+            "age": GaugeMetricFamily(
+                "eureka_remote_region_seconds_since_last_fetch",
+                "Since the region's last successful fetch (absent before the first).",
+                labels=["region"],
+            ),
+            "failures": CounterMetricFamily(
+                "eureka_remote_region_fetch_failures", "Fetches of the region that failed.", labels=["region"]
+            ),
+            "mismatches": CounterMetricFamily(
+                "eureka_remote_region_hashcode_mismatches",
+                "Deltas that did not add up to the region's hashcode (a full fetch followed).",
+                labels=["region"],
+            ),
+        }
+        for region in node.remote_regions.health():
+            labels = [region.name]
+            families["ready"].add_metric(labels, int(region.ready))
+            families["instances"].add_metric(labels, region.instances)
+            if region.last_success_at is not None:
+                families["age"].add_metric(labels, max(now - region.last_success_at, 0) / 1000)
+            families["failures"].add_metric(labels, region.failures)
+            families["mismatches"].add_metric(labels, region.hashcode_mismatches)
+        yield from families.values()
 
     def _loop_watch(self, node: Node) -> Iterator[Metric]:
         """Stalls of the serving event loop (registry/runtime/loop_watch.py), under gevent only."""

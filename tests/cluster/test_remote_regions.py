@@ -583,3 +583,21 @@ def test_the_status_page_shows_each_region_and_its_error_to_staff_only(
 
 def test_the_status_page_has_no_region_block_without_regions(node, client):
     assert remote_regions_block(client) is None
+
+
+def test_metrics_show_each_region(west_node, west, clock, client):
+    from tests.runtime.test_metrics import scrape, value
+
+    west.failure = "ReadTimeout"
+    west_node.remote_regions.fetch_all()
+    samples = scrape(client)
+    assert value(samples, "eureka_remote_region_ready", region="us-west") == 0
+    assert value(samples, "eureka_remote_region_fetch_failures_total", region="us-west") == 1
+    assert value(samples, "eureka_remote_region_seconds_since_last_fetch", region="us-west") is None
+    west.failure = None
+    west_node.remote_regions.fetch_all()
+    clock.advance(4_000)
+    samples = scrape(client)
+    assert value(samples, "eureka_remote_region_ready", region="us-west") == 1
+    assert value(samples, "eureka_remote_region_instances", region="us-west") == 3
+    assert value(samples, "eureka_remote_region_seconds_since_last_fetch", region="us-west") == 4.0
