@@ -235,6 +235,8 @@ class RemoteRegion:
         self.delta: AppViews = []
         # Bumped by every fetch that changed anything: what payloads built from it are kept by.
         self.version = 0
+        # The raw vip strings of the instances the last change touched, before and after it.
+        self.changed_vips: set[str] = set()
         self.ready = False
         self.last_success_at: int | None = None
         self.last_attempt_at: int | None = None
@@ -296,6 +298,14 @@ class RemoteRegion:
         if not changed and self.delta == before_delta:
             return None
         self.version += 1
+        self.changed_vips = {
+            vip
+            for app in changed
+            for held in (before_apps.get(app, {}), self.apps.get(app, {}))
+            for view in held.values()
+            for vip in (view.instance.vip_address, view.instance.secure_vip_address)
+            if vip
+        }
         return changed
 
     def _document(self, transport: RegionTransport, delta: bool) -> Any:
@@ -354,7 +364,7 @@ class RemoteRegions:
         whitelist: Whitelist,
         transport: RegionTransport,
         clock: Callable[[], int],
-        on_change: Callable[[str, set[str]], None] | None = None,
+        on_change: Callable[[str, set[str], set[str]], None] | None = None,
         spawn: Callable[[Callable[[], None]], None] | None = None,
         fallback: bool = True,
     ):
@@ -379,10 +389,12 @@ class RemoteRegions:
 
     def fetch(self, name: str) -> set[str] | None:
         """Fetch one region now, in this thread. When what payloads show changed, ``on_change`` is
-        told the region and the apps whose instances changed (the cached payloads drop them)."""
-        changed = self.regions[name].fetch(self.transport, self.clock)
+        told the region, the apps whose instances changed and the vips they carried or carry (the
+        cached payloads drop them)."""
+        region = self.regions[name]
+        changed = region.fetch(self.transport, self.clock)
         if changed is not None and self.on_change is not None:
-            self.on_change(name, changed)
+            self.on_change(name, changed, region.changed_vips)
         return changed
 
     def fetch_all(self) -> None:

@@ -52,7 +52,7 @@ from registry.cache.response_cache import (
     Pieces,
     deflate_chunk,
 )
-from registry.core import Registry, reconcile_hashcode
+from registry.core import Registry, Snapshot, reconcile_hashcode
 from registry.jsonbytes import dumps_to_keep
 from registry.leases import LeaseView
 from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
@@ -68,6 +68,9 @@ class RemoteSource(Protocol):
     def deltas(self, names: Iterable[str]) -> AppViews: ...
 
     def find_app(self, app: str) -> list[LeaseView] | None: ...
+
+    @property
+    def names(self) -> list[str]: ...
 
 
 # Spreads the expiry of instance bytes; not security sensitive.
@@ -555,9 +558,29 @@ class PayloadBuilder:
                 return b'{"application":' + fragment.body + b"}"
             return fragment.body
         if key.entity in (VIP, SVIP):
-            body, matched = vip_payload(self.registry, key)
+            body, matched = self._vip_payload(key)
             return body if matched else NoMatch(body)
         return build_payload(self.registry, key)
+
+    def _vip_payload(self, key: CacheKey) -> tuple[bytes, bool]:
+        """``GET vips/{vip}`` / ``svips/{vip}``; with transparent fallback the remote regions'
+        instances that carry the vip too (the Java server matches against every region it serves
+        without ``regions=``), an app held in both being one element, the hashcode over them all."""
+        if not self.remote_fallback or self.remote is None:
+            return vip_payload(self.registry, key)
+        secure = key.entity == SVIP
+        snapshot = self.registry.snapshot_vip(key.name, secure=secure)
+        apps: dict[str, dict[str, LeaseView]] = {
+            app: {view.instance.instance_id: view for view in views} for app, views in snapshot.apps
+        }
+        for app, views in self.remote.applications(self.remote.names):
+            for view in views:
+                if key.name in (view.instance.secure_vips() if secure else view.instance.vips()):
+                    apps.setdefault(app, {})[view.instance.instance_id] = view
+        grouped = [(app, list(held.values())) for app, held in apps.items()]
+        counts = Counter(view.instance.status for _, views in grouped for view in views)
+        merged = Snapshot(grouped, reconcile_hashcode(counts), snapshot.version)
+        return render("applications", applications_dict(merged, key.compact), key.fmt), bool(grouped)
 
     def _remote_app(self, key: CacheKey) -> bytes | None:
         """An app with no instance here, from the first remote region that has it (any app: the

@@ -360,12 +360,14 @@ def _remote_regions(
     from registry.cluster.region_transport import RegionHttpTransport
     from registry.cluster.regions import RemoteRegions, whitelist_from_options
 
-    def on_change(region: str, apps: set[str]) -> None:
+    def on_change(region: str, apps: set[str], vips: set[str]) -> None:
         # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
-        # regions variant), and the apps answered by fallback. A change of the delta alone drops
-        # those of no app.
-        for app in apps or {""}:
-            cache.invalidate(app, ())
+        # regions variant), the apps answered by fallback and the vips the changed instances carry.
+        # A change of the delta alone drops those of no app.
+        if not apps:
+            cache.invalidate("", ())
+        for app in apps:
+            cache.invalidate(app, vips)
 
     transport = RegionHttpTransport(config["connect_timeout_ms"] / 1000, config["read_timeout_ms"] / 1000)
     return RemoteRegions(

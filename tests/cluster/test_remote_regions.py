@@ -129,7 +129,7 @@ def regions_of(clock, remotes: dict[str, FakeRemote], whitelist: Whitelist | Non
         whitelist or Whitelist(),
         transport,
         clock,
-        on_change=lambda region, apps: changes.append((region, apps)),
+        on_change=lambda region, apps, vips: changes.append((region, apps)),
         spawn=lambda run: run(),
     )
     return regions, transport, changes
@@ -601,3 +601,34 @@ def test_metrics_show_each_region(west_node, west, clock, client):
     assert value(samples, "eureka_remote_region_ready", region="us-west") == 1
     assert value(samples, "eureka_remote_region_instances", region="us-west") == 3
     assert value(samples, "eureka_remote_region_seconds_since_last_fetch", region="us-west") == 4.0
+
+
+def test_vips_include_the_regions_by_transparent_fallback_and_follow_their_changes(
+    api, west_node, west, clock
+):
+    register(api, instance_body(app="PAYMENTS", host="10.1.0.9"))
+    west_node.cache._use_read_only = True
+    west_node.remote_regions.fetch_all()
+    doc = get_json(api, "/eureka/vips/payments")
+    assert ids_of(doc) == ["10.1.0.9:payments:8080", "10.2.0.1:payments:8080", "10.2.0.2:payments:8080"]
+    assert len(doc["applications"]["application"]) == 1
+    assert doc["applications"]["apps__hashcode"] == reconcile_hashcode(statuses_of(doc)) == "DOWN_1_UP_2_"
+    assert ids_of(get_json(api, "/eureka/svips/users")) == ["10.2.0.3:users:8080"]
+    west.delta = []
+    west.cancel("10.2.0.2:payments:8080")
+    west_node.remote_regions.fetch_all()
+    clock.advance(500)
+    sync_response_cache(west_node, clock.now)
+    assert ids_of(get_json(api, "/eureka/vips/payments")) == [
+        "10.1.0.9:payments:8080",
+        "10.2.0.1:payments:8080",
+    ]
+
+
+def test_vips_are_local_without_transparent_fallback(api, eureka_options, clock, west):
+    node = regional_node(eureka_options, clock, {"us-west": west}, transparent_fallback=False)
+    try:
+        node.remote_regions.fetch_all()
+        assert get_json(api, "/eureka/vips/payments")["applications"]["application"] == []
+    finally:
+        reset_node(None)
