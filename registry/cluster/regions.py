@@ -274,7 +274,8 @@ class RemoteRegion:
         self.last_attempt_at = now()
         before_apps, before_delta = self.apps, self.delta
         try:
-            if not self.apps or not self._fetch_delta(transport, now):
+            touched = self._fetch_delta(transport, now) if self.apps else None
+            if touched is None:
                 self._fetch_full(transport, now)
         except FetchFailed as exc:
             self.failures += 1
@@ -292,9 +293,12 @@ class RemoteRegion:
         self.ready = True
         self.last_error = None
         self.last_success_at = now()
-        changed = {
-            app for app in self.apps.keys() | before_apps.keys() if self.apps.get(app) != before_apps.get(app)
-        }
+        if touched is None:
+            # A full fetch decoded every instance anew: comparing them all with what was held would
+            # cost as much as serializing them again (it is rare: the first fetch, or a mismatch).
+            changed = self.apps.keys() | before_apps.keys()
+        else:
+            changed = {app for app in touched if self.apps.get(app) != before_apps.get(app)}
         if not changed and self.delta == before_delta:
             return None
         self.version += 1
@@ -325,18 +329,20 @@ class RemoteRegion:
         self.delta = apps
         self.full_fetches += 1
 
-    def _fetch_delta(self, transport: RegionTransport, now: Callable[[], int]) -> bool:
-        """Apply the remote's delta; False when a full fetch is needed instead: the delta could not
-        be had (a remote with deltas disabled answers 403), or it does not add up to the hashcode."""
+    def _fetch_delta(self, transport: RegionTransport, now: Callable[[], int]) -> set[str] | None:
+        """Apply the remote's delta and return the apps it touched; None when a full fetch is needed
+        instead: the delta could not be had (a remote with deltas disabled answers 403), or it does
+        not add up to the remote's hashcode."""
         try:
             document = self._document(transport, delta=True)
         except FetchFailed as exc:
             logger.info("remote region %s: no delta (%s): full fetch", self.name, exc)
-            return False
+            return None
         delta, remote_hashcode = decode_registry(document, now())
-        apps = {app: dict(instances) for app, instances in self.apps.items()}
+        # Only the apps the delta touches get new dictionaries; the others are shared with the last.
+        apps = dict(self.apps)
         for app, views in delta:
-            held = apps.setdefault(app, {})
+            held = apps[app] = dict(apps.get(app, {}))
             for view in views:
                 if view.instance.action_type == c.DELETED:
                     held.pop(view.instance.instance_id, None)
@@ -349,10 +355,10 @@ class RemoteRegion:
         ):
             self.hashcode_mismatches += 1
             logger.info("remote region %s: the delta does not add up to its hashcode: full fetch", self.name)
-            return False
+            return None
         self.apps = apps
         self.delta = delta
-        return True
+        return {app for app, _ in delta}
 
 
 class RemoteRegions:

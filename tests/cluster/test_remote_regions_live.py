@@ -196,3 +196,22 @@ def test_the_console_shows_the_region(home, west):
     assert 'data-region="us-west"' in block
     assert west.url in block
     assert "last fetch: never" not in block
+
+
+@pytest.mark.integration
+def test_in_production_mode_celery_beat_drives_the_fetches_in_the_registry_process(tmp_path_factory, west):
+    from tests.integration.conftest import production_topology
+
+    env = {**region_env(west), "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "1000"}
+    with production_topology(tmp_path_factory.mktemp("production_a"), env) as production:
+        base = f"{production.url}/eureka/"
+        wait_for(
+            "the first fetch", lambda: httpx.get(f"{base}apps?regions=us-west", timeout=5).status_code == 200
+        )
+        later = register(west, "LATECOMER", "10.2.4.1")
+        wait_for(
+            "an instance registered at B after A started, through beat's fetches",
+            lambda: later in ids(httpx.get(f"{base}apps?regions=us-west", headers=JSON, timeout=5).json()),
+        )
+        job = production.ready()["jobs"]["fetch_remote_regions"]
+        assert job["last_source"] == "celery"

@@ -673,3 +673,25 @@ def test_payloads_in_redis_are_the_nodes_payload_objects_bytes(published, redis)
     payload: Payload = cache.get(CacheKey(APPS, "", "json"), clock.now)
     stored = redis.data["eureka:ro:apps:json:0:"]
     assert stored["body"] == payload.body and stored["gzip"] == payload.gzipped()
+
+
+def test_a_read_with_regions_is_served_from_the_key_the_node_builds_for_it(reader, settings):
+    """The reader picks the node's key for regions (registry/cluster/regions.py): the configured ones
+    asked for, or all of them by transparent fallback; never the local registry's key for a read
+    that asked for a region, and the node answers a read that named none it knows (it may be a 403)."""
+    cache, _, forwarder, clock = reader
+    regions = {**settings.EUREKA["remote_regions"], "urls": {"us-west": "http://w1:8761/eureka/"}}
+    settings.EUREKA = {**settings.EUREKA, "remote_regions": regions}
+    cache.get(CacheKey(APPS, "", "json"), clock.now)
+    json_accept = {"HTTP_ACCEPT": "application/json"}
+    assert call("GET", "/eureka/apps", query="regions=us-west", **json_accept)[0] == 299
+    cache.get(CacheKey(APPS, "", "json", False, ("us-west",)), clock.now)
+    assert call("GET", "/eureka/apps", query="regions=US-WEST", **json_accept)[0] == 200
+    assert call("GET", "/eureka/apps", **json_accept)[0] == 200  # transparent fallback: every region
+    assert call("GET", "/eureka/apps", query="regions=nowhere", **json_accept)[0] == 299
+    server = {"HTTP_DISCOVERYIDENTITY_NAME": "DefaultServer", **json_accept}
+    assert call("GET", "/eureka/apps", **server)[0] == 200  # the local key, published above
+    assert [path for _, path, _ in forwarder.requests] == [
+        "/eureka/apps?regions=us-west",
+        "/eureka/apps?regions=nowhere",
+    ]
