@@ -211,6 +211,7 @@ class JavaClient:
         port: int,
         vip: str,
         credentials: str | None = None,
+        system_properties: dict[str, str] | None = None,
     ):
         self.generation = build.generation
         self.server = server
@@ -229,6 +230,8 @@ class JavaClient:
         command = [
             build.java,
             *JVM_OPTIONS,
+            # Client settings beyond eureka-client.properties (the program keeps system properties).
+            *(f"-D{key}={value}" for key, value in (system_properties or {}).items()),
             "-cp",
             build.classpath,
             MAIN_CLASS,
@@ -343,14 +346,26 @@ class JavaClient:
         self.process.stdin.flush()
         return self._next_id
 
-    def state(self, apps: tuple[str, ...] = (), vips: tuple[str, ...] = (), picks: int = 0) -> dict:
+    def state(
+        self,
+        apps: tuple[str, ...] = (),
+        vips: tuple[str, ...] = (),
+        picks: int = 0,
+        region: str | None = None,
+    ) -> dict:
         """The client's registry as an application sees it: ``{"hash", "apps", "vips", "picks", ...}``.
 
         ``vips`` come from ``getInstancesByVipAddress(vip, false)``, ``picks`` from ``picks`` calls of
-        ``getNextServerFromEureka(vip, false)`` (None when it throws: no instance to choose).
+        ``getNextServerFromEureka(vip, false)`` (None when it throws: no instance to choose). With
+        ``region``, also that remote region's registry as the client keeps it: ``regionApps`` (app → ids,
+        from ``getApplicationsForARegion``) and ``regionVips`` (``getInstancesByVipAddress(vip, false,
+        region)``).
         """
         since = self.mark()
-        request_id = self._send({"cmd": "state", "apps": list(apps), "vips": list(vips), "picks": picks})
+        command = {"cmd": "state", "apps": list(apps), "vips": list(vips), "picks": picks}
+        if region is not None:
+            command["region"] = region
+        request_id = self._send(command)
         return self.wait_for("state", since=since, timeout=5, id=request_id)[0]
 
     def ids_by_app(self, app: str) -> dict[str, dict]:
@@ -418,9 +433,16 @@ def client_factory(build: JavaBuild, server: LiveServer) -> Iterator[Callable[..
     clients: list[JavaClient] = []
 
     def start(
-        role: str, app: str, port: int, vip: str | None = None, credentials: str | None = None
+        role: str,
+        app: str,
+        port: int,
+        vip: str | None = None,
+        credentials: str | None = None,
+        system_properties: dict[str, str] | None = None,
     ) -> JavaClient:
-        client = JavaClient(build, server, role, app, port, vip or f"{app.lower()}.vip", credentials)
+        client = JavaClient(
+            build, server, role, app, port, vip or f"{app.lower()}.vip", credentials, system_properties
+        )
         clients.append(client)
         client.ready = client.wait_for("ready", timeout=60)[0]
         return client

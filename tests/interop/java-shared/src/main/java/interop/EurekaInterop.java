@@ -47,7 +47,11 @@ import java.util.Set;
  * wrote them, and the status line it read), and the replies to commands read from stdin, one JSON
  * object a line:
  * <ul>
- *   <li>{@code {"cmd":"state","id":1,"apps":["APP"],"vips":["vip"],"picks":10}}: the local registry;</li>
+ *   <li>{@code {"cmd":"state","id":1,"apps":["APP"],"vips":["vip"],"picks":10}}: the local registry;
+ *   with {@code "region":"us-west"} also that remote region's registry as the client keeps it apart
+ *   (a client run with {@code -Deureka.fetchRemoteRegionsRegistry=us-west}): {@code regionApps}, each app's
+ *   instance ids from getApplicationsForARegion, and {@code regionVips}, getInstancesByVipAddress(vip,
+ *   false, region) for each of {@code vips};</li>
  *   <li>{@code {"cmd":"metadata","id":2,"entries":{"k":"v"}}}: ApplicationInfoManager.registerAppMetadata;</li>
  *   <li>{@code {"cmd":"status","id":3,"value":"UP"}}: ApplicationInfoManager.setInstanceStatus;</li>
  *   <li>{@code {"cmd":"shutdown","id":4}}: DiscoveryClient.shutdown() (cancels the instance), then exit.</li>
@@ -274,6 +278,26 @@ public final class EurekaInterop {
                     chosen.add(client.getNextServerFromEureka(vip, false).getId());
                 } catch (RuntimeException e) {
                     chosen.addNull();
+                }
+            }
+        }
+        String region = command.path("region").asText("");
+        if (!region.isEmpty()) {
+            ObjectNode regionApps = out.putObject("regionApps");
+            Applications remote = client.getApplicationsForARegion(region);
+            if (remote != null) {
+                for (Application application : remote.getRegisteredApplications()) {
+                    ArrayNode ids = regionApps.putArray(application.getName());
+                    for (InstanceInfo instance : application.getInstancesAsIsFromEureka()) {
+                        ids.add(instance.getId());
+                    }
+                }
+            }
+            ObjectNode regionVips = out.putObject("regionVips");
+            for (JsonNode name : command.path("vips")) {
+                ArrayNode ids = regionVips.putArray(name.asText());
+                for (InstanceInfo instance : client.getInstancesByVipAddress(name.asText(), false, region)) {
+                    ids.add(instance.getId());
                 }
             }
         }
