@@ -487,6 +487,15 @@ class RemoteRegions:
                 return view
         return None
 
+    def find_by_id(self, instance_id: str) -> LeaseView | None:
+        """``GET instances/{id}`` for an id not held here: the first app of a region holding it."""
+        for region in self.regions.values():
+            for instances in region.apps.values():
+                view = instances.get(instance_id)
+                if view is not None:
+                    return view
+        return None
+
     def health(self) -> list[RegionHealth]:
         return [region.health() for region in self.regions.values()]
 

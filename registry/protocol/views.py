@@ -273,7 +273,10 @@ class InstanceByIdView(EurekaView):
 
     def get(self, request, instance_id):
         node = get_node()
-        return _instance_response(request, node.registry.find_instance(instance_id, node.now()))
+        view = node.registry.find_instance(instance_id, node.now())
+        if view is None and node.remote_regions is not None and node.remote_regions.fallback:
+            view = node.remote_regions.find_by_id(instance_id)
+        return _instance_response(request, view)
 
 
 class VipView(EurekaView):

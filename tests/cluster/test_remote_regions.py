@@ -497,6 +497,8 @@ def test_transparent_fallback_serves_the_regions_without_regions(api, west_node)
     assert ids_of(app) == ["10.2.0.3:users:8080"]
     instance = get_json(api, "/eureka/apps/USERS/10.2.0.3:users:8080")
     assert instance["instance"]["leaseInfo"]["registrationTimestamp"] == 111
+    by_id = get_json(api, "/eureka/instances/10.2.0.3:users:8080")
+    assert by_id["instance"]["app"] == "USERS"
     # A Eureka server's read (a peer's start-up sync, another region's fetch) gets this region only,
     # so that remote instances are never copied into a peer's map, nor echoed between two regions.
     peer_read = get_json(api, "/eureka/apps", HTTP_DISCOVERYIDENTITY_NAME="DefaultServer")
@@ -512,6 +514,7 @@ def test_without_transparent_fallback_only_regions_merges(api, eureka_options, c
         assert ids_of(get_json(api, "/eureka/apps")) == [LOCAL]
         assert api.get("/eureka/apps/USERS").status_code == 404
         assert api.get("/eureka/apps/USERS/10.2.0.3:users:8080").status_code == 404
+        assert api.get("/eureka/instances/10.2.0.3:users:8080").status_code == 404
         assert ids_of(get_json(api, "/eureka/apps?regions=us-west")) == sorted([LOCAL, *WEST_IDS])
     finally:
         reset_node(None)
