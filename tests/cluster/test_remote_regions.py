@@ -635,3 +635,42 @@ def test_vips_are_local_without_transparent_fallback(api, eureka_options, clock,
         assert get_json(api, "/eureka/vips/payments")["applications"]["application"] == []
     finally:
         reset_node(None)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"EUREKA_REMOTE_REGION_URLS": "us-west"},
+            "EUREKA_REMOTE_REGION_URLS: 'us-west': expected region=http",
+        ),
+        (
+            {
+                "EUREKA_REMOTE_REGION_URLS": "us-west=http://w1/eureka/",
+                "EUREKA_REMOTE_REGION_APP_WHITELIST": "eu:A",
+            },
+            "EUREKA_REMOTE_REGION_APP_WHITELIST: whitelist entry 'eu:A': no remote region 'eu' is configured",
+        ),
+        (
+            {"EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "0"},
+            "Environment variable EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS must be >= 1",
+        ),
+    ],
+)
+def test_bad_settings_stop_the_start_with_the_variable_named(env, message):
+    from tests.runtime.test_logs import run_python
+
+    result = run_python("import django; django.setup()", env)
+    assert result.returncode != 0
+    assert f"ImproperlyConfigured: {message}" in result.stderr
+
+
+def test_a_password_in_a_region_url_is_masked_in_log_lines():
+    from tests.runtime.test_logs import run_python
+
+    result = run_python(
+        "import django, logging\ndjango.setup()\nlogging.getLogger('x').warning('fetch failed: s3cret-pw')",
+        {"EUREKA_REMOTE_REGION_URLS": "us-west=http://user:s3cret-pw@w1:8761/eureka/"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "s3cret-pw" not in result.stderr and "fetch failed: ***" in result.stderr
