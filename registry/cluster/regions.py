@@ -162,17 +162,20 @@ def _counts_by_status(apps: Iterable[Iterable[LeaseView]]) -> dict[str, int]:
 def decode_registry(document: Any, now: int) -> tuple[AppViews, str | None]:
     """A remote ``applications`` document → its instances grouped by app, and its hashcode. Each
     instance keeps the remote's data: status, lease times, ``actionType``, ``lastUpdatedTimestamp``.
-    An instance that is not a valid registration is skipped (logged)."""
+    An instance that is not a valid registration is skipped (one line per document says how many)."""
     grouped: dict[str, dict[str, LeaseView]] = {}
+    skipped, first_reason = 0, ""
     for raw in instances_in(document):
         try:
             view = _remote_view(raw, now)
         except BadInput as exc:
-            logger.warning("remote region: an instance skipped: %s", exc)
+            skipped, first_reason = skipped + 1, first_reason or str(exc)
             continue
         grouped.setdefault(view.instance.app, {})[view.instance.instance_id] = view
         # ~20 us an instance: a registry of 10,000 would hold the event loop for 200 ms.
         PACER.tick()
+    if skipped:
+        logger.warning("remote region: %d instances skipped, the first: %s", skipped, first_reason)
     applications = document.get("applications") if isinstance(document, dict) else None
     hashcode = applications.get("apps__hashcode") if isinstance(applications, dict) else None
     return [(app, list(views.values())) for app, views in grouped.items()], (
@@ -222,8 +225,8 @@ class RegionHealth:
 
 
 class RemoteRegion:
-    """One remote region's registry as last fetched. Replaced whole by each fetch (``apps`` and
-    ``delta`` are new objects each time), so readers need no lock."""
+    """One remote region's registry as last fetched. A fetch builds new ``apps`` and ``delta``
+    objects and swaps them in; none is changed in place once published, so readers need no lock."""
 
     def __init__(self, name: str, url: str):
         self.name = name
@@ -233,8 +236,6 @@ class RemoteRegion:
         # What the remote changed in the last fetch: its delta, or after a full fetch its whole
         # registry (the Java server keeps the same; protocol reference 5.13).
         self.delta: AppViews = []
-        # Bumped by every fetch that changed anything: what payloads built from it are kept by.
-        self.version = 0
         # The raw vip strings of the instances the last change touched, before and after it.
         self.changed_vips: set[str] = set()
         self.ready = False
@@ -270,7 +271,7 @@ class RemoteRegion:
     def fetch(self, transport: RegionTransport, now: Callable[[], int]) -> set[str] | None:
         """One fetch, as a Eureka client's: full while nothing is held, else the delta, then full
         again when the delta does not add up to the remote's hashcode. Returns the apps whose
-        instances changed, or None when nothing a payload shows changed (``version`` kept)."""
+        instances changed, or None when nothing a payload shows changed."""
         self.last_attempt_at = now()
         before_apps, before_delta = self.apps, self.delta
         try:
@@ -301,7 +302,6 @@ class RemoteRegion:
             changed = {app for app in touched if self.apps.get(app) != before_apps.get(app)}
         if not changed and self.delta == before_delta:
             return None
-        self.version += 1
         self.changed_vips = {
             vip
             for app in changed
@@ -466,10 +466,6 @@ class RemoteRegions:
                 if instances and self.whitelist.allows(name, app):
                     merged.setdefault(app, {}).update(instances)
         return [(app, list(instances.values())) for app, instances in merged.items()]
-
-    def versions(self, names: Iterable[str]) -> tuple[int, ...]:
-        """What payloads merging these regions depend on: changes whenever one of them changes."""
-        return tuple(self.regions[name].version for name in names if name in self.regions)
 
     def find_app(self, app: str) -> list[LeaseView] | None:
         """``GET apps/{app}`` for an app with no instance here: the first region that has it."""
