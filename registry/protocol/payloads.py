@@ -577,6 +577,7 @@ class PayloadBuilder:
             for view in views:
                 if key.name in (view.instance.secure_vips() if secure else view.instance.vips()):
                     apps.setdefault(app, {})[view.instance.instance_id] = view
+            PACER.tick()
         grouped = [(app, list(held.values())) for app, held in apps.items()]
         counts = Counter(view.instance.status for _, views in grouped for view in views)
         merged = Snapshot(grouped, reconcile_hashcode(counts), snapshot.version)
