@@ -73,8 +73,13 @@ system-deps:
 test: install lint check system-deps $(JS_DIR)/node_modules/.installed
 	$(BIN)/pytest
 
+# `make bench` is the heartbeats-and-fetches benchmark on a node it starts; `make bench BENCH=readers
+# BENCH_ARGS="--rounds 1"` runs another (bench/run.py --list names them; bench/README.md).
+BENCH ?= phases
+BENCH_ARGS ?= $(if $(filter phases,$(BENCH)),--start --runs 3)
+
 bench: install
-	bash bench/run.sh --start --runs 3
+	$(BIN)/python bench/run.py $(BENCH) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

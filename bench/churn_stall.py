@@ -10,7 +10,7 @@ registered by the Go load generator, then for ``--duration`` seconds at once:
   gzip JSON, from the load generator. Every cache refresh after a change rebuilds both payloads.
 
 That is the performance issue's "paced 1,000 renews/s with churn and clients fetching deltas" (target:
-renew max ≤ 50 ms). Each of ``--rounds`` starts a fresh node (as bench/compare.py does: its own data
+renew max ≤ 50 ms). Each of ``--rounds`` starts a fresh node (bench/nodes.py: its own data
 directory). The node's read-only cache refreshes every ``--cache-ms`` (500: the ``fast`` timings'
 default). Loopback only, bounded in time, every process stopped at the end. Printed, not asserted.
 
@@ -31,15 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import LOADGEN, ROOT, our_server, wait_first_200  # noqa: E402
-
-
-def build_loadgen() -> None:
-    subprocess.run(["go", "build", "-o", str(LOADGEN), "."], cwd=ROOT / "bench" / "loadgen", check=True)
+from nodes import LOADGEN, Node, build_loadgen, loadgen_metrics
 
 
 def loadgen(url: str, mode: str, n: int, apps: int, *extra: str) -> subprocess.Popen:
@@ -51,15 +44,7 @@ def metrics_of(process: subprocess.Popen, timeout: float) -> dict[str, float]:
     out, err = process.communicate(timeout=timeout)
     if process.returncode != 0:
         raise SystemExit(f"loadgen exited {process.returncode}: {err.strip()[-400:]}")
-    found: dict[str, float] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and not line.startswith("#"):
-            try:
-                found[parts[1]] = float(parts[2])
-            except ValueError:
-                pass
-    return found
+    return loadgen_metrics(out)
 
 
 class Churn(threading.Thread):
@@ -135,13 +120,15 @@ class Churn(threading.Thread):
 
 
 def one_round(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    os.environ["EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS"] = str(args.cache_ms)
-    os.environ.setdefault("EUREKA_ENABLE_SELF_PRESERVATION", "false")
-    server = our_server(workdir)
-    server.round_no = 0
+    env = {
+        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": str(args.cache_ms),
+        "EUREKA_ENABLE_SELF_PRESERVATION": os.environ.get("EUREKA_ENABLE_SELF_PRESERVATION", "false"),
+        # The event-loop stall lines (EUREKA_LOOP_STALL_THRESHOLD_MS) are read in its log.
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "INFO"),
+    }
+    server = Node(workdir / "data", env, log=workdir / "ours.log")
     try:
-        with httpx.Client(timeout=10) as client:
-            wait_first_200(server, client)
+        server.start()
         url = server.url
         metrics_of(loadgen(url, "register", args.n, args.apps), timeout=600)
         stop = threading.Event()

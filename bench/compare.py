@@ -23,16 +23,14 @@ makes it standalone: left at the default (``http://localhost:8761/eureka/``), SC
 for a peer and replicate every write to whatever listens there. Nothing else is set, neither for nor
 against.
 
-Our node runs as bench/run.sh starts it: ``.venv/bin/gunicorn -c deploy/gunicorn.conf.py`` (the
-conf's gevent worker, embedded mode), with this process's environment.
+Our node runs as ``bench/run.py phases`` starts it (bench/nodes.py): gunicorn with
+deploy/gunicorn.conf.py (the conf's gevent worker, embedded mode), with this process's environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import os
 import platform
@@ -40,39 +38,29 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import orjson
 import psutil
-from node_db import node_database_url
-
-ROOT = Path(__file__).resolve().parent.parent
-LOADGEN = ROOT / "bench" / "bin" / "loadgen"
-GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
-HOST = "127.0.0.1"
+from nodes import GUNICORN, LOADGEN, Node, Server, free_port, loadgen_metrics, spring_eureka
 
 SIDES = ("sce", "ours")
 SIDE_NAMES = {"sce": "SCE", "ours": "ours"}
 
 # Bounds, so that no phase can hang the run. A JVM on a busy two-core machine may take a while.
 START_TIMEOUT_S = {"sce": 180.0, "ours": 60.0}
-STOP_TIMEOUT_S = 30.0
 # Both servers keep GET apps/ in a read-only cache refreshed every 30 s (Eureka's default): what they
 # serve can lag a registration by that much.
 SERVED_TIMEOUT_S = 45.0
 # Let start-up work (JIT, the first scheduler ticks) settle before the idle RSS is taken.
 IDLE_SETTLE_S = 3.0
 POLL_S = 0.05
-
-PR_SET_PDEATHSIG = 1
 
 
 # Remarks for under the table (failed phases, errors, a server that fell behind), in run order.
@@ -86,164 +74,42 @@ class PhaseError(Exception):
 # ------------------------------------------------------------------------------------------ servers
 
 
-def die_with_parent() -> None:
-    """In the child before exec: SIGTERM when this script dies, even by SIGKILL (Linux), so no server
-    outlives the run. Our own few lines rather than tests.interop.maven's, which would import pytest."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 @dataclass
-class Server:
+class Contender:
+    """One server of a round, SCE or our node; bench/nodes.py starts and stops both."""
+
     side: str
-    command: list[str]
-    cwd: Path
-    log: Path
-    env: dict[str, str] | None = None
-    process: subprocess.Popen | None = None
-    port: int = 0
-    # compare.sh's EXIT trap reads the pid (= session id) here, should this script die before its own
-    # clean-up; cleared once the server is stopped.
-    pid_file: Path | None = None
-    round_no: int = 0
+    round_no: int
+    server: Server
 
     @property
     def who(self) -> str:
         return f"round {self.round_no} {SIDE_NAMES[self.side]}"
 
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}/eureka/"
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            # A session of its own: Ctrl-C reaches this script, which then stops the server in order
-            # (and the session id lets compare.sh's EXIT trap stop the whole tree as a backstop).
-            self.process = subprocess.Popen(
-                self.command,
-                cwd=self.cwd,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-        if self.pid_file:
-            self.pid_file.write_text(f"{self.process.pid}\n")
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def tree(self) -> list[psutil.Process]:
-        """The server's processes: the one we started and its children (gunicorn's worker)."""
-        if not self.alive():
-            return []
-        try:
-            root = psutil.Process(self.process.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.tree()]
-
-    def rss_mb(self) -> float:
-        """Resident memory summed over the tree (gunicorn master + worker; one JVM process)."""
-        return self._tree_mb(lambda p: p.memory_info().rss)
-
-    def pss_mb(self) -> float:
-        """Proportional set size over the tree: a page that the gunicorn master and its worker share
-        (the interpreter, its libraries, what the master loaded before forking) counts once, where
-        RSS summed over the tree counts it twice. For one JVM process the two are the same."""
-        return self._tree_mb(lambda p: p.memory_full_info().pss)
-
-    def _tree_mb(self, read: Callable[[psutil.Process], int]) -> float:
-        total = 0
-        for p in self.tree():
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
-                total += read(p)
-        return total / 2**20
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                # The whole session: a gunicorn worker must not outlive its killed master.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-        # A gunicorn worker orphaned by a master that died first.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        if self.pid_file:
-            self.pid_file.write_text("")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+    def __getattr__(self, name: str):
+        # url, port, pids(), rss_mb(), pss_mb(), alive(), log_tail(), stop(): the server's own.
+        return getattr(self.server, name)
 
 
 def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g") -> Server:
+    return spring_eureka(jar, workdir, heap, java)
+
+
+def our_server(workdir: Path) -> Node:
+    """A node as bench/run.py phases starts it (deploy/gunicorn.conf.py, embedded mode), with this
+    process's environment; DATABASE_URL from it wins over the node's own migrated database."""
     port = free_port()
-    command = [
-        java,
-        f"-Xmx{heap}",
-        "-jar",
-        str(jar),
-        f"--server.address={HOST}",
-        f"--server.port={port}",
-        # Spring Cloud's standalone example: the server's own URL as its only "peer", which it
-        # recognises by host name and drops (see the module docstring).
-        f"--eureka.instance.hostname={HOST}",
-        f"--eureka.client.service-url.defaultZone=http://{HOST}:{port}/eureka/",
-        "--eureka.client.register-with-eureka=false",
-        "--eureka.client.fetch-registry=false",
-    ]
-    return Server("sce", command, workdir, workdir / "sce.log", port=port)
+    env = {"LOG_LEVEL": os.environ.get("LOG_LEVEL", "INFO")}
+    if os.environ.get("DATABASE_URL"):
+        env["DATABASE_URL"] = os.environ["DATABASE_URL"]
+    return Node(workdir / f"ours-data-{port}", env, port=port, log=workdir / "ours.log")
 
 
-def our_server(workdir: Path) -> Server:
-    port = free_port()
-    command = [str(GUNICORN), "-c", "deploy/gunicorn.conf.py", "--bind", f"{HOST}:{port}"]
-    # As bench/run.sh: gunicorn >= 24 opens a control socket at one fixed path per user; keep ours from
-    # taking over a socket of a node that someone else runs on this machine.
-    help_text = subprocess.run([str(GUNICORN), "--help"], capture_output=True, text=True, cwd=ROOT).stdout
-    if "--no-control-socket" in help_text:
-        command.append("--no-control-socket")
-    # A data directory of its own per start (warm restart stays on, as deployed, but restores nothing
-    # of an earlier round), with a migrated database in it (bench/node_db.py: on a database never
-    # migrated, the webhook relay's failures would be measured too).
-    data_dir = workdir / f"ours-data-{port}"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "EUREKA_DATA_DIR": str(data_dir),
-        "DATABASE_URL": os.environ.get("DATABASE_URL") or node_database_url(data_dir),
-    }
-    return Server("ours", command, ROOT, workdir / "ours.log", env=env, port=port)
-
-
-def wait_first_200(server: Server, client: httpx.Client) -> float:
+def wait_first_200(server: Contender, client: httpx.Client) -> float:
     """Seconds from spawn to the first 200 on GET /eureka/apps. No Accept header: a JSON request here
     would put the empty registry into the read-only cache of the JSON key that the fetch phases read."""
     started = time.monotonic()
-    server.start()
+    server.start(wait=False)
     deadline = started + START_TIMEOUT_S[server.side]
     while time.monotonic() < deadline:
         if not server.alive():
@@ -259,7 +125,7 @@ def wait_first_200(server: Server, client: httpx.Client) -> float:
     )
 
 
-def served_instances(server: Server, client: httpx.Client) -> int:
+def served_instances(server: Contender, client: httpx.Client) -> int:
     response = client.get(
         f"{server.url}apps/", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
     )
@@ -274,7 +140,7 @@ def served_instances(server: Server, client: httpx.Client) -> int:
     return count
 
 
-def wait_served(server: Server, client: httpx.Client, n: int) -> float:
+def wait_served(server: Contender, client: httpx.Client, n: int) -> float:
     """Wait until GET apps/ (JSON) lists all n instances, so both servers' fetch phases serve the same
     registry; seconds waited."""
     started = time.monotonic()
@@ -308,7 +174,12 @@ def phase_label(mode: str, extra: tuple[str, ...]) -> str:
 
 
 def loadgen(
-    server: Server, mode: str, args: argparse.Namespace, raw: Path, *extra: str, warmup: float | None = None
+    server: Contender,
+    mode: str,
+    args: argparse.Namespace,
+    raw: Path,
+    *extra: str,
+    warmup: float | None = None,
 ) -> tuple[dict[str, float], float]:
     """One loadgen phase: its ``phase metric value`` lines as {metric: value}, and the cores that
     processes other than the server and the load generator kept busy meanwhile (the noise)."""
@@ -342,12 +213,7 @@ def loadgen(
     busy = busy_cores_since(cpu_before, time.monotonic() - wall_before)
     with raw.open("a") as out:
         out.write(f"$ {shlex.join(command)}\n{done.stdout}{done.stderr}\n")
-    metrics: dict[str, float] = {}
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and not line.startswith("#"):
-            with contextlib.suppress(ValueError):
-                metrics[parts[1]] = float(parts[2])
+    metrics = loadgen_metrics(done.stdout)
     if done.returncode != 0 or "req/s" not in metrics:
         raise PhaseError(
             f"{server.side} {mode}: loadgen exited {done.returncode}: {done.stderr.strip()[-500:]}"
@@ -372,7 +238,7 @@ class Results:
         self.values[side].setdefault(key, []).append(value)
 
 
-def run_round(server: Server, args: argparse.Namespace, results: Results, raw: Path) -> None:
+def run_round(server: Contender, args: argparse.Namespace, results: Results, raw: Path) -> None:
     side = server.side
     add = lambda key, value: results.add(side, key, value)  # noqa: E731
     errors = 0.0
@@ -623,7 +489,7 @@ def main(argv: list[str]) -> int:
     header = machine(args.sce_heap)
     results = Results()
     failed = False
-    current: Server | None = None
+    current: Contender | None = None
     pid_file = out / "server.pids"
     try:
         for round_no in range(1, args.rounds + 1):
@@ -631,13 +497,13 @@ def main(argv: list[str]) -> int:
                 print(f"== round {round_no}/{args.rounds}: {SIDE_NAMES[side]}", flush=True)
                 workdir = out / f"{side}-{round_no}"
                 workdir.mkdir(exist_ok=True)
-                current = (
+                server = (
                     sce_server(java, args.sce_jar, workdir, args.sce_heap)
                     if side == "sce"
                     else our_server(workdir)
                 )
-                current.pid_file = pid_file
-                current.round_no = round_no
+                server.pid_file = pid_file
+                current = Contender(side, round_no, server)
                 try:
                     run_round(current, args, results, workdir / "loadgen.txt")
                 except PhaseError as exc:

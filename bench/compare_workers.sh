@@ -4,7 +4,7 @@
 #   bench/compare_workers.sh                 # 3 runs of each configuration, 10 s phases
 #   RUNS=5 DURATION=15 bench/compare_workers.sh
 #
-# Every configuration gets a fresh node (bench/run.sh --start) for every run. Prints one table of
+# Every configuration gets a fresh node (bench/run.py phases --start) for every run. Prints one table of
 # medians; the raw output of every run stays in the printed directory.
 set -euo pipefail
 
@@ -27,7 +27,7 @@ for config in $configs; do
         *) echo "compare_workers.sh: unknown configuration $config" >&2; exit 2 ;;
     esac
     echo "######## $config"
-    bench/run.sh --start --port "$port" "${args[@]}" --runs "$runs" --duration "$duration" \
+    .venv/bin/python bench/run.py phases --start --port "$port" "${args[@]}" --runs "$runs" --duration "$duration" \
         --warmup "$warmup" -c "$conc" --renew-rate "$renew_rate" --out "$out/$config" | tail -n 9
 done
 

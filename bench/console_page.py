@@ -15,10 +15,7 @@ Target (issue 5): p95 <= 300 ms for a page of the console with 10,000 instances.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,8 +25,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+from nodes import Node
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGET_P95_MS = 300.0
 
 
@@ -150,40 +147,6 @@ def measure(base: str, path: str, samples: int, warmup: int) -> tuple[list[float
     return times, size
 
 
-def start_node(port: int, workdir: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
-        # Its own data directory: a warm-restart snapshot of another node is never restored here.
-        "EUREKA_DATA_DIR": str(workdir),
-        "LOG_LEVEL": "WARNING",
-    }
-    python = ROOT / ".venv" / "bin" / "python"
-    subprocess.run([str(python), "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    process = subprocess.Popen(
-        [
-            str(ROOT / ".venv" / "bin" / "gunicorn"),
-            "-c",
-            "deploy/gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=(workdir / "node.log").open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"the node did not start; see {workdir / 'node.log'}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -206,9 +169,8 @@ def main() -> int:
         parser.error("loopback addresses only")
 
     node = None
-    workdir = Path(tempfile.mkdtemp(prefix="console-bench-"))
     if args.start:
-        node = start_node(args.port, workdir)
+        node = Node(Path(tempfile.mkdtemp(prefix="console-bench-")), port=args.port).start()
     renewer = None
     try:
         began = time.perf_counter()
@@ -247,11 +209,7 @@ def main() -> int:
         if renewer is not None:
             renewer.stop_event.set()
         if node is not None:
-            node.send_signal(signal.SIGTERM)
-            try:
-                node.wait(10)
-            except subprocess.TimeoutExpired:
-                node.kill()
+            node.stop()
     return 0
 
 

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 import httpx
-from setting_cost import HOST, Node, build_loadgen, loadgen
+from nodes import HOST, Node, build_loadgen
+from setting_cost import loadgen, start_node
 
 OPEN_TIMEOUT_S = 60
 
@@ -100,11 +101,11 @@ def wait_for_open(port: int, expected: int) -> None:
         time.sleep(0.2)
 
 
-def cpu_seconds(pids: str) -> float:
+def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of the node's processes so far (Linux /proc)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for pid in pids.split(","):
+    for pid in pids:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / ticks
@@ -131,14 +132,14 @@ def main(argv: list[str]) -> int:
         raise SystemExit("--streams must be in 1..10000 and --rounds in 1..20")
     build_loadgen()
     workdir = Path(tempfile.mkdtemp(prefix="feed-cost-"))
-    # Room for the streams whatever EUREKA_CHANGE_STREAMS_MAX says in the environment.
-    node = Node("node", {"EUREKA_CHANGE_STREAMS_MAX": str(args.streams + 10)}, workdir / "node")
+    node: Node | None = None
     streams: IdleStreams | None = None
     rates: dict[str, list[float]] = {"0 streams": [], f"{args.streams} streams": []}
     # The node's CPU per renew: less sensitive than req/s to a load generator starved by neighbours.
     cpu_per_renew: dict[str, list[float]] = {label: [] for label in rates}
     try:
-        node.start()
+        # Room for the streams whatever EUREKA_CHANGE_STREAMS_MAX says in the environment.
+        node = start_node("node", {"EUREKA_CHANGE_STREAMS_MAX": str(args.streams + 10)}, workdir / "node")
         loadgen(node, "register", args)
         print(
             f"{args.n} instances, {args.apps} apps; closed-loop renews, 16 conns, {args.duration:g} s a round"
@@ -176,7 +177,8 @@ def main(argv: list[str]) -> int:
     finally:
         if streams is not None:
             streams.close()
-        node.stop()
+        if node is not None:
+            node.stop()
     return 0
 
 

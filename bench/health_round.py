@@ -16,11 +16,6 @@ Target: the round finishes inside its interval. Printed, not asserted.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,15 +24,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from node_db import node_database_url
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from nodes import Node
 
 
 class Probes:
@@ -132,50 +119,6 @@ def registration(n: int, target_port: int, interval: int) -> tuple[str, dict]:
     }
 
 
-def start_node(workdir: Path, port: int, concurrency: int) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "EUREKA_HEALTH_CHECKS": "true",
-        "EUREKA_HEALTH_CHECK_CONCURRENCY": str(concurrency),
-        # The instance servers listen on loopback, which probes reach only where it is allowed.
-        "EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS": "127.0.0.0/8",
-        "DATABASE_URL": node_database_url(workdir),
-        "EUREKA_DATA_DIR": str(workdir),
-        "LOG_LEVEL": "WARNING",
-    }
-    env.pop("REDIS_URL", None)
-    log = open(workdir / "node.log", "ab")  # noqa: SIM115 (lives as long as the node)
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "gunicorn"),
-            "-c",
-            "deploy/gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"the node did not start; see {workdir / 'node.log'}")
-
-
-def worker_of(master: subprocess.Popen) -> psutil.Process:
-    children = psutil.Process(master.pid).children()
-    if not children:
-        raise SystemExit("no gunicorn worker")
-    return children[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -189,12 +132,17 @@ def main() -> None:
 
     probes = Probes()
     servers = [serve_target(probes, args.delay_ms / 1000) for _ in range(args.targets)]
-    port = free_port()
+    settings = {
+        "EUREKA_HEALTH_CHECKS": "true",
+        "EUREKA_HEALTH_CHECK_CONCURRENCY": str(args.concurrency),
+        # The instance servers listen on loopback, which probes reach only where it is allowed.
+        "EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    }
     with tempfile.TemporaryDirectory(prefix="health-round-") as tmp:
-        node = start_node(Path(tmp), port, args.concurrency)
+        node = Node(Path(tmp), settings).start()
         try:
-            worker = worker_of(node)
-            base = f"http://127.0.0.1:{port}"
+            worker = psutil.Process(node.worker_pid())
+            base = node.base
             started = time.monotonic()
             with httpx.Client(base_url=base, timeout=10) as client:
                 for n in range(args.n):
@@ -246,11 +194,7 @@ def main() -> None:
             print(f"node worker CPU: {cpu_s:.2f} s over {seconds:.1f} s = {cpu_s / seconds:.3f} cores")
             print("node counters: " + "; ".join(failures))
         finally:
-            node.send_signal(signal.SIGTERM)
-            try:
-                node.wait(20)
-            except subprocess.TimeoutExpired:
-                node.kill()
+            node.stop()
             for server in servers:
                 server.shutdown()
                 server.server_close()

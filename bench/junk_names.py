@@ -25,16 +25,16 @@ import json
 import re
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from setting_cost import HOST, Node
+from nodes import HOST, ROOT, Node
+from setting_cost import start_node
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(ROOT))
 from tests.factories import fleet_member  # noqa: E402
 
 JSON_HEADERS = {"Accept": "application/json", "Accept-Encoding": "gzip", "Content-Type": "application/json"}
@@ -47,16 +47,6 @@ def instance(k: int, apps: int) -> tuple[str, str, bytes]:
     """Fleet member ``k``: its app, its id and its registration body (the Java client's JSON shape)."""
     body = fleet_member(k, apps)
     return body["app"], body["instanceId"], json.dumps({"instance": body}).encode()
-
-
-def worker_pid(node: Node) -> int:
-    """The gunicorn worker: the one process holding the lease map and the response cache."""
-    children = subprocess.run(
-        ["pgrep", "-P", str(node.process.pid)], capture_output=True, text=True
-    ).stdout.split()
-    if len(children) != 1:
-        raise SystemExit(f"expected one gunicorn worker, found {children}")
-    return int(children[0])
 
 
 def resident_mb(pid: int) -> float:
@@ -189,10 +179,11 @@ def main(argv: list[str]) -> int:
     if not 1 <= args.names <= 1_000_000 or not 1 <= args.connections <= 64:
         raise SystemExit("--names must be in 1..1000000 and --connections in 1..64")
     fleet = [instance(k, args.apps) for k in range(args.n)]
-    node = Node("node", {}, Path(tempfile.mkdtemp(prefix="junk-names-")) / "node")
+    node: Node | None = None
     try:
-        node.start()
-        pid = worker_pid(node)
+        node = start_node("node", {}, Path(tempfile.mkdtemp(prefix="junk-names-")) / "node")
+        # The gunicorn worker: the one process holding the lease map and the response cache.
+        pid = node.worker_pid()
         register_fleet(node.port, fleet)
         timed_writes(node.port, fleet, 100)  # warm the worker's paths up; not measured
         time.sleep(SETTLE_S)
@@ -224,7 +215,8 @@ def main(argv: list[str]) -> int:
             + f"   (RSS {after['rss_mb'] - before['rss_mb']:+.1f} MB)"
         )
     finally:
-        node.stop()
+        if node is not None:
+            node.stop()
     return 0
 
 

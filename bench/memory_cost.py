@@ -18,9 +18,9 @@ import gc
 import os
 import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from nodes import ROOT
+
 sys.path.insert(0, str(ROOT))
 
 

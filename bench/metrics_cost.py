@@ -24,9 +24,9 @@ import os
 import sys
 import time
 from bisect import bisect_left
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from nodes import ROOT
+
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
 os.environ["EUREKA_EMBEDDED_SCHEDULER"] = "false"

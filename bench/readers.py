@@ -22,123 +22,49 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import shlex
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
-from node_db import node_database_url
+from nodes import LOADGEN, Node, Redis, build_loadgen, loadgen_metrics, reader, stop_all
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / ".venv" / "bin"
-LOADGEN = ROOT / "bench" / "bin" / "loadgen"
-HOST = "127.0.0.1"
 FULL = {"Accept": "application/json", "Accept-Encoding": "gzip"}
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGTERM when this script dies, even by SIGKILL (Linux)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Proc:
-    name: str
-    command: list[str]
-    env: dict[str, str]
-    log: Path
-    process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-
-    def pids(self) -> list[int]:
-        if self.process is None or self.process.poll() is not None:
-            return []
-        with contextlib.suppress(psutil.NoSuchProcess):
-            root = psutil.Process(self.process.pid)
-            return [root.pid, *(child.pid for child in root.children(recursive=True))]
-        return []
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        # The whole session: a gunicorn worker must not outlive its master.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        self.process = None
 
 
 @dataclass
 class Topology:
-    workdir: Path
-    env: dict[str, str]
-    node_port: int
-    redis_port: int
-    procs: dict[str, Proc] = field(default_factory=dict)
+    """What production mode runs (bench/nodes.py): redis-server, the node with its Celery worker and
+    beat, and a reader while one is measured."""
+
+    redis: Redis
+    node: Node
+    reader: Node | None = None
 
     @property
     def node_url(self) -> str:
-        return f"http://{HOST}:{self.node_port}"
+        return self.node.base
 
-    def add(self, name: str, command: list[str]) -> Proc:
-        proc = Proc(name, command, self.env, self.workdir / f"{name}.log")
-        self.procs[name] = proc
-        proc.start()
-        return proc
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is not None:
-            proc.stop()
+    def stop_reader(self) -> None:
+        if self.reader is not None:
+            self.reader.stop()
+            self.reader = None
 
     def stop_all(self) -> None:
-        for name in reversed(list(self.procs)):
-            self.stop(name)
+        self.stop_reader()
+        stop_all([self.node, self.redis])
 
     def server_pids(self) -> list[int]:
-        return [pid for proc in self.procs.values() for pid in proc.pids()]
+        readers = self.reader.pids() if self.reader else []
+        return [*self.redis.pids(), *self.node.pids(), *self.node.helper_pids(), *readers]
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -151,61 +77,21 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     raise SystemExit(f"readers.py: {what} within {timeout:.0f}s")
 
 
-def answers(url: str) -> bool:
-    return httpx.get(url, timeout=2).status_code == 200
-
-
 def start_topology(workdir: Path) -> Topology:
-    redis_server = shutil.which("redis-server")
-    if redis_server is None:
-        raise SystemExit("readers.py: needs redis-server (sudo apt-get install redis-server)")
-    node_port, redis_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "REDIS_URL": f"redis://{HOST}:{redis_port}/0",
-        "EUREKA_EMBEDDED": "false",
-        "EUREKA_CONTROL_SECRET": "bench-readers-secret",
-        "EUREKA_CONTROL_URL": f"http://{HOST}:{node_port}",
-        "SECRET_KEY": "bench-readers-secret-key",
-        "DATABASE_URL": node_database_url(workdir),
+    redis = Redis(workdir).start()
+    try:
         # Its own data directory and Redis: no warm-restart snapshot of another run is restored.
-        "EUREKA_DATA_DIR": str(workdir),
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    }
-    topology = Topology(workdir, env, node_port, redis_port)
-    args = ["--port", str(redis_port), "--bind", HOST, "--save", "", "--appendonly", "no"]
-    topology.add("redis", [redis_server, *args])
-    topology.add(
-        "node",
-        [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"{HOST}:{node_port}"],
-    )
-    wait_for(lambda: answers(f"{topology.node_url}/healthz"), 60, "the node did not start")
-    celery = [str(BIN / "celery"), "-A", "eureka_site"]
-    topology.add("celery-worker", [*celery, "worker", "--loglevel=WARNING", "--pool=solo"])
-    topology.add(
-        "celery-beat",
-        [*celery, "beat", "--loglevel=WARNING", f"--schedule={workdir / 'celerybeat-schedule'}"],
-    )
-    return topology
+        secrets = {"EUREKA_CONTROL_SECRET": "bench-readers-secret", "SECRET_KEY": "bench-readers-secret-key"}
+        node = Node(workdir, secrets, redis=redis, celery_worker_args=["--pool=solo"]).start()
+    except BaseException:
+        redis.stop()
+        raise
+    return Topology(redis, node)
 
 
 def start_reader(topology: Topology, workers: int) -> str:
-    port = free_port()
-    topology.add(
-        "reader",
-        [
-            str(BIN / "gunicorn"),
-            "-c",
-            "deploy/gunicorn_reader.conf.py",
-            "--bind",
-            f"{HOST}:{port}",
-            "--workers",
-            str(workers),
-        ],
-    )
-    url = f"http://{HOST}:{port}"
-    wait_for(lambda: answers(f"{url}/healthz"), 60, "the reader did not start")
+    topology.reader = reader(topology.node, workers)
+    url = topology.reader.base
 
     # Every worker serves GET apps from Redis (no Via: not forwarded) before the measurement.
     def all_served() -> bool:
@@ -247,12 +133,7 @@ def loadgen(args: argparse.Namespace, url: str, mode: str, pids: list[int], raw:
     busy = busy_cores_since(cpu_before, time.monotonic() - wall_before)
     with raw.open("a") as out:
         out.write(f"$ {shlex.join(command)}\n{done.stdout}{done.stderr}\n")
-    metrics: dict[str, float] = {}
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and not line.startswith("#"):
-            with contextlib.suppress(ValueError):
-                metrics[parts[1]] = float(parts[2])
+    metrics = loadgen_metrics(done.stdout)
     if done.returncode != 0 or "req/s" not in metrics:
         raise SystemExit(f"readers.py: loadgen {mode} exited {done.returncode}: {done.stderr.strip()[-500:]}")
     # What the rest of the machine took meanwhile (other people's jobs; approximate: the warm-up is in
@@ -269,15 +150,6 @@ def busy_cores_since(before, seconds: float) -> float:
         return sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
 
     return (busy(psutil.cpu_times()) - busy(before)) / max(seconds, 1e-9)
-
-
-def build_loadgen() -> None:
-    sources = list((ROOT / "bench" / "loadgen").glob("*.go"))
-    if LOADGEN.exists() and all(LOADGEN.stat().st_mtime >= s.stat().st_mtime for s in sources):
-        return
-    if shutil.which("go") is None:
-        raise SystemExit("readers.py: needs Go 1.22+ to build bench/bin/loadgen")
-    subprocess.run(["go", "build", "-o", str(LOADGEN), "."], cwd=ROOT / "bench" / "loadgen", check=True)
 
 
 def instances_served(url: str) -> int:
@@ -325,7 +197,7 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 metrics = loadgen(args, url, "full", topology.server_pids(), raw)
                 if workers:
-                    topology.stop("reader")
+                    topology.stop_reader()
                 for key in (
                     "req/s",
                     "p99_ms",

@@ -25,9 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from nodes import ROOT
+
 sys.path.insert(0, str(ROOT))
 
 VARIANTS = ("pieces", "whole", "pieces+gc")

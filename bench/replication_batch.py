@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 import orjson
-from console_page import registration, start_node
+from console_page import registration
+from nodes import Node
 
 BATCH = 250
 SCE_READ_TIMEOUT_MS = 200
@@ -88,13 +89,8 @@ def main() -> int:
     if not args.start:
         run(args.url.rstrip("/"), args.rounds)
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        process = start_node(args.port, Path(tmp))
-        try:
-            run(f"http://127.0.0.1:{args.port}", args.rounds)
-        finally:
-            process.terminate()
-            process.wait(20)
+    with tempfile.TemporaryDirectory() as tmp, Node(Path(tmp), port=args.port).start() as node:
+        run(node.base, args.rounds)
     return 0
 
 

@@ -49,9 +49,6 @@ import os
 import queue
 import random
 import re
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -66,11 +63,8 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 import psutil
-from node_db import node_database_url
+from nodes import LOADGEN, Node, Redis, Server, build_loadgen, port_in_use, stop_all
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent  # the virtualenv running this script
-LOADGEN = ROOT / "bench" / "bin" / "loadgen"
 JSON_GZIP = {"Accept": "application/json", "Accept-Encoding": "gzip"}
 _INSTANCE_TOKENS = re.compile(rb'"instanceId":"([^"]*)"|"actionType":"([A-Z]+)"')
 VIEWS = ("replication", "apps", "delta")
@@ -130,12 +124,13 @@ class Conn:
 
 
 @dataclass
-class Node:
+class Member:
+    """A member of the cluster: a node (or the redis-server) started here through bench/nodes.py, or,
+    with ``server`` None, a node already running at ``base``."""
+
     name: str
     base: str  # http://127.0.0.1:PORT
-    process: subprocess.Popen | None = None
-    # Production mode: the node's Celery worker and beat.
-    helpers: list[subprocess.Popen] = field(default_factory=list)
+    server: Server | None = None
 
     @property
     def service_url(self) -> str:
@@ -143,29 +138,18 @@ class Node:
 
     def worker_pids(self) -> list[int]:
         """gunicorn's worker (where the map lives), for the load generator's CPU figure."""
-        if self.process is None:
-            return []
-        try:
-            return [child.pid for child in psutil.Process(self.process.pid).children()]
-        except psutil.Error:
-            return []
+        return self.server.worker_pids() if isinstance(self.server, Node) else []
 
     def helper_pids(self) -> list[int]:
         """Production mode: the Celery worker (with its pool processes) and beat; they send the outboxes."""
-        pids = []
-        for helper in self.helpers:
-            try:
-                pids += [helper.pid, *(child.pid for child in psutil.Process(helper.pid).children())]
-            except psutil.Error:
-                pass
-        return pids
+        return self.server.helper_pids() if isinstance(self.server, Node) else []
 
     def pin(self, cpus: set[int]) -> None:
         """Every thread of gunicorn's master and worker (and of the node's Celery processes) on ``cpus``
         (affinity is per thread on Linux)."""
-        if self.process is None:
+        if self.server is None:
             return
-        for pid in [self.process.pid, *self.worker_pids(), *self.helper_pids()]:
+        for pid in [*self.server.pids(), *self.helper_pids()]:
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 try:
                     os.sched_setaffinity(int(task.name), cpus)
@@ -189,22 +173,6 @@ class Node:
             conn.close()
 
 
-def start_redis(workdir: Path, port: int) -> subprocess.Popen:
-    """One redis-server for the production-mode cluster; each node gets its own database number."""
-    server = shutil.which("redis-server")
-    if server is None:
-        raise SystemExit("--mode production needs redis-server (sudo apt-get install redis-server)")
-    workdir.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
-    return process
-
-
 def start_node(
     name: str,
     port: int,
@@ -213,15 +181,9 @@ def start_node(
     cache_ms: int,
     redis_url: str | None = None,
     read_only_cache: bool = True,
-) -> Node:
+) -> Member:
     """A node on ``port``; with ``redis_url``, in production mode with its own Celery worker and beat."""
-    workdir.mkdir(parents=True, exist_ok=True)
     env = {
-        **os.environ,
-        "DATABASE_URL": node_database_url(workdir),
-        # A data directory per node: no node restores another's (or an earlier run's) snapshot.
-        "EUREKA_DATA_DIR": str(workdir),
-        "LOG_LEVEL": "WARNING",
         "EUREKA_PEER_URLS": ",".join(peers),
         "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": str(cache_ms),
         "EUREKA_USE_READ_ONLY_RESPONSE_CACHE": "true" if read_only_cache else "false",
@@ -230,64 +192,10 @@ def start_node(
         # Peers hold kept-alive connections to each other; do not wait 20 s for them at the end.
         "GUNICORN_CMD_ARGS": "--graceful-timeout 2",
     }
-    if redis_url:
-        env |= {
-            "REDIS_URL": redis_url,
-            "EUREKA_EMBEDDED": "false",
-            "EUREKA_CONTROL_SECRET": "bench-control-secret",
-            "EUREKA_CONTROL_URL": f"http://127.0.0.1:{port}",
-            "SECRET_KEY": "bench-" + "x" * 50,
-        }
-    helpers = []
-    if redis_url:
-        for role, args in (
-            ("worker", ["worker", "--loglevel=WARNING", "--concurrency=2"]),
-            ("beat", ["beat", "--loglevel=WARNING", f"--schedule={workdir / 'celerybeat-schedule'}"]),
-        ):
-            with (workdir / f"celery-{role}.log").open("ab") as role_log:
-                helpers.append(
-                    subprocess.Popen(
-                        [str(BIN / "celery"), "-A", "eureka_site", *args],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=role_log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-    with (workdir / "node.log").open("ab") as node_log:
-        process = subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=node_log,
-            stderr=subprocess.STDOUT,
-        )
-    node = Node(name, f"http://127.0.0.1:{port}", process, helpers)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"node {name} exited; see {workdir / 'node.log'}")
-        try:
-            if node.ready().get("open_for_traffic"):
-                return node
-        except (OSError, http.client.HTTPException, ValueError):
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"node {name} did not start; see {workdir / 'node.log'}")
-
-
-def stop_nodes(nodes: list[Node]) -> None:
-    processes = [p for node in nodes for p in [node.process, *node.helpers] if p is not None]
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    node = Node(workdir, env, name=f"node {name}", port=port, redis_url=redis_url)
+    member = Member(name, node.base, node)
+    node.start(ready=lambda: bool(member.ready().get("open_for_traffic")))
+    return member
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
@@ -299,23 +207,16 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
     return time.monotonic() - started
 
 
-def queues_empty(node: Node) -> bool:
+def queues_empty(node: Member) -> bool:
     replication = node.ready().get("replication") or {"peers": [], "buffered": 0}
     return not replication["buffered"] and all(peer["queued"] == 0 for peer in replication["peers"])
 
 
-def instance_count(node: Node) -> int:
+def instance_count(node: Member) -> int:
     return int(node.ready()["instances"])
 
 
 # -------------------------------------------------------------------------------- load generator
-
-
-def build_loadgen() -> Path:
-    if shutil.which("go") is None:
-        raise SystemExit("needs Go 1.22+ for bench/loadgen (registration and throughput)")
-    subprocess.run(["go", "build", "-o", str(LOADGEN), "."], cwd=ROOT / "bench" / "loadgen", check=True)
-    return LOADGEN
 
 
 def loadgen(args: list[str], timeout: float, cpus: set[int] | None = None) -> dict[str, str]:
@@ -573,8 +474,8 @@ class Watcher(threading.Thread):
         self.changes.append(now)
         body = gzip.decompress(raw) if headers.get("content-encoding") == "gzip" else raw
         self.last_size = (len(raw), len(body))
-        # Tokens instead of a parse: a regex pass over 10 MB costs a fifth of orjson plus walking
-        # 10,000 dicts, and the observer's CPU is taken from the same two cores the nodes run on.
+        # Tokens instead of a parse: far cheaper than orjson plus walking the dicts (bench/README.md,
+        # "Replication"), and the observer's CPU is taken from the same two cores the nodes run on.
         # Each actionType follows its own instance's instanceId (the serializer's key order).
         present, added, deleted = set(), set(), set()
         instance_id = None
@@ -655,7 +556,7 @@ def observe(
 class QueueSampler(threading.Thread):
     """A node's replication numbers from /readyz every ``interval_s``."""
 
-    def __init__(self, node: Node, interval_s: float, stop: threading.Event):
+    def __init__(self, node: Member, interval_s: float, stop: threading.Event):
         super().__init__(daemon=True, name="queues")
         self.node, self.interval_s, self.stop_event = node, interval_s, stop
         self.samples: list[tuple[float, dict]] = []
@@ -669,7 +570,7 @@ class QueueSampler(threading.Thread):
             self.stop_event.wait(self.interval_s)
 
 
-def fleet_ids(node: Node, n: int) -> tuple[list[tuple[str, str]], list[str]]:
+def fleet_ids(node: Member, n: int) -> tuple[list[tuple[str, str]], list[str]]:
     """The instances ``node`` serves, once its served registry (read-only cache, ~1 s behind) has all
     ``n``. Asked of B, which holds A's fleet and is read by the watcher anyway: a ``GET apps`` at A
     would make A rebuild and gzip its whole registry at every cache refresh for the rest of the run,
@@ -688,7 +589,7 @@ def fleet_ids(node: Node, n: int) -> tuple[list[tuple[str, str]], list[str]]:
     return ids, sorted(app["name"] for app in applications)
 
 
-def lag_run(a: Node, b: Node, c: Node | None, args: argparse.Namespace) -> None:
+def lag_run(a: Member, b: Member, c: Member | None, args: argparse.Namespace) -> None:
     ids, apps = fleet_ids(b, args.n)
     fleet = Fleet(ids, apps)
     log(
@@ -862,7 +763,7 @@ def report_queues(samples: list[tuple[float, dict]], renewed_at: list[float]) ->
 # ------------------------------------------------------------------------------------ throughput
 
 
-def throughput(a: Node, standalone: Node, others: list[Node], args: argparse.Namespace) -> None:
+def throughput(a: Member, standalone: Member, others: list[Member], args: argparse.Namespace) -> None:
     """Closed-loop renews at the load generator's full speed: S (no peers) and A, interleaved.
 
     Pinned (the default with ``--start`` on a machine with two CPUs or more; ``--no-pin`` to share), A and
@@ -1072,7 +973,7 @@ def main() -> int:
         parser.error("--throughput-rounds in 0..5 and --throughput-seconds in 1..120")
 
     build_loadgen()
-    nodes: list[Node] = []
+    nodes: list[Member] = []
     workdir = Path(tempfile.mkdtemp(prefix="replication-lag-"))
     try:
         if args.start:
@@ -1080,17 +981,16 @@ def main() -> int:
             used = ports[:3] + ports[3:4] * bool(args.throughput_rounds)
             used += ports[4:] * (args.mode == "production")
             for port in used:
-                with socket.socket() as probe:
-                    if probe.connect_ex(("127.0.0.1", port)) == 0:
-                        raise SystemExit(f"port {port} is taken (another run?): choose others with --port")
+                if port_in_use(port):
+                    raise SystemExit(f"port {port} is taken (another run?): choose others with --port")
             mesh = [f"http://127.0.0.1:{port}/eureka/" for port in ports[:3]]
             redis = None
             if args.mode == "production":
-                redis = start_redis(workdir / "redis", ports[4])
-                nodes.append(Node("redis", "", redis))
+                redis = Redis(workdir / "redis", port=ports[4]).start()
+                nodes.append(Member("redis", "", redis))
 
             def redis_url(db: int) -> str | None:
-                return f"redis://127.0.0.1:{ports[4]}/{db}" if redis is not None else None
+                return redis.redis_url(db) if redis is not None else None
 
             for db, (name, port) in enumerate(zip("ABC", ports[:3], strict=True)):
                 nodes.append(
@@ -1112,8 +1012,8 @@ def main() -> int:
             a, b = nodes[0], nodes[1]
             standalone = nodes[3] if args.throughput_rounds else None
         else:
-            a, b = Node("A", loopback(args.url_a)), Node("B", loopback(args.url_b))
-            standalone = Node("S", loopback(args.url_standalone)) if args.url_standalone else None
+            a, b = Member("A", loopback(args.url_a)), Member("B", loopback(args.url_b))
+            standalone = Member("S", loopback(args.url_standalone)) if args.url_standalone else None
 
         targets = [a] + ([standalone] if standalone is not None else [])
         for node in targets:
@@ -1140,13 +1040,13 @@ def main() -> int:
 
         if standalone is not None and args.throughput_rounds:
             throughput(a, standalone, [node for node in nodes if node.name in ("B", "C", "redis")], args)
-            if standalone.process is not None:
-                stop_nodes([standalone])  # idle from here on: leave its CPU to the cluster
+            if standalone.server is not None:
+                standalone.server.stop()  # idle from here on: leave its CPU to the cluster
         else:
             print("\nthroughput comparison skipped (no standalone node: --url-standalone, or --start)")
         lag_run(a, b, next((node for node in nodes if node.name == "C"), None), args)
     finally:
-        stop_nodes(nodes)
+        stop_all(node.server for node in nodes)
     return 0
 
 

@@ -39,13 +39,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.client
-import os
 import random
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -55,8 +50,8 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 import psutil
+from nodes import Stack, rss_mb
 
-ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Accept": "application/json"}
 IDENTITY = {"DiscoveryIdentity-Name": "DefaultClient", "DiscoveryIdentity-Version": "1.4"}
 # An instance registered this long before a full fetch must be in it (cache sync: 1 s by default).
@@ -75,12 +70,6 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered) + 0.5) - 1))
     return ordered[index]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------ HTTP
@@ -340,16 +329,6 @@ class Fleet:
 # ------------------------------------------------------------------------------------- processes
 
 
-def rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def stack_processes(port: int) -> dict[str, list[int]]:
     """The stack's processes by role: registry (gunicorn's worker), master, celery-worker (with its pool),
     beat, redis. Found by the EUREKA_CONTROL_URL the stack gives them, else by the listening port."""
@@ -410,128 +389,6 @@ def server_evictions(conn: Conn) -> int | None:
         if line.startswith("eureka_evictions_total "):
             return int(float(line.split()[1]))
     return None
-
-
-class Stack:
-    """``deploy/stack.sh`` on free loopback ports, in a temporary data folder."""
-
-    def __init__(self, keep: bool):
-        self.dir = Path(tempfile.mkdtemp(prefix="eureka-soak-"))
-        self.keep = keep
-        self.port = free_port()
-        self.redis_port = free_port()
-        self.process: subprocess.Popen | None = None
-        self.redis: subprocess.Popen | None = None
-        self.started: list[psutil.Process] = []
-
-    def start(self) -> str:
-        server = shutil.which("redis-server")
-        if server is None:
-            raise SystemExit("--start needs redis-server (sudo apt-get install redis-server)")
-        # Redis here, not stack.sh's (which keeps its data in the tree's var/redis): no snapshots, in
-        # the temporary folder. stack.sh finds it answering at REDIS_URL and uses it.
-        self.redis = subprocess.Popen(
-            [
-                server,
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            cwd=self.dir,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        env = {
-            **os.environ,
-            "PORT": str(self.port),
-            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
-            "EUREKA_DATA_DIR": str(self.dir),
-            "EUREKA_ENV_FILE": str(self.dir / "no.env"),  # not the developer's deploy/.env
-            # Its own secret key, so stack.sh does not create var/stack-secret-key in the tree.
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("SECRET_KEY_FILE", None)
-        deadline = time.monotonic() + 10
-        while not self._redis_answers() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        env.pop("EUREKA_CONTROL_URL", None)
-        with (self.dir / "stack.log").open("ab") as out:
-            self.process = subprocess.Popen(
-                ["bash", "deploy/stack.sh"],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches this script, which stops the stack in order
-            )
-        base = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        conn = Conn("127.0.0.1", self.port, timeout=2)
-        try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise SystemExit(f"make stack exited; see {self.dir / 'stack.log'}")
-                status, _ = conn.request("GET", "/readyz")
-                if status == 200:
-                    self._remember_processes()
-                    return base
-                time.sleep(0.5)
-        finally:
-            conn.close()
-        raise SystemExit(f"make stack not ready after {START_TIMEOUT_S:.0f} s; see {self.dir / 'stack.log'}")
-
-    def _redis_answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.redis_port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def _remember_processes(self) -> None:
-        """Everything under stack.sh, so that the stop can make sure nothing is left."""
-        try:
-            self.started = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.Error:
-            self.started = []
-
-    def stop(self) -> None:
-        if self.process is None:
-            if self.redis is not None:
-                self.redis.kill()
-                self.redis.wait(10)
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)  # stack.sh stops its processes, then its Redis
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                log("make stack did not stop in time: killing what it started")
-        for process in self.started:
-            try:
-                if process.is_running():
-                    process.kill()
-            except psutil.Error:
-                pass
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-        if self.redis is not None and self.redis.poll() is None:
-            self.redis.terminate()
-            try:
-                self.redis.wait(10)
-            except subprocess.TimeoutExpired:
-                self.redis.kill()
-                self.redis.wait(10)
-        if not self.keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -687,11 +544,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.churn is None:
         args.churn = args.instances // 100
-    stack = Stack(args.keep) if args.start else None
+    stack = Stack(Path(tempfile.mkdtemp(prefix="eureka-soak-"))) if args.start else None
     try:
         if stack is not None:
-            log(f"starting make stack on port {stack.port} (Redis {stack.redis_port}, files in {stack.dir})")
-            url = stack.start()
+            log(
+                f"starting make stack on port {stack.port} (Redis {stack.redis.port}, "
+                f"files in {stack.workdir})"
+            )
+            url = stack.start(timeout=START_TIMEOUT_S).base
             log(f"stack ready at {url}")
         else:
             url = args.url
@@ -703,8 +563,10 @@ def main() -> int:
     finally:
         if stack is not None:
             log("stopping make stack")
-            stack.stop()
-            log("stopped" + (f"; its files are in {stack.dir}" if args.keep else ""))
+            stack.stop(STOP_TIMEOUT_S)
+            if not args.keep:
+                shutil.rmtree(stack.workdir, ignore_errors=True)
+            log("stopped" + (f"; its files are in {stack.workdir}" if args.keep else ""))
 
 
 if __name__ == "__main__":

@@ -5,21 +5,25 @@ lease), waits until all appear in GET /eureka/apps, SIGKILLs one, and reports th
 last heartbeat (the lease's lastRenewalTimestamp) and its disappearance, plus whether the others
 stayed. Loopback only; stops by itself (bounded by --timeout).
 
-usage: .venv/bin/python bench/stack_eviction.py [--url http://127.0.0.1:8761/eureka/] [-n 10]
+  .venv/bin/python bench/stack_eviction.py --url http://127.0.0.1:8761/eureka/ -n 10   # `make stack` running
+  .venv/bin/python bench/stack_eviction.py --start      # deploy/stack.sh on free ports (bench/nodes.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from nodes import ROOT, Stack
 
-CLIENT = Path(__file__).resolve().parents[1] / "tests" / "integration" / "py_client_process.py"
+CLIENT = ROOT / "tests" / "integration" / "py_client_process.py"
 
 
 def listed(url: str) -> dict[str, dict]:
@@ -33,13 +37,27 @@ def listed(url: str) -> dict[str, dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--url", default="http://127.0.0.1:8761/eureka/")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", default="http://127.0.0.1:8761/eureka/", help="a running node's serviceUrl")
+    where.add_argument("--start", action="store_true", help="run make stack (deploy/stack.sh) on free ports")
     parser.add_argument("-n", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=400)
     args = parser.parse_args()
     if not args.url.startswith(("http://127.", "http://localhost")):
         parser.error("loopback targets only")
+    if not args.start:
+        return measure(args)
+    workdir = Path(tempfile.mkdtemp(prefix="stack-eviction-"))
+    try:
+        with Stack(workdir).start() as stack:
+            args.url = stack.url
+            return measure(args)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace) -> int:
     started = time.monotonic()
     clients = []
     for i in range(args.n):

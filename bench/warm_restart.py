@@ -19,22 +19,17 @@ import argparse
 import gc
 import http.client
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import orjson
+from nodes import ROOT, Node, free_port
 
-import orjson  # noqa: E402
-from node_db import node_database_url  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from registry.core import Registry, RegistryConfig  # noqa: E402
 from registry.protocol.codecs import build_instance  # noqa: E402
@@ -145,28 +140,11 @@ def in_process(rounds: int) -> None:
 # ------------------------------------------------------------------------------------- live
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_node(port: int, data_dir: Path, env: dict[str, str]) -> subprocess.Popen:
-    full_env = {
-        **os.environ,
-        "EUREKA_DATA_DIR": str(data_dir),
-        "DATABASE_URL": node_database_url(data_dir),
-        "LOG_LEVEL": "INFO",
-        **env,
-    }
-    log = open(data_dir / "server.log", "ab")  # noqa: SIM115 (closed with the process)
-    return subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=full_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+def start_node(port: int, data_dir: Path, env: dict[str, str], wait: bool = True) -> Node:
+    """A node on ``port`` (bench/nodes.py) that keeps ``data_dir`` across restarts: its snapshot, its
+    log (``server.log``, read for the node's own warm-restart lines)."""
+    node = Node(data_dir, {"LOG_LEVEL": "INFO", **env}, port=port, log=data_dir / "server.log")
+    return node.start(wait=wait)
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
@@ -185,18 +163,6 @@ def listed(port: int) -> int:
         return -1
     apps = json.loads(body)["applications"].get("application", [])
     return sum(len(app["instance"]) for app in apps)
-
-
-def wait_serving(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if get(port, "/healthz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("the node did not start")
 
 
 def register(port: int, threads: int = 8) -> None:
@@ -268,7 +234,7 @@ def percentiles(values: list[float]) -> str:
 
 def live(rate: int, seconds: float, interval_ms: int) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="warm-restart-bench-"))
-    port = free_port()
+    port = free_port()  # the same for every start: the restarted node answers where the first did
     settings = {
         "EUREKA_WARM_RESTART_INTERVAL_MS": str(interval_ms),
         "EUREKA_EMBEDDED_SCHEDULER": "true",
@@ -278,29 +244,26 @@ def live(rate: int, seconds: float, interval_ms: int) -> None:
     for label, enabled in ((f"snapshots every {interval_ms} ms", "true"), ("warm restart off", "false")):
         node = start_node(port, data_dir, {**settings, "EUREKA_WARM_RESTART": enabled})
         try:
-            wait_serving(port)
             register(port)
             # Steady state: the first snapshot after 10,000 registrations encodes every record (cold,
-            # ~300 ms of CPU, once); the window measured here has only the periodic ones after it.
+            # once: several times a later one, bench/README.md "Warm restart", "first / then"); the
+            # window measured here has only the periodic ones after it.
             time.sleep(interval_ms / 1000 + 2)
             latencies = heartbeat_latencies(port, rate, seconds)
             print(f"live renew latency, {rate}/s for {seconds:.0f} s, {label}: {percentiles(latencies)}")
         finally:
-            node.send_signal(signal.SIGTERM)
-            node.wait(60)
+            node.stop(60)
         (data_dir / "registry-snapshot.json.gz").unlink(missing_ok=True)
 
     node = start_node(port, data_dir, {**settings, "EUREKA_WARM_RESTART": "true"})
     try:
-        wait_serving(port)
         register(port)
         assert listed(port) == INSTANCES
         time.sleep(interval_ms / 1000 + 1)
         stopping = time.monotonic()
-        node.send_signal(signal.SIGTERM)
-        node.wait(60)
+        node.stop(60)
         stopped = time.monotonic()
-        node = start_node(port, data_dir, {**settings, "EUREKA_WARM_RESTART": "true"})
+        node = start_node(port, data_dir, {**settings, "EUREKA_WARM_RESTART": "true"}, wait=False)
         while True:
             try:
                 if listed(port) == INSTANCES:
@@ -322,8 +285,7 @@ def live(rate: int, seconds: float, interval_ms: int) -> None:
             if "warm restart:" in line:
                 print("  node:", line.split("warm restart:", 1)[1].strip())
     finally:
-        node.send_signal(signal.SIGTERM)
-        node.wait(60)
+        node.stop(60)
 
 
 def main() -> None:
