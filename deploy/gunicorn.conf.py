@@ -76,7 +76,8 @@ def post_worker_init(worker):
 
     # What loading the application made (modules, settings, URL patterns) lives as long as the process:
     # out of the collector's full walks from the start, not from the GC policy's first freeze
-    # (registry/runtime/gc_policy.py; before it, each full collection walked them for ~30 ms).
+    # (registry/runtime/gc_policy.py; what each full collection spent walking them before:
+    # bench/README.md, "Numbers behind the code").
     if "freeze_gc" in node.jobs:
         node.gc_policy.run_at_start()
     # Freed payloads and snapshots go back to the system instead of staying in glibc's heap and arenas.

@@ -14,8 +14,9 @@ from eureka_site.handlers import RoutingApplication  # noqa: E402
 
 application = RoutingApplication()
 
-# The URL patterns, and the views they import, load here rather than in the first request: ~40 ms of
-# imports while the first heartbeats waited, and made before the node freezes what start-up made.
+# The URL patterns, and the views they import, load here rather than in the first request, where the
+# first heartbeats waited for those imports (bench/README.md, "Numbers behind the code"); and they are
+# made before the node freezes what start-up made.
 get_resolver().url_patterns  # noqa: B018 (the import is the point)
 
 if settings.EUREKA["jobs_driver"] == "celery":

@@ -78,7 +78,8 @@ class InstanceInfo:
 
 # The values a fleet repeats from record to record (an app's name, its VIPs, statuses, metadata:
 # zones, versions, ports) are kept as one shared string each: a parsed body (JSON or XML) brings
-# new strings for every value, and a registry of 100,000 instances held ~55 MB of equal copies.
+# new strings for every value, and a registry of 100,000 instances held tens of MB of equal copies
+# (bench/README.md, "Memory at 100,000 instances").
 # ``sys.intern`` lets go of a string no record holds any more. Host names, addresses and URLs
 # differ per instance and are kept as they come. Every path that builds a record from outside
 # (the codecs, a snapshot's restore) shares these fields; tests/registry/test_instances.py checks both.

@@ -15,8 +15,9 @@ from registry.protocol.http import is_replication
 REALM = 'Basic realm="eureka", charset="UTF-8"'
 
 
-# EUREKA_API_AUTH, kept here: every protocol request asks, and a Django settings read costs about
-# 0.7 µs (LazySettings' __getattribute__). Settings change at run time only in tests.
+# EUREKA_API_AUTH, kept here: every protocol request asks, and a Django settings read is not free
+# (LazySettings' __getattribute__; bench/README.md, "Numbers behind the code"). Settings change at run
+# time only in tests.
 _api_accounts_on = settings.EUREKA_API_AUTH
 
 

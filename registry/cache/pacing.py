@@ -21,9 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-# A slice of a few milliseconds: heartbeats take ~0.5 ms of CPU each, so a turn of the loop between
-# slices serves those that arrived meanwhile, and a 500 ms build is paused ~100 times (each pause costs
-# a greenlet switch there and back, a few microseconds).
+# A slice of a few milliseconds, several heartbeats' worth of CPU: a turn of the loop between slices
+# serves those that arrived meanwhile, and a build of hundreds of milliseconds is paused about a
+# hundred times, each pause a greenlet switch there and back (bench/README.md, "Numbers behind the
+# code").
 SLICE_MS = 5.0
 
 
@@ -65,14 +66,15 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 
 # ``gevent.sleep(0)`` is not enough: it only queues the greenlet behind the loop's callbacks, and the
 # loop runs up to 50 callbacks before it polls its sockets again, so a build that pauses every 5 ms
-# would run ~250 ms between two polls. One turn of the loop (a short timer, which expires only after a
-# poll) is not enough either: the node's worker serves each connection one request per turn
+# would run for a long time between two polls. One turn of the loop (a short timer, which expires only
+# after a poll) is not enough either: the node's worker serves each connection one request per turn
 # (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
-# turn 16 connections got at most 16 requests per ~9 ms, ~1,800/s, and heartbeats arriving at
-# 3,000/s queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded
-# (bench/README.md, "the loop watch at 100,000"). So a paused build resumes once a turn of the loop
-# finds nothing ready (libev's idle watcher: every request that came meanwhile has been served), and
-# after PAUSE_MAX_S at the latest, so that under more load than the node can serve builds still move.
+# turn 16 connections got at most 16 requests a turn, fewer than the heartbeats arriving, which
+# queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded (bench/README.md,
+# "the loop watch at 100,000", and "Numbers behind the code"). So a paused build resumes once a
+# turn of the loop finds nothing ready (libev's idle watcher: every request that came meanwhile has
+# been served), and after PAUSE_MAX_S at the latest, so that under more load than the node can serve
+# builds still move.
 PAUSE_MAX_S = 0.05
 
 

@@ -48,8 +48,8 @@ class CacheKey:
 
 
 # A payload at least this large keeps only its gzip copy once it has one, unless its key is served
-# uncompressed: at 100,000 instances ``GET apps`` is 79 MB of JSON (110 MB of XML) beside a 5 MB gzip
-# copy, and clients of every generation ask for gzip (bench/README.md, "Side by side", memory).
+# uncompressed: at 100,000 instances the plain ``GET apps`` is many times its gzip copy, and clients of
+# every generation ask for gzip (bench/README.md, "Memory at 100,000 instances").
 PLAIN_KEEP_BYTES = 1024 * 1024
 
 
@@ -183,7 +183,7 @@ def compress(data: bytes | Pieces) -> bytes:
 
 
 # How payloads are gzipped and gunzipped: ``run(function, data)``. Under gevent the server replaces it
-# with one that runs the function in a native thread (zlib releases the GIL): gzipping a 7 MB registry
+# with one that runs the function in a native thread (zlib releases the GIL): gzipping a registry
 # then no longer holds the event loop, and heartbeats are answered meanwhile (deploy/gunicorn.conf.py,
 # post_worker_init).
 Offload = Callable[[Callable[[Any], bytes], Any], bytes]
@@ -537,7 +537,7 @@ class ResponseCache:
                 continue
             kept.append(key)
             # Unchanged payloads are not stored again: a remote tier would otherwise be sent every
-            # payload (10 MB for 10,000 instances) each interval, changed or not.
+            # payload (megabytes of JSON at 10,000 instances) each interval, changed or not.
             if not self.read_only.holds(key, payload):
                 self.read_only.put(key, payload)
         if dropped:

@@ -89,9 +89,10 @@ class Fragment:
 
 # Gzip of ``GET apps`` is joined from deflate chunks of runs of fragments, each run about this long.
 # Each chunk is primed with the 32 KB before it, so short runs cost little size (unprimed, chunks of
-# one small application made a 1,000-application registry's gzip 2.7 times larger, and runs of 512 KB
-# cost ~3 %); priming costs CPU, a run's worth of it for runs under 32 KB. After a change its run and
-# often the next are compressed again: bench/README.md, "Payload rebuilds".
+# one small application made a 1,000-application registry's gzip several times larger, and long runs
+# cost a few per cent: bench/README.md, "Numbers behind the code"); priming costs CPU, a run's worth of
+# it for runs under 32 KB. After a change its run and often the next are compressed again:
+# bench/README.md, "Payload rebuilds".
 CHUNK_TARGET_BYTES = 128 * 1024
 # A run may grow to this many times the target when no boundary comes (boundaries depend on names).
 CHUNK_MAX_FACTOR = 4
@@ -303,7 +304,8 @@ class PayloadBuilder:
                 lifetime = expire_ms - _jitter.randrange(expire_ms // 2 + 1)
                 cached = cache[key] = _InstanceBytes(view, now + lifetime, body)
                 self.instances_serialized += 1
-                # 10-50 us an instance: a fleet's worth would hold the event loop (pacing.py).
+                # A fleet's worth would hold the event loop (pacing.py; bench/README.md, "Numbers
+                # behind the code").
                 tick()
             entries.append(cached)
         return entries
@@ -650,8 +652,9 @@ def _applications(
         tail = b"</applications>"
         empty = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
         head = empty[: -len(tail)]
-    # Not joined here (see Pieces): each copy of a 100,000-instance registry (99 MB of JSON) costs
-    # 100-130 ms, with the loop held unless it runs in a native thread.
+    # Not joined here (see Pieces): each copy of a 100,000-instance registry holds the loop for a
+    # hundred milliseconds or more unless it runs in a native thread (bench/README.md, "Where the time
+    # goes", "a registration at 100,000 instances").
     pieces = [head]
     for number, fragment in enumerate(fragments):
         if number and separator:

@@ -22,9 +22,9 @@ import gc
 import time
 from collections.abc import Callable
 
-# Unfrozen objects in the old generation that make a freeze due at once: a full collection walks
-# ~3-5 million objects a second here, so 20,000 cost it a few milliseconds; counting them (one list
-# of references) costs ~0.1 ms per 10,000.
+# Unfrozen objects in the old generation that make a freeze due at once: 20,000 cost a full collection
+# a few milliseconds, and counting them (one list of references) far less (bench/README.md, "Numbers
+# behind the code").
 BULK_OBJECTS = 20_000
 # How often the node runs the policy (its freeze_gc job): each run costs that count, or a freeze.
 CHECK_INTERVAL_MS = 1_000
@@ -48,8 +48,8 @@ class GcPolicy:
         self._last_freeze = now
 
     def run(self, now: int) -> dict:
-        # (No gc.get_freeze_count() in the result: it walks every frozen object, ~10 ms per 10,000
-        # instances, with the event loop held.)
+        # (No gc.get_freeze_count() in the result: it walks every frozen object with the event loop
+        # held; bench/README.md, "Numbers behind the code".)
         if now - self._last_full >= self.full_every_ms:
             gc.unfreeze()
             collected = gc.collect()

@@ -158,10 +158,10 @@ class HttpDatePerSecond:
 SMALL_WRITE = 64 * 1024
 # A larger body goes in slices this big, with a turn of the event loop between two once the pacer's
 # slice of time (5 ms) is used up: a single send of a 5 MB registry into a loopback socket's buffer is
-# 20-30 ms of kernel copying, during which every heartbeat waits (measured with the loop watch at
-# 100,000 instances, full fetches running). A turn after every slice cost a third of the full
-# fetches a CPU-second could serve. One turn, not the builds' pause (registry/cache/pacing.py),
-# which waits for an idle loop: a body being sent is a request being served, not background work.
+# kernel copying during which every heartbeat waits, and a turn after every slice cost a third of the
+# full fetches a CPU-second could serve (bench/README.md, "Numbers behind the code"). One turn, not
+# the builds' pause (registry/cache/pacing.py), which waits for an idle loop: a body being sent is a
+# request being served, not background work.
 SEND_SLICE = 256 * 1024
 
 
@@ -265,8 +265,8 @@ class _NextRequestWait:
         if turns.get(current) == loop.iteration:
             # This connection's last request was read and answered without the loop polling
             # once. Its client's next request may be here already, and reading it now would serve
-            # this connection again and again while the others' requests wait (closed loop,
-            # 16 connections: p50 0.3 ms, p99 ~40 ms). A timer expires only after a poll: the
+            # this connection again and again while the others' requests wait (a long p99 tail:
+            # bench/README.md, "Numbers behind the code"). A timer expires only after a poll: the
             # connections whose requests came meanwhile are served first, one request each.
             gevent.sleep(FAIR_TURN_S)
         # Checked after the turn, and with no switch before the wait is noted: a stop that began
@@ -294,8 +294,8 @@ class RegistryWorker(GeventWorker):
         self.waiting: dict = {}
         self.sweeper = None
         self._next_request_wait = _NextRequestWait(self)
-        # Read once: gunicorn's settings are looked up through __getattr__ (about 1 us each), and
-        # these were read for every request.
+        # Read once: gunicorn's settings are looked up through __getattr__ (bench/README.md, "Numbers
+        # behind the code"), and these were read for every request.
         self.keepalive_s = self.cfg.keepalive
         self.h2c_upgrades = getattr(self.cfg, "http2_cleartext", "off") in ("upgrade", "both")
         # Connections' greenlets -> the loop iteration in which their last wait for a request began

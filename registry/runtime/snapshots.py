@@ -235,7 +235,7 @@ class WriteReport:
 # Runs a function off the event loop and returns its result (gunicorn.conf.py sets gevent's threadpool).
 # Only work that releases the GIL goes there: gzip, and a file store's write and fsync. Python code in a
 # native thread would hold the GIL in 5 ms slices while the event loop waits for one at every socket
-# call (measured: 40-60 ms heartbeat stalls at every snapshot of 10,000 instances).
+# call: heartbeats stalled at every snapshot (bench/README.md, "Numbers behind the code").
 Runner = Callable[[Callable[[], Any]], Any]
 
 
