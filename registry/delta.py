@@ -87,7 +87,8 @@ class DeltaQueue:
         number for the delta as a whole.
 
         Two flat lists per app: a pair per lease made 100,000 new tuples under the registry's lock,
-        and the collections they set off made its hold ~30 ms instead of ~5 ms."""
+        and the collections they set off made its hold several times longer (bench/README.md,
+        "Numbers behind the code")."""
         versions = self._app_versions
         outline = [(app, versions[app]) for app in self._app_order()]
         listed = {}

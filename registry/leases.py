@@ -98,7 +98,8 @@ def expired_among(
     with Eureka's timing and once renewed, one more duration).
 
     The rule is written once, here, as one expression over many leases: eviction asks it of every
-    lease every pass, and two method calls per lease made a pass over 100,000 leases cost ~50 ms.
+    lease every pass, and two method calls per lease made a pass over 100,000 leases slow
+    (bench/README.md, "Numbers behind the code").
     ``Lease.is_expired`` asks it of one lease.
     """
     limit = now - additional_ms

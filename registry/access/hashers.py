@@ -8,7 +8,7 @@ thread of gevent's threadpool it leaves the loop free. The hasher below is Djang
 ``make_password`` all go through — runs there. Every path that hashes is covered that way: the admin's
 sign-in, ModelBackend's dummy hash for unknown user names, password changes, API credentials. Hashes
 also queue for a core of their own: with as many hashing threads as cores, the loop would wait for
-a core behind them (measured: heartbeat p99 12-30 ms with one at a time on two cores, 42 ms with four).
+a core behind them (bench/README.md, "Numbers behind the code").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Long payload builds give the event loop a turn. Plain Python, no Django.
 
 Under gevent every greenlet shares one thread, and nothing preempts a greenlet that computes: a build
-that serializes 10,000 instances (about 100 ms of JSON, 500 ms of XML, the first time after a fleet
-registers or after their bytes expire) would hold every heartbeat that arrives meanwhile. So builders
+that serializes 10,000 instances (the first time after a fleet registers or after their bytes expire;
+bench/README.md, "Numbers behind the code") would hold every heartbeat that arrives meanwhile. So builders
 call ``PACER.tick()`` as they go (after each application, after each instance they serialize); once a
 slice of ``slice_ms`` has passed since the loop last had a turn, the tick calls ``pause`` (under gevent,
 ``gevent_pause``: the loop polls its sockets and runs the greenlets that are ready, then the build goes

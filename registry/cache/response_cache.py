@@ -129,8 +129,9 @@ _FINAL_EMPTY_BLOCK = b"\x03\x00"
 
 class Pieces:
     """A payload as the pieces it is assembled from (``GET apps``: head, application fragments, tail),
-    not joined yet. At 100,000 instances joining is ~100 MB of fresh memory to copy into, 100-130 ms
-    (most of it the kernel mapping the pages) that the event loop would wait for, and most clients
+    not joined yet. At 100,000 instances joining is a large block of fresh memory to copy into (most of
+    the time the kernel mapping the pages: bench/README.md, "Numbers behind the code") that the event
+    loop would wait for, and most clients
     never need it: they are sent the gzip copy, which ``chunks()`` makes from each piece's deflate
     chunk (``deflate_chunk``), reusing those of pieces that did not change, so that gzipping a registry
     after one application changed compresses that application, not the registry. ``join()`` runs
@@ -303,9 +304,9 @@ def _vip_names(vips: Iterable[str | None]) -> set[str]:
 
 
 # A cache sync rebuilds a changed key at most once per SYNC_BUDGET times that key's last build time
-# (and at most once a sync, as always). Builds of 10,000 instances take tens of ms, so nothing changes
-# there; at 100,000 a full ``GET apps`` takes ~0.3 s, and rebuilding it at every 1 s sync while a
-# fleet registers cost the node a third of its time (bench/README.md, "Side by side", 100,000).
+# (and at most once a sync, as always). Builds of 10,000 instances are short, so nothing changes
+# there; at 100,000 rebuilding a full ``GET apps`` at every 1 s sync while a fleet registers cost the
+# node a third of its time (bench/README.md, "Numbers behind the code", and "Side by side", 100,000).
 SYNC_BUDGET = 10
 # The build times a key's cost is judged by (ResponseCache.build_cost_ms).
 BUILD_TIMES_KEPT = 3

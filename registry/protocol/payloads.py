@@ -264,8 +264,9 @@ class PayloadBuilder:
 
     def keep_formats(self, variants: set[tuple[str, bool]]) -> None:
         """Forget the pieces of every (fmt, compact) variant not in ``variants``: no key of theirs is
-        served any more (ResponseCache.sync). At 100,000 instances the XML pieces alone are ~110 MB,
-        kept for good once anybody had asked for ``GET apps`` in XML."""
+        served any more (ResponseCache.sync). At 100,000 instances the XML pieces alone are large
+        (bench/README.md, "Numbers behind the code"), kept for good once anybody had asked for
+        ``GET apps`` in XML."""
         with self._lock:
             for key in [key for key in self._fragments if key[1:] not in variants]:
                 del self._fragments[key]

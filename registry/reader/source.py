@@ -3,7 +3,8 @@
 A lookup reads the key's stamp (``found``, ``built_at``, ``synced_at``, ``version``: a few bytes, one
 round trip) and checks ``synced_at`` against the bound. The bytes themselves are fetched only when
 the version changed: each worker keeps the last copy of each key it served (the gzip copy of a
-10,000-instance registry is ~270 KB; fetching it per request would make Redis the bottleneck). A key
+10,000-instance registry is hundreds of KB: bench/README.md, "Numbers behind the code"; fetching it
+per request would make Redis the bottleneck). A key
 the node never published, a stale one, and Redis failing all mean "ask the node" (``None``).
 
 Within ``revalidate_ms`` of reading a stamp, a worker serves its copy without asking Redis again (the

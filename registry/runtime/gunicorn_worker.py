@@ -36,7 +36,7 @@ began, and one sweeper ends the waits past the keep-alive time (``_NextRequestWa
 Connections take turns. A greenlet that has answered a request reads the next one at once, and if its
 client already sent it (a client that sends its next request as soon as it has an answer, a pipelined
 batch) that read does not go through the event loop: one connection is served again and again while
-the requests of the others wait (16 connections, closed loop: p50 0.3 ms, p99 ~40 ms). So a connection
+the requests of the others wait (a long p99 tail: bench/README.md, "Numbers behind the code"). So a connection
 whose last request was read and answered without the loop polling once gives the loop a turn before
 it reads the next (``_NextRequestWait``); a connection whose requests come apart pays nothing.
 

@@ -4,16 +4,17 @@ A node's big allocations come and go: a snapshot's JSON document, each payload b
 the gzip copies made in the gevent threadpool's native threads. glibc keeps what they freed for reuse:
 each native thread's allocations come from an arena of its own, and after a large block is freed the
 allocator raises the size from which it maps blocks on their own (to up to 32 MB), so later
-payload-sized blocks come from the heap, whose freed middle is never returned. Measured at 100,000
-instances (bench/README.md, "Side by side", memory): after registering, fetching and the fetch phases
-the node held 892 MB, of which ~600 MB were live objects.
+payload-sized blocks come from the heap, whose freed middle is never returned: at 100,000 instances,
+after registering and the fetch phases, a third of what the node held was no live object
+(bench/README.md, "Numbers behind the code").
 
 So, where the C library is glibc: ``tune()`` (at worker start) caps the arenas at two, and ``trim()``
 (after each of the GC policy's collections, at most once a second and usually once a minute) returns
 the heap's free pages, wherever they are in it. Tried and not kept: fixing the mapping threshold at
 128 KB, so that every large block is mapped and unmapped on its own: it saved as much memory, but
-each payload build then paid for fresh zeroed pages, and heartbeats under churn took p99 33-35 ms
-instead of 20-23 ms (churn_stall.py, alternated runs). Elsewhere both are no-ops and say so.
+each payload build then paid for fresh zeroed pages, and heartbeats under churn had a longer p99
+(churn_stall.py, alternated runs; bench/README.md, "Numbers behind the code"). Elsewhere both are
+no-ops and say so.
 """
 
 from __future__ import annotations

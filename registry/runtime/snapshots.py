@@ -175,9 +175,9 @@ class SavedBlocks:
     Records are immutable and a lease swaps its record on every change, so the same objects mean the
     same bytes; between two snapshots of 100,000 instances few change (renewals only move lease
     times, saved apart), and re-encoding them all costs about a second of CPU; change-log entries
-    never change at all. A block is kept as its gzip member, ~10 times smaller than its JSON: kept as
-    JSON, the blocks of 100,000 instances and as many entries held ~100 MB between two snapshots
-    (bench/README.md, "Side by side"). Each snapshot keeps the blocks it used.
+    never change at all. A block is kept as its gzip member, far smaller than its JSON, which for
+    100,000 instances and as many entries held much memory between two snapshots (bench/README.md,
+    "Numbers behind the code"). Each snapshot keeps the blocks it used.
 
     A block is encoded and compressed at once, in the serving thread (a few milliseconds; the loop
     has a turn between two blocks, registry/cache/pacing.py): holding a whole registry's JSON until
@@ -244,9 +244,9 @@ def _run_here(function: Callable[[], Any]) -> Any:
 
 
 # Snapshots may take at most 1/WRITE_BUDGET of the node's time: the interval is stretched to
-# WRITE_BUDGET times the last write's duration when that is longer. At 10,000 instances a write
-# takes ~0.1 s and the 5 s interval stands; at 100,000 one takes 1-2 s, and writing every 5 s cost
-# the node a third of its core (bench/README.md, "Side by side", 100,000 instances).
+# WRITE_BUDGET times the last write's duration when that is longer. At 10,000 instances the 5 s
+# interval stands; at 100,000 writing every 5 s cost the node a third of its core (bench/README.md,
+# "Numbers behind the code", and "Side by side", 100,000 instances).
 WRITE_BUDGET = 20
 
 
