@@ -59,15 +59,19 @@ def test_a_bad_dashboard_path_fails_at_start_with_the_variable_named():
 
 
 def test_every_setting_read_from_the_environment_is_listed_in_env_example():
-    settings_source = (ROOT / "eureka_site" / "settings.py").read_text()
+    # Django's settings (eureka_site/settings.py) and the registry's typed config (registry/config.py).
+    sources = [ROOT / "eureka_site" / "settings.py", ROOT / "registry" / "config.py"]
     read = set(
         re.findall(
-            r"""env(?:_int|_bool|_float|_secret|\.str|\.list|\.db_url|\.int|\.bool)\(\s*["']([A-Z_]+)""",
-            settings_source,
+            r"""env(?:_int|_bool|_float|_secret|\.str|\.list|\.db_url|\.int|\.bool|\.float|\.choice|\.secret)"""
+            r"""\(\s*["']([A-Z_]+)""",
+            "\n".join(source.read_text() for source in sources),
         )
     )
     listed = set(
         re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", (ROOT / "deploy" / ".env.example").read_text(), re.M)
     )
     assert len(read) > 30
-    assert read - listed == set(), "read in settings.py but not listed in deploy/.env.example"
+    assert read - listed == set(), (
+        "read in settings.py or registry/config.py but not listed in deploy/.env.example"
+    )

@@ -1,0 +1,172 @@
+"""The settings parser (registry/config.py): defaults, the timing profiles, and bad values refused with
+an error naming the variable. Plain dicts stand in for the environment."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from registry.config import BadSetting, EurekaConfig, parse_config
+
+
+def test_defaults_are_the_fast_profile():
+    config = parse_config({})
+    assert config.timings == "fast"
+    assert config.registry.eviction_interval_ms == 2_000
+    assert config.registry.lease_expiry == "exact"
+    assert config.registry.expected_number_of_clients_sending_renews == 0
+    assert config.registry.expected_clients_move_only_above_zero is False
+    assert config.response_cache.update_interval_ms == 500
+    assert config.response_cache.auto_expiration_ms == 180_000
+    assert config.cluster.peers == ()
+    assert config.cluster.sync_retry_wait_ms == 5_000
+    assert config.redis.jobs_driver == "embedded"
+    assert config.health_checks.enabled is False
+    assert config.remote_regions.urls == {}
+
+
+def test_the_eureka_profile_switches_to_the_java_servers_timings():
+    config = parse_config({"EUREKA_TIMINGS": "eureka"})
+    assert config.registry.eviction_interval_ms == 60_000
+    assert config.registry.lease_expiry == "eureka"
+    assert config.registry.expected_number_of_clients_sending_renews == 1
+    assert config.registry.default_open_for_traffic_count == 1
+    assert config.registry.expected_clients_move_only_above_zero is True
+    assert config.response_cache.update_interval_ms == 30_000
+    assert config.cluster.sync_retry_wait_ms == 30_000
+
+
+def test_a_variable_set_wins_over_its_profiles_default():
+    config = parse_config({"EUREKA_TIMINGS": "eureka", "EUREKA_EVICTION_INTERVAL_MS": "5000"})
+    assert config.registry.eviction_interval_ms == 5_000
+
+
+def test_start_up_sync_retries_default_to_five_whichever_the_profile():
+    assert parse_config({}).cluster.sync_retries == 5
+    assert parse_config({"EUREKA_TIMINGS": "eureka"}).cluster.sync_retries == 5
+    assert parse_config({"EUREKA_REGISTRY_SYNC_RETRIES": "0"}).cluster.sync_retries == 0
+
+
+def test_reader_defaults_follow_the_cache_sync_interval():
+    config = parse_config({"EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "2000"})
+    assert config.reader.max_staleness_ms == 6_000
+    assert config.reader.revalidate_ms == 100
+    assert parse_config({"EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "300"}).reader.revalidate_ms == 30
+    assert parse_config({"EUREKA_CONTROL_URL": "http://node:8761/"}).reader.node_url == "http://node:8761"
+
+
+def test_peer_urls_are_parsed_once_into_peers_with_credentials_kept():
+    config = parse_config(
+        {"EUREKA_PEER_URLS": " http://a:8761/eureka , http://user:pw@b:8762/eureka/,,http://a:8761/eureka/"}
+    )
+    assert config.cluster.peer_urls == ("http://a:8761/eureka/", "http://user:pw@b:8762/eureka/")
+    assert config.cluster.peers[1].auth == ("user", "pw")
+    assert config.cluster.peers[1].display_url == "http://b:8762/eureka/"
+
+
+def test_remote_regions_and_their_whitelist():
+    config = parse_config(
+        {
+            "EUREKA_REMOTE_REGION_URLS": "US-West=http://w1:8761/eureka,eu=http://e1:8761/eureka/",
+            "EUREKA_REMOTE_REGION_APP_WHITELIST": "billing,eu:orders",
+            "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "7",
+        }
+    )
+    regions = config.remote_regions
+    assert regions.urls == {"us-west": "http://w1:8761/eureka/", "eu": "http://e1:8761/eureka/"}
+    assert regions.fetch_interval_ms == 7_000
+    assert regions.whitelist.allows("us-west", "BILLING")
+    assert not regions.whitelist.allows("eu", "BILLING")
+    assert regions.whitelist.allows("eu", "ORDERS")
+
+
+def test_each_job_interval_comes_from_one_setting():
+    config = parse_config(
+        {
+            "EUREKA_EVICTION_INTERVAL_MS": "1234",
+            "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS": "777",
+            "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "4321",
+            "EUREKA_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS": "99999",
+            "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "9",
+        }
+    )
+    assert config.job_intervals_ms() == {
+        "evict": 1234,
+        "sync_response_cache": 777,
+        "prune_delta_queue": 4321,
+        "recount_expected_clients": 99999,
+        "prune_webhook_deliveries": 3_600_000,
+        "fetch_remote_regions": 9_000,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spelling", "value"),
+    [
+        ("true", True),
+        ("YES", True),
+        ("on", True),
+        ("1", True),
+        ("false", False),
+        ("Off", False),
+        ("0", False),
+    ],
+)
+def test_booleans_in_their_usual_spellings(spelling, value):
+    assert parse_config({"EUREKA_HEALTH_CHECKS": spelling}).health_checks.enabled is value
+
+
+def test_redis_url_selects_celery_and_a_namespace():
+    config = parse_config({"REDIS_URL": "redis://r:6379/0", "EUREKA_REDIS_NAMESPACE": "blue"})
+    assert config.redis.jobs_driver == "celery"
+    assert config.redis.namespace == "blue"
+
+
+def test_a_secret_can_come_from_a_file(tmp_path):
+    # Not a registry setting today, but the reader is there for one: a file's contents, stripped.
+    from registry.config import _Environment
+
+    path = tmp_path / "token"
+    path.write_text("s3cret\n")
+    assert _Environment({"X_FILE": str(path), "X": "ignored"}).secret("X") == "s3cret"
+    with pytest.raises(BadSetting, match="X_FILE"):
+        _Environment({"X_FILE": str(tmp_path / "missing")}).secret("X")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("EUREKA_EVICTION_INTERVAL_MS", "soon", "whole number"),
+        ("EUREKA_EVICTION_INTERVAL_MS", "1.5", "whole number"),
+        ("EUREKA_EVICTION_INTERVAL_MS", "0", ">= 1"),
+        ("EUREKA_MAX_LEASE_DURATION_SECONDS", "30", ">= 90"),
+        ("EUREKA_REPLICATION_QUEUE_SIZE", "-1", ">= 250"),
+        ("EUREKA_RENEWAL_PERCENT_THRESHOLD", "most", "a number"),
+        ("EUREKA_ENABLE_SELF_PRESERVATION", "maybe", "true or false"),
+        ("EUREKA_TIMINGS", "slow", "fast, eureka"),
+        ("EUREKA_LEASE_EXPIRY", "never", "exact, eureka"),
+        ("EUREKA_PEER_URLS", "ftp://a/eureka/", "http"),
+        ("EUREKA_PEER_URLS", "http://a:99999/eureka/", "Port out of range"),
+        ("EUREKA_REMOTE_REGION_URLS", "http://w1:8761/eureka/", "region=http"),
+        ("EUREKA_REMOTE_REGION_APP_WHITELIST", "mars:BILLING", "mars"),
+        ("EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS", "10.0.0.0/8,the-lan", "the-lan"),
+        ("EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", "30", "MAX_TIMEOUT"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_variable(variable, value, problem):
+    with pytest.raises(BadSetting) as raised:
+        parse_config({variable: value})
+    assert raised.value.variable == variable
+    assert variable in str(raised.value)
+    assert problem in str(raised.value)
+    assert isinstance(raised.value, ValueError)
+
+
+def test_the_config_is_frozen():
+    config = parse_config({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.cluster.sync_retries = 1  # type: ignore[misc]
+    edited = dataclasses.replace(config, cluster=dataclasses.replace(config.cluster, sync_retries=1))
+    assert isinstance(edited, EurekaConfig) and edited.cluster.sync_retries == 1
+    assert config.cluster.sync_retries == 5
