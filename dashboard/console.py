@@ -69,8 +69,8 @@ class SystemStatus:
 def system_status(node: Node, now: int, tz: tzinfo) -> SystemStatus:
     sp = node.registry.self_preservation(now)
     return SystemStatus(
-        environment=node.options.get("environment", "test"),
-        datacenter=node.options.get("datacenter", "default"),
+        environment=node.config.identity.environment,
+        datacenter=node.config.identity.datacenter,
         current_time=format_time(now, tz),
         uptime=format_uptime(now - node.started_at),
         banner=banner(sp),
@@ -121,7 +121,7 @@ def detected_ip_address() -> str:
 
 def instance_info(node: Node, now: int) -> list[tuple[str, str]]:
     """This node's own address and status: STARTING until it opens for traffic, then UP."""
-    ip = node.options.get("instance_ip_address") or detected_ip_address()
+    ip = node.config.identity.instance_ip_address or detected_ip_address()
     status = c.UP if node.registry.allows_reads(now) else c.STARTING
     return [("ipAddr", ip), ("status", status)]
 

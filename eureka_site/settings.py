@@ -1,10 +1,12 @@
-"""Settings for the registry. The environment is read here and nowhere else.
+"""Settings for the registry. The environment is read here and nowhere else: Django's own settings
+below, and the registry's (``EUREKA``) by registry/config.py's parser, given ``os.environ`` here.
 
 Every variable, with its default, is listed in ``deploy/.env.example``. Malformed values raise
 ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
 """
 
 import ipaddress
+import os
 import re
 from pathlib import Path
 
@@ -12,9 +14,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from eureka_site.logs import LOG_FORMATS, log_secrets
-from registry.cluster.peers import BadPeerUrl, parse_peer_urls
-from registry.cluster.regions import BadRegionConfig, parse_region_urls, parse_whitelist, whitelist_to_options
-from registry.health.addresses import parse_networks
+from registry.config import BadSetting, parse_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,10 +37,6 @@ def env_int(name, default, minimum=None):
 
 def env_bool(name, default):
     return _env(env.bool, name, default)
-
-
-def env_float(name, default):
-    return _env(env.float, name, default)
 
 
 def env_secret(name, default=None):
@@ -214,75 +210,12 @@ PASSWORD_HASHERS = [
 EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
 
-# Two timing profiles. "fast" (default): exact 90 s leases, eviction every 2 s and cache sync every
-# 1 s, so a dead instance leaves GET /eureka/apps within ~93 s of its last heartbeat and a change shows
-# within 1 s; expected clients counted exactly (self-preservation still stops eviction below 85 %).
-# "eureka": the Java server's timings and arithmetic (2 x lease, 60 s eviction, 30 s cache, SC's 1).
-EUREKA_TIMINGS = env.str("EUREKA_TIMINGS", default="fast")
-if EUREKA_TIMINGS not in ("fast", "eureka"):
-    raise ImproperlyConfigured("EUREKA_TIMINGS must be 'fast' or 'eureka'")
-_FAST = EUREKA_TIMINGS == "fast"
-
-_lease_expiry = env.str("EUREKA_LEASE_EXPIRY", default="exact" if _FAST else "eureka")
-if _lease_expiry not in ("exact", "eureka"):
-    raise ImproperlyConfigured("EUREKA_LEASE_EXPIRY must be 'exact' or 'eureka'")
-
-# The registry's knobs, named after Eureka's eureka.server.* keys (defaults as Spring Cloud's).
-EUREKA = {
-    "REGISTRY": {
-        "enable_self_preservation": env_bool("EUREKA_ENABLE_SELF_PRESERVATION", True),
-        "renewal_percent_threshold": env_float("EUREKA_RENEWAL_PERCENT_THRESHOLD", 0.85),
-        "expected_client_renewal_interval_secs": env_int(
-            "EUREKA_EXPECTED_CLIENT_RENEWAL_INTERVAL_SECONDS", 30
-        ),
-        "expected_number_of_clients_sending_renews": env_int(
-            "EUREKA_EXPECTED_NUMBER_OF_CLIENTS_SENDING_RENEWS", 0 if _FAST else 1, minimum=0
-        ),
-        "default_open_for_traffic_count": env_int(
-            "EUREKA_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", 0 if _FAST else 1, minimum=0
-        ),
-        "renewal_threshold_update_interval_ms": env_int(
-            "EUREKA_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS", 900_000, minimum=1
-        ),
-        "eviction_interval_ms": env_int("EUREKA_EVICTION_INTERVAL_MS", 2_000 if _FAST else 60_000, minimum=1),
-        "delta_retention_ms": env_int("EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS", 180_000, minimum=1),
-        "delta_retention_timer_interval_ms": env_int(
-            "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS", 30_000, minimum=1
-        ),
-        "disable_delta": env_bool("EUREKA_DISABLE_DELTA", False),
-        "sync_when_timestamp_differs": env_bool("EUREKA_SYNC_WHEN_TIMESTAMP_DIFFERS", True),
-        "lease_expiry": _lease_expiry,
-        "wait_time_in_ms_when_sync_empty": env_int("EUREKA_WAIT_TIME_IN_MS_WHEN_SYNC_EMPTY", 0, minimum=0),
-        "override_idle_expiry_ms": env_int("EUREKA_OVERRIDE_IDLE_EXPIRY_MS", 3_600_000, minimum=1),
-        "expected_clients_move_only_above_zero": env_bool(
-            "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not _FAST
-        ),
-        # Limits on what clients may store (registry/core.py RegistryConfig says why each default).
-        "max_instances": env_int("EUREKA_MAX_INSTANCES", 0, minimum=0),
-        "max_metadata_keys": env_int("EUREKA_MAX_METADATA_KEYS", 128, minimum=0),
-        "max_metadata_bytes": env_int("EUREKA_MAX_METADATA_BYTES", 32_768, minimum=0),
-        "max_lease_duration_secs": env_int("EUREKA_MAX_LEASE_DURATION_SECONDS", 3_600, minimum=90),
-    },
-    # 500 ms: with replication's ~0.2 s, a peer serves a change within a second (bench/README.md,
-    # "Replication"); builds are paced and from pieces, so refreshing this often is cheap.
-    "response_cache_update_interval_ms": env_int(
-        "EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS", 500 if _FAST else 30_000, minimum=1
-    ),
-    "response_cache_auto_expiration_ms": 1000
-    * env_int("EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS", 180, minimum=1),
-    "use_read_only_response_cache": env_bool("EUREKA_USE_READ_ONLY_RESPONSE_CACHE", True),
-    # Python's garbage collector (registry/runtime/gc_policy.py): every interval (and at once after bulk
-    # changes), young generations collected and survivors frozen, so full collections stop walking
-    # every lease; 0 switches it off.
-    "gc_freeze_interval_ms": env_int("EUREKA_GC_FREEZE_INTERVAL_MS", 60_000, minimum=0),
-    "gc_full_collection_interval_ms": env_int("EUREKA_GC_FULL_COLLECTION_INTERVAL_MS", 3_600_000, minimum=1),
-    # Under gevent, a loop turn later than this is logged with what held the loop and counted in
-    # /metrics (registry/runtime/loop_watch.py); 0 switches the watch off.
-    "loop_stall_threshold_ms": env_int("EUREKA_LOOP_STALL_THRESHOLD_MS", 100, minimum=0),
-    # The in-process scheduler thread; started by the WSGI entry point, never by manage.py commands.
-    # With REDIS_URL set, Celery beat drives the jobs and this thread only runs overdue ones.
-    "embedded_scheduler": env_bool("EUREKA_EMBEDDED_SCHEDULER", True),
-}
+# The registry's own settings: registry/config.py reads them (each variable with its default and checks,
+# the "fast" and "eureka" timing profiles) into frozen objects, once; Django's own settings stay here.
+try:
+    EUREKA = parse_config(os.environ, data_dir=str(EUREKA_DATA_DIR))
+except BadSetting as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 # --- Status console ----------------------------------------------------------------------------
 EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
@@ -311,11 +244,6 @@ EUREKA_DASHBOARD_PREFIX = dashboard_prefix(env.str("EUREKA_DASHBOARD_PATH", defa
 EUREKA_DASHBOARD_REFRESH_SECONDS = env_int("EUREKA_DASHBOARD_REFRESH_SECONDS", 10, minimum=0)
 # Instances per page of the console's table (apps are kept whole on a page when they fit).
 EUREKA_DASHBOARD_PAGE_SIZE = env_int("EUREKA_DASHBOARD_PAGE_SIZE", 500, minimum=10)
-# Shown as Environment and Data center (Spring Cloud's eureka.environment / eureka.datacenter).
-EUREKA["environment"] = env.str("EUREKA_ENVIRONMENT", default="test")
-EUREKA["datacenter"] = env.str("EUREKA_DATACENTER", default="default")
-# This node's address under Instance Info; empty = the address of the interface that routes outwards.
-EUREKA["instance_ip_address"] = env.str("EUREKA_INSTANCE_IP_ADDRESS", default="")
 
 # --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py) ---------------
 # Off: /metrics answers 404 and protocol requests are not timed.
@@ -323,142 +251,16 @@ EUREKA_METRICS_ENABLED = env_bool("EUREKA_METRICS_ENABLED", True)
 # Set: scrapers send "Authorization: Bearer <token>" (else 401). Empty: /metrics is open.
 EUREKA_METRICS_TOKEN = env_secret("EUREKA_METRICS_TOKEN", default="")
 
-# --- Cluster: peers and replication (README "Clusters") -------------------------------------------
-# Service URLs of the other nodes, comma-separated, as clients write them (credentials = Basic auth,
-# never shown). The node leaves out its own: EUREKA_SELF_URL, or the same host and port it listens on.
-_peer_urls = env.list("EUREKA_PEER_URLS", default=[])
-try:
-    EUREKA["peer_urls"] = [peer.url for peer in parse_peer_urls(_peer_urls)]
-except BadPeerUrl as exc:
-    raise ImproperlyConfigured(f"EUREKA_PEER_URLS: {exc}") from None
-EUREKA["self_url"] = env.str("EUREKA_SELF_URL", default="")
-# Set: the node registers itself with each peer under this app name (Spring Cloud Eureka Server
-# lists a peer as available only when it sees such a registration from the peer's host).
-EUREKA["self_app_name"] = env.str("EUREKA_SELF_APP_NAME", default="")
-# Start-up sync (Eureka's syncUp): tries after the first, while no peer had any instance.
-EUREKA["registry_sync_retries"] = env_int("EUREKA_REGISTRY_SYNC_RETRIES", 5, minimum=0)
-EUREKA["registry_sync_retry_wait_ms"] = env_int(
-    "EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS", 5_000 if _FAST else 30_000, minimum=0
-)
-# Writes are coalesced for this long before they go to the peers' queues (at most this much lag).
-EUREKA["replication_flush_ms"] = env_int("EUREKA_REPLICATION_FLUSH_MS", 100, minimum=10)
-# Items waiting per peer, at most; past it the oldest are dropped (and counted).
-EUREKA["replication_queue_size"] = env_int("EUREKA_REPLICATION_QUEUE_SIZE", 10_000, minimum=250)
-EUREKA["peer_timeout_ms"] = env_int("EUREKA_PEER_TIMEOUT_MS", 5_000, minimum=100)
-
-# --- Remote regions (README "Remote regions"; registry/cluster/regions.py) -------------------------
-# Other Eureka deployments whose registries this node fetches and merges into GET apps?regions=... and
-# apps/delta?regions=... (Eureka's remoteRegionUrlsWithName): region=serviceUrl, comma-separated.
-try:
-    _remote_region_urls = parse_region_urls(env.list("EUREKA_REMOTE_REGION_URLS", default=[]))
-except BadRegionConfig as exc:
-    raise ImproperlyConfigured(f"EUREKA_REMOTE_REGION_URLS: {exc}") from None
-try:
-    # APP (from every region) or region:APP (from that region); a region with entries of its own uses
-    # those, the others the plain entries; none at all: every app.
-    _remote_region_whitelist = parse_whitelist(
-        env.list("EUREKA_REMOTE_REGION_APP_WHITELIST", default=[]), _remote_region_urls
-    )
-except BadRegionConfig as exc:
-    raise ImproperlyConfigured(f"EUREKA_REMOTE_REGION_APP_WHITELIST: {exc}") from None
-EUREKA["remote_regions"] = {
-    "urls": _remote_region_urls,
-    "fetch_interval_ms": 1000 * env_int("EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS", 30, minimum=1),
-    "connect_timeout_ms": env_int("EUREKA_REMOTE_REGION_CONNECT_TIMEOUT_MS", 1_000, minimum=100),
-    "read_timeout_ms": env_int("EUREKA_REMOTE_REGION_READ_TIMEOUT_MS", 1_000, minimum=100),
-    "whitelist": whitelist_to_options(_remote_region_whitelist),
-    # Eureka's transparent fallback: requests without regions= get every region too, and an app or
-    # instance missing here is looked up in them. Off: only regions= merges.
-    "transparent_fallback": env_bool("EUREKA_REMOTE_REGION_TRANSPARENT_FALLBACK", True),
-}
-
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).
-REDIS_URL = env.str("REDIS_URL", default="")
+REDIS_URL = EUREKA.redis.url
 # Celery tasks reach the registry process through its control endpoint with this shared secret.
 EUREKA_CONTROL_SECRET = env_secret("EUREKA_CONTROL_SECRET", default="")
-EUREKA_CONTROL_URL = env.str("EUREKA_CONTROL_URL", default="http://127.0.0.1:8761").rstrip("/")
+EUREKA_CONTROL_URL = EUREKA.control_url
 if REDIS_URL and not EUREKA_CONTROL_SECRET:
     raise ImproperlyConfigured(
         "EUREKA_CONTROL_SECRET (or EUREKA_CONTROL_SECRET_FILE) is required with REDIS_URL"
     )
-EUREKA["jobs_driver"] = "celery" if REDIS_URL else "embedded"
-EUREKA["redis_url"] = REDIS_URL
-# Key prefix of this node's read-only tier in Redis (nodes sharing one Redis need different ones).
-EUREKA["redis_namespace"] = env.str("EUREKA_REDIS_NAMESPACE", default="eureka")
-
-# --- Readers (registry/reader/, deploy/gunicorn_reader.conf.py) ----------------------------------
-# A reader serves GET apps, apps/delta, apps/{app}, vips and svips from the Redis read-only tier. A
-# payload the node has not confirmed for this long (its cache sync or the node itself stopped) is not
-# served: the request goes to the node, as do writes and cache misses. Default: 3 cache-sync intervals.
-EUREKA_READER_MAX_STALENESS_MS = env_int(
-    "EUREKA_READER_MAX_STALENESS_MS", 3 * EUREKA["response_cache_update_interval_ms"], minimum=1
-)
-# A reader worker asks Redis whether a payload changed at most this often per key (0: every request);
-# a new payload reaches its clients this much after the node's. Default: a tenth of the sync interval,
-# at most 100 ms.
-EUREKA_READER_REVALIDATE_MS = env_int(
-    "EUREKA_READER_REVALIDATE_MS", min(100, EUREKA["response_cache_update_interval_ms"] // 10), minimum=0
-)
-# The node a reader forwards to (its base URL, like EUREKA_CONTROL_URL, the default), and how long it
-# waits for its answer. No credentials in the URL (a reader refuses to start): each client's own
-# Authorization is passed on.
-EUREKA_READER_NODE_URL = env.str("EUREKA_READER_NODE_URL", default=EUREKA_CONTROL_URL).rstrip("/")
-EUREKA_READER_NODE_TIMEOUT_MS = env_int("EUREKA_READER_NODE_TIMEOUT_MS", 5_000, minimum=100)
-
-# --- Warm restart (README "Warm restart"; registry/runtime/snapshots.py) -----------------------------
-# The node saves its lease map every interval and when it stops, and starts again from it: in embedded
-# mode a file in EUREKA_DATA_DIR, in production mode the Redis key {EUREKA_REDIS_NAMESPACE}:snapshot.
-# A snapshot older than the maximum age (default: the default lease duration) is not used.
-EUREKA["warm_restart"] = env_bool("EUREKA_WARM_RESTART", True)
-EUREKA["warm_restart_interval_ms"] = env_int("EUREKA_WARM_RESTART_INTERVAL_MS", 5_000, minimum=100)
-EUREKA["warm_restart_max_age_ms"] = env_int("EUREKA_WARM_RESTART_MAX_AGE_MS", 90_000, minimum=1)
-EUREKA["data_dir"] = str(EUREKA_DATA_DIR)
-
-# --- Change feed (README "Change feed"; registry/feed/) ---------------------------------------------
-# GET /api/v1/changes (JSON) and /api/v1/changes/stream (Server-Sent Events) on the node, and in
-# production mode a Redis Stream {EUREKA_REDIS_NAMESPACE}:changes. Off answers 404 and publishes nothing.
-EUREKA["change_feed"] = {
-    "enabled": env_bool("EUREKA_CHANGE_FEED", True),
-    # Open SSE streams per node; more answer 503 with Retry-After.
-    "streams_max": env_int("EUREKA_CHANGE_STREAMS_MAX", 2_000, minimum=0),
-    # A comment line this often on an idle stream (proxies keep it open; a gone client is noticed).
-    "keepalive_seconds": env_int("EUREKA_CHANGE_STREAM_KEEPALIVE_SECONDS", 15, minimum=1),
-    # A stream ends after this long; EventSource clients reconnect with Last-Event-ID, losing nothing.
-    "stream_max_seconds": env_int("EUREKA_CHANGE_STREAM_MAX_SECONDS", 1_800, minimum=1),
-    # Open streams are woken at most once per this window, however many changes come in it.
-    "coalesce_ms": env_int("EUREKA_CHANGE_STREAM_COALESCE_MS", 50, minimum=0),
-    # Production mode: entries kept in the Redis Stream (approximately), the node's buffer before
-    # Redis (the oldest dropped when full), and how often the buffer is sent.
-    "redis_maxlen": env_int("EUREKA_CHANGE_FEED_REDIS_MAXLEN", 100_000, minimum=1_000),
-    "redis_buffer": env_int("EUREKA_CHANGE_FEED_REDIS_BUFFER", 10_000, minimum=100),
-    "redis_flush_ms": env_int("EUREKA_CHANGE_FEED_REDIS_FLUSH_MS", 100, minimum=10),
-}
-
-# --- Webhooks (README "Webhooks"; registry/webhooks/) ----------------------------------------------
-# Subscriptions are made in the admin; with none, nothing is buffered or sent. Embedded mode sends
-# from a thread of the node, production mode (REDIS_URL) from the Celery worker.
-EUREKA["webhooks"] = {
-    # Off: the node neither buffers changes nor sends (subscriptions stay in the admin, unused).
-    "enabled": env_bool("EUREKA_WEBHOOKS_ENABLED", True),
-    # Per request: a receiver that has not answered by then is retried later.
-    "timeout_ms": env_int("EUREKA_WEBHOOK_TIMEOUT_MS", 5_000, minimum=100),
-    # Attempts per delivery before it is marked failed; waits between them double from the base
-    # (1 s, 2 s, 4 s, ...) up to the cap.
-    "max_attempts": env_int("EUREKA_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1),
-    "retry_base_ms": env_int("EUREKA_WEBHOOK_RETRY_BASE_MS", 1_000, minimum=10),
-    "retry_max_ms": env_int("EUREKA_WEBHOOK_RETRY_MAX_MS", 300_000, minimum=10),
-    # Delivered and failed deliveries are deleted from the log after this many days (hourly job).
-    "retention_days": env_int("EUREKA_WEBHOOK_RETENTION_DAYS", 7, minimum=1),
-    "prune_interval_ms": 3_600_000,
-    # Changes waiting to be queued (the oldest dropped when full), queued every flush_ms.
-    "buffer_size": env_int("EUREKA_WEBHOOK_BUFFER_SIZE", 10_000, minimum=100),
-    "flush_ms": 200,
-    # Subscriptions saved in this node's admin apply at once; made elsewhere, within this long.
-    "refresh_ms": env_int("EUREKA_WEBHOOK_REFRESH_MS", 5_000, minimum=100),
-    # Production mode: beat runs the sender this often (retries that fell due, lost kicks).
-    "poll_ms": env_int("EUREKA_WEBHOOK_POLL_MS", 2_000, minimum=100),
-}
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
@@ -481,22 +283,12 @@ def _beat_entry(job, interval_ms):
 
 CELERY_BEAT_SCHEDULE = {
     f"eureka-{job}": _beat_entry(job, interval)
-    for job, interval in {
-        "evict": EUREKA["REGISTRY"]["eviction_interval_ms"],
-        "sync_response_cache": EUREKA["response_cache_update_interval_ms"],
-        "prune_delta_queue": EUREKA["REGISTRY"]["delta_retention_timer_interval_ms"],
-        "recount_expected_clients": EUREKA["REGISTRY"]["renewal_threshold_update_interval_ms"],
-        "prune_webhook_deliveries": EUREKA["webhooks"]["prune_interval_ms"],
-    }.items()
-    if interval
-}
-if _remote_region_urls:
+    for job, interval in EUREKA.job_intervals_ms().items()
     # The remote regions' fetches run in the registry process (it holds their registries); beat only
-    # says when (registry/runtime/jobs.py, fetch_remote_regions).
-    CELERY_BEAT_SCHEDULE["eureka-fetch_remote_regions"] = _beat_entry(
-        "fetch_remote_regions", EUREKA["remote_regions"]["fetch_interval_ms"]
-    )
-if EUREKA["peer_urls"]:
+    # says when (registry/runtime/jobs.py, fetch_remote_regions), and only if there are regions.
+    if interval and (job != "fetch_remote_regions" or EUREKA.remote_regions.urls)
+}
+if EUREKA.cluster.peers:
     # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick
     # the node sends when an outbox fills was lost (registry/cluster/redis_outbox.py).
     CELERY_BEAT_SCHEDULE["eureka-replication-drain"] = {
@@ -504,44 +296,18 @@ if EUREKA["peer_urls"]:
         "schedule": 1.0,
         "options": {"expires": 0.9},
     }
-if REDIS_URL and EUREKA["webhooks"]["enabled"]:
+if REDIS_URL and EUREKA.webhooks.enabled:
     # Webhooks' safety net: due deliveries (retries, lost kicks) sent by the worker (registry/webhooks/).
     CELERY_BEAT_SCHEDULE["eureka-webhook-delivery"] = {
         "task": "registry.tasks.deliver_webhooks",
-        "schedule": EUREKA["webhooks"]["poll_ms"] / 1000,
-        "options": {"expires": EUREKA["webhooks"]["poll_ms"] / 1000 * 0.9},
+        "schedule": EUREKA.webhooks.poll_ms / 1000,
+        "options": {"expires": EUREKA.webhooks.poll_ms / 1000 * 0.9},
     }
 
-# --- Active health checks (README "Active health checks"; registry/health/) ------------------------
-# Off by default. On: instances whose metadata asks for it (eureka-django.health-check = http | tcp)
-# are probed, and marked DOWN through a status override after consecutive failures.
-EUREKA["health_checks"] = {
-    "enabled": env_bool("EUREKA_HEALTH_CHECKS", False),
-    # Probes running at once, at most (a gevent pool in the node, threads in a Celery worker).
-    "concurrency": env_int("EUREKA_HEALTH_CHECK_CONCURRENCY", 50, minimum=1),
-    # How often due probes are handed out: the node's loop, or Celery beat's round in production mode.
-    "dispatch_ms": env_int("EUREKA_HEALTH_CHECK_DISPATCH_MS", 250, minimum=50),
-    # Defaults for what an instance's metadata leaves out.
-    "interval_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_INTERVAL_SECONDS", 10, minimum=1),
-    "timeout_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", 2, minimum=1),
-    "threshold": env_int("EUREKA_HEALTH_CHECK_THRESHOLD", 3, minimum=1),
-    "recover": env_int("EUREKA_HEALTH_CHECK_RECOVER", 2, minimum=1),
-    # The longest timeout an instance's metadata may ask for: each probe holds a pool slot that long.
-    "max_timeout_ms": 1000 * env_int("EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS", 10, minimum=1),
-    # Networks probes may reach although they are loopback, link-local or the node's own (CIDRs).
-    "allowed_networks": tuple(env.list("EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS", default=[])),
-}
-if EUREKA["health_checks"]["timeout_ms"] > EUREKA["health_checks"]["max_timeout_ms"]:
-    raise ImproperlyConfigured(
-        "EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS must be <= EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS"
-    )
-try:
-    parse_networks(",".join(EUREKA["health_checks"]["allowed_networks"]))
-except ValueError as _bad_network:
-    raise ImproperlyConfigured(f"EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS: {_bad_network}") from None
-if EUREKA["health_checks"]["enabled"] and REDIS_URL:
+# --- Active health checks (README "Active health checks"; registry/health/): EUREKA.health_checks.
+if EUREKA.health_checks.enabled and REDIS_URL:
     # Production mode: a Celery worker probes (registry/runtime/tasks.py, run_health_checks).
-    _health_round_s = EUREKA["health_checks"]["dispatch_ms"] / 1000
+    _health_round_s = EUREKA.health_checks.dispatch_ms / 1000
     CELERY_BEAT_SCHEDULE["eureka-health-checks"] = {
         "task": "registry.tasks.run_health_checks",
         "schedule": _health_round_s,
@@ -558,7 +324,7 @@ if LOG_FORMAT not in LOG_FORMATS:
 # Masked wherever they would appear in a line (any password in a URL is removed too).
 _LOG_SECRETS = log_secrets(
     [SECRET_KEY, EUREKA_CONTROL_SECRET, EUREKA_METRICS_TOKEN, DATABASES["default"].get("PASSWORD") or ""],
-    urls=[REDIS_URL, *EUREKA["peer_urls"], *EUREKA["remote_regions"]["urls"].values()],
+    urls=[REDIS_URL, *EUREKA.cluster.peer_urls, *EUREKA.remote_regions.urls.values()],
 )
 LOGGING = {
     "version": 1,

@@ -19,13 +19,13 @@ application = RoutingApplication()
 # made before the node freezes what start-up made.
 get_resolver().url_patterns  # noqa: B018 (the import is the point)
 
-if settings.EUREKA["jobs_driver"] == "celery":
+if settings.EUREKA.redis.jobs_driver == "celery":
     # Production mode: the node sends tasks (webhook deliveries, replication drains) through this
     # app, so it must be the current one before the first is sent (eureka_site/__init__.py).
     import eureka_site.celery  # noqa: E402, F401
 
-if settings.EUREKA["embedded_scheduler"]:
+if settings.EUREKA.process.embedded_scheduler:
     from registry.runtime.node import get_node
 
     # Under Celery the thread is a watchdog: it runs only jobs that beat has left overdue.
-    get_node().start_scheduler(watchdog=settings.EUREKA["jobs_driver"] == "celery")
+    get_node().start_scheduler(watchdog=settings.EUREKA.redis.jobs_driver == "celery")

@@ -11,8 +11,7 @@ Django-free, and light to import: no HTTP or Redis client is loaded by parsing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 from registry.cluster.peers import BadPeerUrl, Peer, parse_peer_urls
 from registry.cluster.regions import BadRegionConfig, Whitelist, parse_region_urls, parse_whitelist
@@ -36,7 +35,7 @@ class BadSetting(ValueError):
     """An environment variable whose value cannot be used; ``variable`` names it."""
 
     def __init__(self, variable: str, problem: str):
-        super().__init__(f"Environment variable {variable}: {problem}")
+        super().__init__(f"{variable}: {problem}")
         self.variable = variable
 
 
@@ -87,10 +86,9 @@ class RedisConfig:
     url: str = ""
     # Key prefix of this node's data in Redis (nodes sharing one Redis need different ones).
     namespace: str = "eureka"
-
-    @property
-    def jobs_driver(self) -> str:
-        return "celery" if self.url else "embedded"
+    # "celery" whenever ``url`` is set (parse_config); a test's node may keep "embedded" with a Redis
+    # read-only tier, replicating from its own process.
+    jobs_driver: str = "embedded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +197,21 @@ class EurekaConfig:
     # The node's base URL for Celery tasks' calls to its control endpoint.
     control_url: str = "http://127.0.0.1:8761"
 
+    def with_changes(self, **changes: object) -> EurekaConfig:
+        """A copy with ``section__field=value`` changes (``registry__disable_delta=True``), or whole
+        fields (``timings="eureka"``): how tests and benchmarks vary one setting."""
+        sections: dict[str, dict[str, object]] = {}
+        top: dict[str, object] = {}
+        for name, value in changes.items():
+            section, _, attribute = name.partition("__")
+            if attribute:
+                sections.setdefault(section, {})[attribute] = value
+            else:
+                top[name] = value
+        for section, values in sections.items():
+            top[section] = replace(getattr(self, section), **values)
+        return replace(self, **top)
+
     def job_intervals_ms(self) -> dict[str, int]:
         """Every periodic job's interval, for the embedded scheduler and Celery beat alike."""
         return {
@@ -261,16 +274,6 @@ class _Environment:
 
     def list(self, name: str) -> list[str]:
         return [item.strip() for item in self.environ.get(name, "").split(",") if item.strip()]
-
-    def secret(self, name: str, default: str = "") -> str:
-        """NAME, or the contents of the file named by NAME_FILE (Docker/systemd credentials)."""
-        path = self.environ.get(f"{name}_FILE", "")
-        if path:
-            try:
-                return Path(path).read_text().strip()
-            except OSError as exc:
-                raise BadSetting(f"{name}_FILE", f"cannot read {path!r}: {exc.strerror}") from None
-        return self.str(name, default)
 
 
 def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> EurekaConfig:
@@ -339,6 +342,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         replication_queue_size=env.int("EUREKA_REPLICATION_QUEUE_SIZE", 10_000, minimum=250),
         peer_timeout_ms=env.int("EUREKA_PEER_TIMEOUT_MS", 5_000, minimum=100),
     )
+    redis_url = env.str("REDIS_URL", "")
     control_url = env.str("EUREKA_CONTROL_URL", "http://127.0.0.1:8761").rstrip("/")
     return EurekaConfig(
         timings=timings,
@@ -347,7 +351,9 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         cluster=cluster,
         remote_regions=_remote_regions(env),
         redis=RedisConfig(
-            url=env.str("REDIS_URL", ""), namespace=env.str("EUREKA_REDIS_NAMESPACE", "eureka")
+            url=redis_url,
+            namespace=env.str("EUREKA_REDIS_NAMESPACE", "eureka"),
+            jobs_driver="celery" if redis_url else "embedded",
         ),
         reader=ReaderConfig(
             # Default: 3 cache-sync intervals (the node's sync or the node itself has stopped).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
@@ -39,17 +38,28 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def eureka_options():
-    """A copy of settings.EUREKA that a test may edit before asking for ``node``."""
-    options = copy.deepcopy(settings.EUREKA)
+    """settings.EUREKA (typed, frozen: registry/config.py) as the test's nodes start from; a test builds
+    its own variant with ``eureka_options.with_changes(registry__disable_delta=True, ...)``."""
     # Most API tests want to see writes at once; tests of the read-only tier turn it back on.
-    options["use_read_only_response_cache"] = False
-    return options
+    return settings.EUREKA.with_changes(response_cache__use_read_only=False)
 
 
 @pytest.fixture
-def node(eureka_options, clock):
+def config_changes() -> dict:
+    """Changes for the ``node`` fixture's config, made by fixtures requested before ``node``/``api``."""
+    return {}
+
+
+@pytest.fixture
+def edit_config(config_changes):
+    """``edit_config(registry__disable_delta=True)``: the ``node`` fixture (asked for later) gets it."""
+    return config_changes.update
+
+
+@pytest.fixture
+def node(eureka_options, config_changes, clock):
     """The process node replaced by a fresh one on the fake clock; views see this one."""
-    fresh = build_node(eureka_options, clock=clock)
+    fresh = build_node(eureka_options.with_changes(**config_changes), clock=clock)
     reset_node(fresh)
     yield fresh
     reset_node(None)

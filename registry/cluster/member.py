@@ -19,13 +19,16 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from registry.cluster.peers import Peer, PeerSet, is_own_url, parse_peer_urls, peer_hostname
+from registry.cluster.peers import Peer, PeerSet, is_own_url, peer_hostname
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
 from registry.cluster.transport import PeerTransport
 from registry.core import Registry
+
+if TYPE_CHECKING:
+    from registry.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class ClusterMember:
         self,
         registry: Registry,
         peer_set: PeerSet,
-        options: dict[str, Any],
+        config: EurekaConfig,
         clock: Callable[[], int],
         transport: PeerTransport | None = None,
         redis_client: Any = None,
@@ -46,17 +49,17 @@ class ClusterMember:
         """``redis_client`` and ``kick`` (start a drain task for a peer key) select production mode:
         the outboxes live in Redis and Celery workers send them."""
         self.registry = registry
-        self.options = options
+        self.config = config
         self.clock = clock
-        self.self_url = options.get("self_url") or ""
+        self.self_url = config.cluster.self_url
         peers = []
-        for peer in parse_peer_urls(options.get("peer_urls", ())):
+        for peer in config.cluster.peers:
             if is_own_url(peer, self.self_url, []):
                 peer_set.remove(peer.url)
             else:
                 peers.append(peer)
-        self.transport = transport or PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
-        capacity = int(options.get("replication_queue_size", 10_000))
+        self.transport = transport or PeerTransport(timeout_s=config.cluster.peer_timeout_ms / 1000)
+        capacity = config.cluster.replication_queue_size
         self.production = redis_client is not None and kick is not None
         # Production mode: a drain as soon as a peer the workers found down answers again.
         self._kick = kick if self.production else None
@@ -64,7 +67,7 @@ class ClusterMember:
             # Only here: an embedded node does not load the Redis client at all.
             from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, queue_key
 
-            namespace = options.get("redis_namespace", "eureka")
+            namespace = config.redis.namespace
 
             def outbox_factory(peer: Peer) -> NodeOutbox:
                 queue = RedisQueue(redis_client, queue_key(namespace, peer), capacity)
@@ -101,15 +104,15 @@ class ClusterMember:
         self.drivers = EmbeddedReplication(
             self.replicator,
             self.clock,
-            int(self.options.get("replication_flush_ms", 100)),
+            self.config.cluster.replication_flush_ms,
             on_recovered=self._kick,
         )
         self.drivers.start()
         threading.Thread(target=self._sync, name="startup-sync", daemon=True).start()
-        app = self.options.get("self_app_name")
+        app = self.config.cluster.self_app_name
         if app:
             host, port = self._own_address(listening)
-            ip = self.options.get("instance_ip_address") or host
+            ip = self.config.identity.instance_ip_address or host
             self.self_registration = SelfRegistration(
                 self.peers, self.transport, self_instance(app, host, ip, port), SELF_HEARTBEAT_MS
             )
@@ -126,8 +129,8 @@ class ClusterMember:
         return host, port
 
     def _sync(self) -> None:
-        retries = int(self.options.get("registry_sync_retries", 0))
-        wait_ms = int(self.options.get("registry_sync_retry_wait_ms", 0))
+        retries = self.config.cluster.sync_retries
+        wait_ms = self.config.cluster.sync_retry_wait_ms
         try:
             count = sync_from_peers(
                 self.registry, self.peers, self.transport, self.clock, retries, wait_ms, self._stop

@@ -122,23 +122,6 @@ def parse_whitelist(entries: Iterable[str], regions: Iterable[str]) -> Whitelist
     )
 
 
-def whitelist_to_options(whitelist: Whitelist) -> dict[str, Any]:
-    """The whitelist as plain lists, for settings (which tests copy and edit)."""
-    return {
-        "everywhere": sorted(whitelist.everywhere) if whitelist.everywhere is not None else None,
-        "per_region": {region: sorted(apps) for region, apps in (whitelist.per_region or {}).items()},
-    }
-
-
-def whitelist_from_options(options: Mapping[str, Any]) -> Whitelist:
-    everywhere = options.get("everywhere")
-    per_region = options.get("per_region") or {}
-    return Whitelist(
-        frozenset(everywhere) if everywhere is not None else None,
-        {region: frozenset(apps) for region, apps in per_region.items()} or None,
-    )
-
-
 class FetchFailed(Exception):
     """A remote region's registry could not be had this time; the message is shown on the console
     (staff only) and never holds credentials."""

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -32,6 +32,9 @@ from redis.exceptions import RedisError
 
 from registry.changes import Change
 from registry.cluster.peers import scrub_text
+
+if TYPE_CHECKING:
+    from registry.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -220,18 +223,18 @@ def _entry(fields: dict) -> dict[str, Any]:
     return change
 
 
-def start_publisher(registry, options: dict[str, Any]) -> RedisChangePublisher:
-    """The node's publisher for production mode (``options`` is ``settings.EUREKA``), started."""
+def start_publisher(registry, config: EurekaConfig) -> RedisChangePublisher:
+    """The node's publisher for production mode, started."""
     from registry.cache.redis_tier import connect
 
-    feed = options.get("change_feed", {})
+    feed = config.change_feed
     publisher = RedisChangePublisher(
-        connect(options["redis_url"]),
-        stream_key(options.get("redis_namespace") or "eureka"),
-        node_name=_node_name(options.get("self_url") or ""),
-        maxlen=int(feed.get("redis_maxlen", DEFAULT_MAXLEN)),
-        buffer_size=int(feed.get("redis_buffer", DEFAULT_BUFFER)),
-        flush_ms=int(feed.get("redis_flush_ms", DEFAULT_FLUSH_MS)),
+        connect(config.redis.url),
+        stream_key(config.redis.namespace),
+        node_name=_node_name(config.cluster.self_url),
+        maxlen=feed.redis_maxlen,
+        buffer_size=feed.redis_buffer,
+        flush_ms=feed.redis_flush_ms,
     )
     publisher.start(registry)
     return publisher

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from django.db import connections
@@ -24,23 +24,17 @@ from registry.feed.streams import StreamBody, StreamHub, change_stream, resume_p
 from registry.protocol.http import PassthroughRenderer
 from registry.runtime.node import Node, get_node
 
-# Defaults of settings.EUREKA["change_feed"] (eureka_site/settings.py reads the environment), for
-# nodes built from options that predate the feed.
-DEFAULT_OPTIONS = {
-    "enabled": True,
-    "streams_max": 2_000,
-    "keepalive_seconds": 15,
-    "stream_max_seconds": 1_800,
-    "coalesce_ms": 50,
-}
+if TYPE_CHECKING:
+    from registry.config import ChangeFeedConfig
+
 REFETCH_DETAIL = "refetch GET /eureka/apps, then follow from lastId"
 RETRY_AFTER_FULL_S = 5
 
 _hub_lock = threading.Lock()
 
 
-def feed_options(node: Node) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **node.options.get("change_feed", {})}
+def feed_config(node: Node) -> ChangeFeedConfig:
+    return node.config.change_feed
 
 
 def stream_hub(node: Node) -> StreamHub:
@@ -48,10 +42,8 @@ def stream_hub(node: Node) -> StreamHub:
     if node.change_streams is None:
         with _hub_lock:
             if node.change_streams is None:
-                options = feed_options(node)
-                node.change_streams = StreamHub(
-                    node.registry, int(options["streams_max"]), int(options["coalesce_ms"])
-                )
+                options = feed_config(node)
+                node.change_streams = StreamHub(node.registry, options.streams_max, options.coalesce_ms)
     return node.change_streams
 
 
@@ -113,7 +105,7 @@ class FeedView(APIView):
 
     def initial(self, request, *args, **kwargs):
         # Off means absent, before any credentials are asked for.
-        if not feed_options(get_node())["enabled"]:
+        if not feed_config(get_node()).enabled:
             raise Http404
         super().initial(request, *args, **kwargs)
 
@@ -142,7 +134,7 @@ class ChangeStreamView(FeedView):
     def get(self, request):
         query = self.feed_query(request)
         node = get_node()
-        options = feed_options(node)
+        options = feed_config(node)
         hub = stream_hub(node)
         cursor, too_old_at = resume_point(node.registry, query)
         subscription = hub.open()
@@ -160,8 +152,8 @@ class ChangeStreamView(FeedView):
             query,
             cursor,
             too_old_at,
-            keepalive_s=float(options["keepalive_seconds"]),
-            max_seconds=float(options["stream_max_seconds"]),
+            keepalive_s=float(options.keepalive_seconds),
+            max_seconds=float(options.stream_max_seconds),
         )
         response = StreamingHttpResponse(
             StreamBody(body, lambda: hub.release(subscription)), content_type="text/event-stream"

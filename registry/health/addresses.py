@@ -16,7 +16,6 @@ import ipaddress
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import psutil
 
@@ -140,10 +139,9 @@ class AddressPolicy:
         return None
 
 
-def policy_from_options(options: dict[str, Any]) -> AddressPolicy:
+def own_address_policy(allowed_networks: Iterable[str], instance_ip_address: str) -> AddressPolicy:
     """Where this process's probes may connect (the node's and Celery workers' alike): never to the
     node's own addresses (its interfaces', EUREKA_INSTANCE_IP_ADDRESS, and where it listens, added when
     gunicorn says), unless EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS allows them."""
-    health = options.get("health_checks") or {}
-    own = [options["instance_ip_address"]] if options.get("instance_ip_address") else []
-    return AddressPolicy(parse_networks(",".join(health.get("allowed_networks", ()))), own)
+    own = [instance_ip_address] if instance_ip_address else []
+    return AddressPolicy(parse_networks(",".join(allowed_networks)), own)

@@ -23,12 +23,12 @@ _NODE_URL = re.compile(r"https?://[^/@\s]+(/[^@\s]*)?")
 
 def check_settings(settings) -> None:
     """What a reader needs, or ImproperlyConfigured at start-up (not at the first request)."""
-    if not settings.EUREKA["redis_url"]:
+    if not settings.EUREKA.redis.url:
         raise ImproperlyConfigured(
             "A reader serves the node's Redis read-only cache: set REDIS_URL to the node's Redis "
             "(and EUREKA_REDIS_NAMESPACE if the node sets it)"
         )
-    if not _NODE_URL.fullmatch(settings.EUREKA_READER_NODE_URL):
+    if not _NODE_URL.fullmatch(settings.EUREKA.reader.node_url):
         raise ImproperlyConfigured(
             "EUREKA_READER_NODE_URL must be the node's http(s) base URL without credentials, e.g. "
             "http://registry:8761 (each client's own Authorization is forwarded)"
@@ -69,16 +69,17 @@ class Reader:
 
 def build_reader(settings) -> Reader:
     check_settings(settings)
-    tier = TierReader(connect(settings.EUREKA["redis_url"]), settings.EUREKA.get("redis_namespace", "eureka"))
+    config = settings.EUREKA
+    tier = TierReader(connect(config.redis.url), config.redis.namespace)
     return Reader(
         source=PayloadSource(
             tier,
-            settings.EUREKA_READER_MAX_STALENESS_MS,
-            revalidate_ms=settings.EUREKA_READER_REVALIDATE_MS,
+            config.reader.max_staleness_ms,
+            revalidate_ms=config.reader.revalidate_ms,
             # The node's expiry (same settings): it drops keys unread for that long, readers' reads included.
-            mark_every_ms=max(1, settings.EUREKA["response_cache_auto_expiration_ms"] // MARKS_PER_EXPIRY),
+            mark_every_ms=max(1, config.response_cache.auto_expiration_ms // MARKS_PER_EXPIRY),
         ),
-        forwarder=NodeForwarder(settings.EUREKA_READER_NODE_URL, settings.EUREKA_READER_NODE_TIMEOUT_MS),
+        forwarder=NodeForwarder(config.reader.node_url, config.reader.node_timeout_ms),
     )
 
 

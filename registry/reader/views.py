@@ -42,12 +42,11 @@ def _regions(request, entity: str) -> tuple[str, ...] | None:
     """The remote regions of the node's key for this request (``key_regions``, from the same
     settings); None when only the node can answer: regions asked for but none of them configured
     (the node may still refuse them, 403, before its first fetch of every region)."""
-    config = settings.EUREKA.get("remote_regions") or {}
-    urls = config.get("urls") or {}
-    if entity not in (APPS, DELTA) or not urls:
+    config = settings.EUREKA.remote_regions
+    if entity not in (APPS, DELTA) or not config.urls:
         return ()
     asked = requested_regions(request)
-    regions = key_regions(request, asked, urls, bool(config.get("transparent_fallback", True)))
+    regions = key_regions(request, asked, config.urls, config.transparent_fallback)
     return None if asked is not None and not regions else regions
 
 

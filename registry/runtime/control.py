@@ -177,7 +177,7 @@ class ReadyView(NodeView):
         body = {
             "status": status,
             "open_for_traffic": open_for_reads,
-            "jobs_driver": node.options.get("jobs_driver", "embedded"),
+            "jobs_driver": node.config.redis.jobs_driver,
             "read_only_cache": "redis" if redis is not None else "in-process",
             "redis": redis,
             "jobs": jobs,

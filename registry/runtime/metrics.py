@@ -343,9 +343,9 @@ class NodeCollector(Collector):
         read_only = "redis" if node.cache.read_only.status() is not None else "in-process"
         info.add_metric(
             [
-                str(node.options.get("environment", "test")),
-                str(node.options.get("datacenter", "default")),
-                str(node.options.get("jobs_driver", "embedded")),
+                node.config.identity.environment,
+                node.config.identity.datacenter,
+                node.config.redis.jobs_driver,
                 read_only,
             ],
             1,

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from registry.cache.pacing import PACER
 from registry.cache.response_cache import ReadOnlyTier, ResponseCache
-from registry.cluster.peers import PeerSet, parse_peer_urls
-from registry.core import Registry, RegistryConfig
+from registry.cluster.peers import PeerSet
+from registry.core import Registry
 from registry.findings import RegistrationSources
-from registry.health.addresses import AddressPolicy, policy_from_options
+from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
@@ -27,7 +27,6 @@ from registry.protocol.payloads import PayloadBuilder
 from registry.runtime import memory
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
 from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
-from registry.runtime.loop_watch import THRESHOLD_MS as LOOP_STALL_THRESHOLD_MS
 from registry.runtime.loop_watch import LoopWatch, Stall, start_gevent_watch
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
@@ -36,6 +35,7 @@ from registry.runtime.state_log import StateLog
 if TYPE_CHECKING:
     from registry.cluster.member import ClusterMember
     from registry.cluster.regions import RemoteRegions
+    from registry.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Node:
     registry: Registry
     cache: ResponseCache
     clock: Callable[[], int]
-    options: dict[str, Any]
+    config: EurekaConfig
     peers: PeerSet = field(default_factory=PeerSet)
     scheduler: EmbeddedScheduler | None = field(default=None)
     started_at: int = 0
@@ -119,10 +119,10 @@ class Node:
 
     def __post_init__(self) -> None:
         if self.gc_policy is None:
-            full_every_ms = int(self.options.get("gc_full_collection_interval_ms", 3_600_000))
-            freeze_every_ms = int(self.options.get("gc_freeze_interval_ms", 60_000)) or 60_000
+            full_every_ms = self.config.process.gc_full_collection_interval_ms
+            freeze_every_ms = self.config.process.gc_freeze_interval_ms or 60_000
             self.gc_policy = GcPolicy(full_every_ms, self.started_at, freeze_every_ms, trim=memory.trim)
-        if not self.options.get("gc_freeze_interval_ms", 60_000):
+        if not self.config.process.gc_freeze_interval_ms:
             # Switched off: Python's own collection schedule, as any process.
             self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}
         if self.remote_regions is None:
@@ -178,21 +178,16 @@ class Node:
             self.run_job(name, now, "watchdog")
 
     def job_intervals(self) -> dict[str, int]:
+        # The registry's intervals from its live config (the admin may change them at run time).
         config = self.registry.config
         return {
+            **self.config.job_intervals_ms(),
             "evict": config.eviction_interval_ms,
-            "sync_response_cache": int(self.options["response_cache_update_interval_ms"]),
             "prune_delta_queue": config.delta_retention_timer_interval_ms,
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
             # The GC policy freezes every gc_freeze_interval_ms, or sooner after bulk changes: it looks
             # each second.
             "freeze_gc": CHECK_INTERVAL_MS,
-            "prune_webhook_deliveries": int(
-                self.options.get("webhooks", {}).get("prune_interval_ms", 3_600_000)
-            ),
-            "fetch_remote_regions": int(
-                (self.options.get("remote_regions") or {}).get("fetch_interval_ms", 30_000)
-            ),
         }
 
     def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:
@@ -217,9 +212,9 @@ class Node:
 
     def _start_health_loop(self) -> None:
         if self.health is not None and self.health_loop is None:
-            options = self.options["health_checks"]
+            health = self.config.health_checks
             self.health_loop = HealthCheckLoop(
-                self.health, self.clock, self.health_policy, options["concurrency"], options["dispatch_ms"]
+                self.health, self.clock, self.health_policy, health.concurrency, health.dispatch_ms
             )
             self.health_loop.start()
 
@@ -233,12 +228,12 @@ class Node:
 
     def start_webhooks(self) -> None:
         """Queue (and in embedded mode send) webhook deliveries for the changes of this node's map."""
-        webhooks = self.options.get("webhooks", {})
-        if self.webhooks is not None or not webhooks.get("enabled"):
+        webhooks = self.config.webhooks
+        if self.webhooks is not None or not webhooks.enabled:
             return
         from registry.webhooks.relay import WebhookRelay, set_running
 
-        celery = bool(self.options.get("redis_url")) and self.options.get("jobs_driver") == "celery"
+        celery = bool(self.config.redis.url) and self.config.redis.jobs_driver == "celery"
         self.webhooks = WebhookRelay(
             self.registry, webhooks, kick=_kick_webhook_task if celery else None, deliver_here=not celery
         )
@@ -262,7 +257,7 @@ class Node:
     def start_loop_watch(self) -> None:
         """Under gevent, in the serving thread: log and count every stall of the event loop longer
         than ``loop_stall_threshold_ms``, with the code that held it (0: no watch)."""
-        threshold_ms = int(self.options.get("loop_stall_threshold_ms", LOOP_STALL_THRESHOLD_MS))
+        threshold_ms = self.config.process.loop_stall_threshold_ms
         if threshold_ms <= 0 or self.loop_watch is not None:
             return
         self.loop_watch = LoopWatch(threshold_ms / 1000)
@@ -304,10 +299,9 @@ def _log_stall(stall: Stall) -> None:
     )
 
 
-def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms) -> Node:
-    """``options`` is ``settings.EUREKA``: ``REGISTRY`` (RegistryConfig fields) plus cache knobs."""
-    config = RegistryConfig(**options["REGISTRY"])
-    expire_ms = int(options["response_cache_auto_expiration_ms"])
+def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -> Node:
+    """The node ``config`` describes (``settings.EUREKA``, parsed by registry/config.py)."""
+    expire_ms = config.response_cache.auto_expiration_ms
     holder: list[tuple[ResponseCache, PayloadBuilder]] = []
 
     def on_change(app: str, vips) -> None:
@@ -315,50 +309,50 @@ def build_node(options: dict[str, Any], clock: Callable[[], int] = wall_clock_ms
         builder.invalidate(app)
         cache.invalidate(app, vips)
 
-    registry = Registry(config, clock(), on_change=on_change)
+    registry = Registry(config.registry, clock(), on_change=on_change)
     registry.pause = PACER.tick
     builder = PayloadBuilder(registry, clock, expire_ms)
     cache = ResponseCache(
         builder.assemble,
         expire_ms=expire_ms,
-        use_read_only=bool(options["use_read_only_response_cache"]),
-        read_only=_read_only_tier(options, clock),
+        use_read_only=config.response_cache.use_read_only,
+        read_only=_read_only_tier(config, clock),
         on_clear=builder.clear,
         keep_formats=builder.keep_formats,
     )
     holder.append((cache, builder))
-    remote_regions = _remote_regions(options, clock, cache)
+    remote_regions = _remote_regions(config, clock, cache)
     if remote_regions is not None:
         builder.remote = remote_regions
         builder.remote_fallback = remote_regions.fallback
-    peers = PeerSet([peer.url for peer in parse_peer_urls(options.get("peer_urls", ()))])
-    cluster = _cluster_member(registry, peers, options, clock) if options.get("peer_urls") else None
+    peers = PeerSet(list(config.cluster.peer_urls))
+    cluster = _cluster_member(registry, peers, config, clock) if config.cluster.peers else None
     return Node(
         registry=registry,
         cache=cache,
         clock=clock,
-        options=options,
+        config=config,
         peers=peers,
         started_at=clock(),
         cluster=cluster,
-        health=_health_checker(registry, options, clock),
-        health_policy=_node_health_policy(options),
-        warm_restart=build_warm_restart(registry, options, clock) if options.get("warm_restart") else None,
-        change_publisher=_change_publisher(registry, options),
+        health=_health_checker(registry, config, clock),
+        health_policy=_node_health_policy(config),
+        warm_restart=build_warm_restart(registry, config, clock) if config.warm_restart.enabled else None,
+        change_publisher=_change_publisher(registry, config),
         remote_regions=remote_regions,
     )
 
 
 def _remote_regions(
-    options: dict[str, Any], clock: Callable[[], int], cache: ResponseCache
+    config: EurekaConfig, clock: Callable[[], int], cache: ResponseCache
 ) -> RemoteRegions | None:
-    """``options["remote_regions"]`` (EUREKA_REMOTE_REGION_*), or None when no region is configured."""
-    config = options.get("remote_regions") or {}
-    if not config.get("urls"):
+    """``config.remote_regions`` (EUREKA_REMOTE_REGION_*), or None when no region is configured."""
+    regions = config.remote_regions
+    if not regions.urls:
         return None
     # Here, not at the top: a node without remote regions does not load the HTTP client.
     from registry.cluster.region_transport import RegionHttpTransport
-    from registry.cluster.regions import RemoteRegions, whitelist_from_options
+    from registry.cluster.regions import RemoteRegions
 
     def on_change(region: str, apps: set[str], vips: set[str]) -> None:
         # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
@@ -369,45 +363,47 @@ def _remote_regions(
         for app in apps:
             cache.invalidate(app, vips)
 
-    transport = RegionHttpTransport(config["connect_timeout_ms"] / 1000, config["read_timeout_ms"] / 1000)
+    transport = RegionHttpTransport(regions.connect_timeout_ms / 1000, regions.read_timeout_ms / 1000)
     return RemoteRegions(
-        config["urls"],
-        whitelist_from_options(config.get("whitelist") or {}),
+        regions.urls,
+        regions.whitelist,
         transport,
         clock,
         on_change=on_change,
-        fallback=bool(config.get("transparent_fallback", True)),
+        fallback=regions.transparent_fallback,
     )
 
 
-def _change_publisher(registry: Registry, options: dict[str, Any]):
+def _change_publisher(registry: Registry, config: EurekaConfig):
     """Production mode with the change feed on: every change also goes to a Redis Stream."""
-    if not options.get("redis_url") or not options.get("change_feed", {}).get("enabled", True):
+    if not config.redis.url or not config.change_feed.enabled:
         return None
     from registry.feed.redis_feed import start_publisher
 
-    return start_publisher(registry, options)
+    return start_publisher(registry, config)
 
 
 def _health_checker(
-    registry: Registry, options: dict[str, Any], clock: Callable[[], int]
+    registry: Registry, config: EurekaConfig, clock: Callable[[], int]
 ) -> HealthChecker | None:
-    """Active health checks when EUREKA_HEALTH_CHECKS is on (``options["health_checks"]``)."""
-    health = options.get("health_checks") or {}
-    if not health.get("enabled"):
+    """Active health checks when EUREKA_HEALTH_CHECKS is on (``config.health_checks``)."""
+    health = config.health_checks
+    if not health.enabled:
         return None
     defaults = CheckDefaults(
-        interval_ms=health["interval_ms"],
-        timeout_ms=health["timeout_ms"],
-        threshold=health["threshold"],
-        recover=health["recover"],
-        max_timeout_ms=health.get("max_timeout_ms", CheckDefaults.max_timeout_ms),
+        interval_ms=health.interval_ms,
+        timeout_ms=health.timeout_ms,
+        threshold=health.threshold,
+        recover=health.recover,
+        max_timeout_ms=health.max_timeout_ms,
     )
     return HealthChecker(registry, defaults, clock())
 
 
-def _node_health_policy(options: dict[str, Any]) -> AddressPolicy | None:
-    return policy_from_options(options) if (options.get("health_checks") or {}).get("enabled") else None
+def _node_health_policy(config: EurekaConfig) -> AddressPolicy | None:
+    if not config.health_checks.enabled:
+        return None
+    return own_address_policy(config.health_checks.allowed_networks, config.identity.instance_ip_address)
 
 
 def _kick_webhook_task() -> None:
@@ -421,18 +417,18 @@ def _kick_webhook_task() -> None:
 
 
 def _cluster_member(
-    registry: Registry, peers: PeerSet, options: dict[str, Any], clock: Callable[[], int]
+    registry: Registry, peers: PeerSet, config: EurekaConfig, clock: Callable[[], int]
 ) -> ClusterMember:
     """Embedded mode replicates from this process; production mode through Redis and Celery."""
     # Here, not at the top: a node without peers does not load the peer transport's HTTP client.
     from registry.cluster.member import ClusterMember
 
-    if not options.get("redis_url") or options.get("jobs_driver") != "celery":
-        return ClusterMember(registry, peers, options, clock)
+    if not config.redis.url or config.redis.jobs_driver != "celery":
+        return ClusterMember(registry, peers, config, clock)
     from registry.cache.redis_tier import connect
     from registry.runtime.tasks import drain_replication_outbox
 
-    client = connect(options["redis_url"])
+    client = connect(config.redis.url)
 
     def kick(peer_key: str) -> None:
         try:
@@ -440,18 +436,17 @@ def _cluster_member(
         except Exception as exc:  # the broker is down: beat's drain (or the fallback) catches up
             logger.warning("could not start a replication drain: %s", exc)
 
-    return ClusterMember(registry, peers, options, clock, redis_client=client, kick=kick)
+    return ClusterMember(registry, peers, config, clock, redis_client=client, kick=kick)
 
 
-def _read_only_tier(options: dict[str, Any], clock: Callable[[], int]) -> ReadOnlyTier:
-    """In Redis when ``redis_url`` is set (production mode), else in the process."""
-    url = options.get("redis_url")
-    if not url:
+def _read_only_tier(config: EurekaConfig, clock: Callable[[], int]) -> ReadOnlyTier:
+    """In Redis when ``config.redis.url`` is set (production mode), else in the process."""
+    if not config.redis.url:
         return ReadOnlyTier()
     from registry.cache.redis_tier import RedisReadOnlyTier, connect
 
     # Short timeouts: a slow Redis must not hold up reads the node can answer from its own copy.
-    tier = RedisReadOnlyTier(connect(url), options.get("redis_namespace", "eureka"), clock)
+    tier = RedisReadOnlyTier(connect(config.redis.url), config.redis.namespace, clock)
     # A new process starts with an empty map: payloads an earlier process (a restart, a crash) left
     # in Redis describe a map that no longer exists, and the cache sync would never refresh them.
     tier.clear()

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -43,6 +43,9 @@ from registry.cache.pacing import PACER
 from registry.changes import Change
 from registry.core import Registry
 from registry.snapshot_format import BadSnapshot, instance_row
+
+if TYPE_CHECKING:
+    from registry.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -457,21 +460,20 @@ class WarmRestart:
         }
 
 
-def build_store(options: dict[str, Any]) -> SnapshotStore:
-    """A Redis key in production mode (``redis_url``), else a file in the node's data directory."""
-    url = options.get("redis_url")
-    if url:
+def build_store(config: EurekaConfig) -> SnapshotStore:
+    """A Redis key in production mode (``REDIS_URL``), else a file in the node's data directory."""
+    if config.redis.url:
         from registry.cache.redis_tier import connect
 
-        return RedisStore(connect(url), redis_key(options.get("redis_namespace", "eureka")))
-    return FileStore(Path(options["data_dir"]) / FILE_NAME)
+        return RedisStore(connect(config.redis.url), redis_key(config.redis.namespace))
+    return FileStore(Path(config.warm_restart.data_dir) / FILE_NAME)
 
 
-def build_warm_restart(registry: Registry, options: dict[str, Any], clock: Callable[[], int]) -> WarmRestart:
+def build_warm_restart(registry: Registry, config: EurekaConfig, clock: Callable[[], int]) -> WarmRestart:
     return WarmRestart(
         registry,
-        build_store(options),
+        build_store(config),
         clock,
-        int(options.get("warm_restart_interval_ms", 5_000)),
-        int(options.get("warm_restart_max_age_ms", 90_000)),
+        config.warm_restart.interval_ms,
+        config.warm_restart.max_age_ms,
     )

@@ -56,7 +56,7 @@ def general_stats(node: Node, now: int) -> dict[str, str]:
     rss = psutil.Process().memory_info().rss
     stats = {
         "total-avail-memory": f"{limit // MIB}mb",
-        "environment": node.options.get("environment", "test"),
+        "environment": node.config.identity.environment,
         "num-of-cpus": str(cpu_count()),
         "current-memory-usage": f"{rss // MIB}mb ({round(100 * rss / limit) if limit else 0}%)",
         "server-uptime": format_uptime(now - node.started_at),

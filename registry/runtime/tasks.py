@@ -52,13 +52,12 @@ def _replication_context():
     """What a worker needs to drain outboxes, built once per worker process."""
     from redis import Redis
 
-    from registry.cluster.peers import parse_peer_urls
     from registry.cluster.transport import PeerTransport
 
-    options = settings.EUREKA
-    peers = {peer.key: peer for peer in parse_peer_urls(options.get("peer_urls", ()))}
+    cluster = settings.EUREKA.cluster
+    peers = {peer.key: peer for peer in cluster.peers}
     client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
-    transport = PeerTransport(timeout_s=options.get("peer_timeout_ms", 5000) / 1000)
+    transport = PeerTransport(timeout_s=cluster.peer_timeout_ms / 1000)
     return peers, client, transport, _control_client()
 
 
@@ -72,10 +71,8 @@ def drain_replication_outbox(peer_key: str) -> int:
     if peer is None:
         logger.warning("no peer has the key %s (does EUREKA_PEER_URLS differ from the node's?)", peer_key)
         return 0
-    options = settings.EUREKA
-    queue = RedisQueue(
-        client, queue_key(options.get("redis_namespace", "eureka"), peer), options["replication_queue_size"]
-    )
+    config = settings.EUREKA
+    queue = RedisQueue(client, queue_key(config.redis.namespace, peer), config.cluster.replication_queue_size)
 
     def report(follow_ups, error, queued, lag_ms):
         body = {
@@ -113,15 +110,19 @@ def _health_context():
     from urllib.parse import urlsplit
 
     from registry.cache.redis_tier import connect
-    from registry.health.addresses import policy_from_options
+    from registry.health.addresses import own_address_policy
     from registry.health.probes import ProbePool
 
-    options = settings.EUREKA["health_checks"]
     # This host's interfaces and the node's IP setting; the node's address as this worker reaches it;
     # and each round, the addresses the node reports as its own.
-    policy = policy_from_options(settings.EUREKA)
+    config = settings.EUREKA
+    policy = own_address_policy(config.health_checks.allowed_networks, config.identity.instance_ip_address)
     policy.add_own([urlsplit(settings.EUREKA_CONTROL_URL).hostname or ""])
-    return connect(settings.REDIS_URL), _control_client(), ProbePool(options["concurrency"], policy)
+    return (
+        connect(settings.REDIS_URL),
+        _control_client(),
+        ProbePool(settings.EUREKA.health_checks.concurrency, policy),
+    )
 
 
 @shared_task(name="registry.tasks.run_health_checks", ignore_result=True)
@@ -135,9 +136,9 @@ def run_health_checks() -> int:
     from registry.health.checker import ProbeTarget
     from registry.health.probes import run_round
 
-    options = settings.EUREKA["health_checks"]
+    health = settings.EUREKA.health_checks
     redis, control, pool = _health_context()
-    namespace = settings.EUREKA.get("redis_namespace", "eureka")
+    namespace = settings.EUREKA.redis.namespace
     lock = redis.lock(f"{namespace}:health-round", timeout=HEALTH_ROUND_LOCK_S, blocking=False)
     try:
         if not lock.acquire(blocking=False):
@@ -146,8 +147,8 @@ def run_health_checks() -> int:
         logger.warning("health check round skipped: Redis unreachable (%s)", exc)
         return 0
     posted = 0
-    batch = options["concurrency"] * 2
-    deadline = time.monotonic() + options["dispatch_ms"] / 1000
+    batch = health.concurrency * 2
+    deadline = time.monotonic() + health.dispatch_ms / 1000
     try:
         while True:
             answer = control.post("/control/health/targets", params={"limit": batch})

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
@@ -30,6 +30,9 @@ from registry.changes import Change
 
 from . import policy, sender, store
 from .models import WebhookSubscription
+
+if TYPE_CHECKING:
+    from registry.config import WebhooksConfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,17 +71,17 @@ class WebhookRelay:
     def __init__(
         self,
         registry,
-        options: dict[str, Any],
+        config: WebhooksConfig,
         *,
         kick: Callable[[], None] | None = None,
         deliver_here: bool = True,
     ):
-        """``options`` is ``settings.EUREKA["webhooks"]``; ``kick`` starts a sender elsewhere (Celery),
+        """``config`` is ``settings.EUREKA.webhooks``; ``kick`` starts a sender elsewhere (Celery),
         ``deliver_here`` runs one in this process (embedded mode)."""
         self.registry = registry
-        self.options = options
-        self.buffer = ChangeBuffer(options["buffer_size"])
-        self.config = sender.DeliveryConfig.from_options(options)
+        self.webhooks_config = config
+        self.buffer = ChangeBuffer(config.buffer_size)
+        self.config = sender.DeliveryConfig.from_config(config)
         self.targets: list[policy.Target] = []
         self.queued = 0  # delivery rows created
         self._active = False
@@ -160,7 +163,7 @@ class WebhookRelay:
 
     def reload(self) -> None:
         # Scheduled first: a database that is down is asked again a refresh interval later, not at once.
-        self._next_reload = time.monotonic() + self.options["refresh_ms"] / 1000
+        self._next_reload = time.monotonic() + self.webhooks_config.refresh_ms / 1000
         self.targets = store.enabled_targets()
         self._database_answered = True
         self._active = bool(self.targets)
@@ -187,7 +190,7 @@ class WebhookRelay:
             if not self._in_burst:
                 logger.warning(
                     "webhook buffer full (%d changes): dropping the oldest; %d dropped so far",
-                    self.options["buffer_size"],
+                    self.webhooks_config.buffer_size,
                     dropped,
                     extra={"event": "webhook_buffer_full", "dropped": dropped},
                 )
@@ -202,7 +205,7 @@ class WebhookRelay:
             )
 
     def _flush_loop(self) -> None:
-        interval = self.options["flush_ms"] / 1000
+        interval = self.webhooks_config.flush_ms / 1000
         while not self._stop.wait(interval):
             self._flush_step()
 
@@ -259,7 +262,7 @@ class WebhookRelay:
 
     def prune(self) -> int:
         try:
-            return store.prune(timezone.now(), timedelta(days=self.options["retention_days"]))
+            return store.prune(timezone.now(), timedelta(days=self.webhooks_config.retention_days))
         finally:
             store.close_connection()
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
@@ -20,6 +20,8 @@ from .models import WebhookDelivery
 
 if TYPE_CHECKING:
     import httpx
+
+    from registry.config import WebhooksConfig
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +35,13 @@ class DeliveryConfig:
     batch_size: int = 20
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> DeliveryConfig:
-        """``options`` is ``settings.EUREKA["webhooks"]``."""
+    def from_config(cls, config: WebhooksConfig) -> DeliveryConfig:
+        """From ``settings.EUREKA.webhooks``."""
         return cls(
-            timeout_s=options["timeout_ms"] / 1000,
-            max_attempts=options["max_attempts"],
-            retry_base_ms=options["retry_base_ms"],
-            retry_max_ms=options["retry_max_ms"],
+            timeout_s=config.timeout_ms / 1000,
+            max_attempts=config.max_attempts,
+            retry_base_ms=config.retry_base_ms,
+            retry_max_ms=config.retry_max_ms,
         )
 
     @property

@@ -17,7 +17,7 @@ from . import sender, store
 @cache
 def _client_and_config():
     """One HTTP client per worker process (its connections are reused across runs)."""
-    config = sender.DeliveryConfig.from_options(settings.EUREKA["webhooks"])
+    config = sender.DeliveryConfig.from_config(settings.EUREKA.webhooks)
     return sender.new_client(config), config
 
 

@@ -9,7 +9,7 @@ import json
 import orjson
 import pytest
 
-from registry.cluster.peers import Peer
+from registry.cluster.peers import Peer, parse_peer_urls
 from registry.protocol.codecs import build_instance
 from registry.runtime.node import build_node, reset_node
 from tests.factories import instance_body
@@ -100,8 +100,8 @@ def test_a_replicated_single_request_is_applied_but_never_sent_on(api, node):
 @pytest.fixture
 def cluster_node(eureka_options, clock, settings):
     settings.EUREKA_CONTROL_SECRET = SECRET
-    eureka_options["peer_urls"] = ["http://user:pw@node-b:8761/eureka/"]
-    fresh = build_node(eureka_options, clock=clock)
+    peers = tuple(parse_peer_urls(["http://user:pw@node-b:8761/eureka/"]))
+    fresh = build_node(eureka_options.with_changes(cluster__peers=peers), clock=clock)
     reset_node(fresh)
     yield fresh
     reset_node(None)
@@ -171,11 +171,13 @@ def test_readyz_is_degraded_while_replication_falls_back_from_redis(client, eure
     from registry.cluster.peers import PeerSet
     from tests.integration.conftest import free_port
 
-    eureka_options["peer_urls"] = ["http://node-b:8761/eureka/"]
+    eureka_options = eureka_options.with_changes(
+        cluster__peers=tuple(parse_peer_urls(["http://node-b:8761/eureka/"]))
+    )
     node = build_node(eureka_options, clock=clock)
     # Production mode with a Redis that does not answer: the flush keeps the items in the process.
     dead_redis = Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
-    peers = PeerSet(eureka_options["peer_urls"])
+    peers = PeerSet(list(eureka_options.cluster.peer_urls))
     node.cluster = ClusterMember(
         node.registry, peers, eureka_options, clock, redis_client=dead_redis, kick=lambda key: None
     )

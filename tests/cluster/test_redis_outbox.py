@@ -213,8 +213,9 @@ def test_a_new_node_process_drops_what_an_earlier_one_left_in_redis(redis_proces
     from registry.runtime.node import build_node
     from tests.conftest import FakeClock
 
-    eureka_options["redis_url"] = redis_processes.redis_url
-    eureka_options["redis_namespace"] = "restart-test"
+    eureka_options = eureka_options.with_changes(
+        redis__url=redis_processes.redis_url, redis__namespace="restart-test"
+    )
     first = build_node(eureka_options, clock=FakeClock())
     key = CacheKey(APPS, "", "json")
     stale = b'{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[]}}'

@@ -8,7 +8,6 @@ Server's, as measured with a remote region configured (README, "Remote regions")
 
 from __future__ import annotations
 
-import copy
 import json
 from xml.etree import ElementTree as ET
 
@@ -321,12 +320,10 @@ def west():
 
 
 def regional_node(eureka_options, clock, remotes: dict[str, FakeRemote], **settings):
-    options = copy.deepcopy(eureka_options)
-    options["remote_regions"] = {
-        **options["remote_regions"],
-        "urls": {name: URLS[name] for name in remotes},
-        **settings,
-    }
+    options = eureka_options.with_changes(
+        remote_regions__urls={name: URLS[name] for name in remotes},
+        **{f"remote_regions__{name}": value for name, value in settings.items()},
+    )
     node = build_node(options, clock=clock)
     node.remote_regions.transport = FakeTransport(remotes)
     node.remote_regions._spawn = lambda run: run()
@@ -470,7 +467,7 @@ def test_whitelist_limits_the_merged_apps_and_the_hashcode(api, eureka_options, 
         eureka_options,
         clock,
         {"us-west": west},
-        whitelist={"everywhere": None, "per_region": {"us-west": ["USERS"]}},
+        whitelist=Whitelist(None, {"us-west": frozenset({"USERS"})}),
     )
     try:
         node.remote_regions.fetch_all()
@@ -653,7 +650,7 @@ def test_vips_are_local_without_transparent_fallback(api, eureka_options, clock,
         ),
         (
             {"EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "0"},
-            "Environment variable EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS must be >= 1",
+            "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS: must be >= 1, got 0",
         ),
     ],
 )

@@ -28,12 +28,18 @@ def kv(table) -> dict[str, str]:
 
 @pytest.fixture
 def make_node(eureka_options, clock):
-    """``make_node(**registry_overrides, options=...)`` replaces the process node; views see it."""
+    """``make_node(**registry_overrides, options={"section__field": value})`` replaces the process
+    node; views see it."""
+
+    config = eureka_options
 
     def make(options: dict | None = None, **registry):
-        eureka_options["REGISTRY"] = {**eureka_options["REGISTRY"], **registry}
-        eureka_options.update(options or {})
-        node = build_node(eureka_options, clock=clock)
+        # Each call adds to the changes of the calls before it.
+        nonlocal config
+        changes = {f"registry__{name}": value for name, value in registry.items()}
+        changes.update(options or {})
+        config = config.with_changes(**changes)
+        node = build_node(config, clock=clock)
         reset_node(node)
         return node
 

@@ -11,7 +11,7 @@ import pytest
 
 from dashboard import console
 from registry import constants as c
-from registry.cluster.peers import AVAILABILITY_WINDOW_MS, PeerSet, scrub_credentials
+from registry.cluster.peers import AVAILABILITY_WINDOW_MS, PeerSet, parse_peer_urls, scrub_credentials
 from registry.instances import InstanceInfo
 from registry.preservation import SelfPreservation
 from registry.protocol.codecs import decode_instance
@@ -129,9 +129,13 @@ def test_peer_availability_comes_from_replication_results():
 
 @pytest.fixture
 def console_node(eureka_options, clock):
-    eureka_options.update(environment="prod", datacenter="dc1", instance_ip_address="192.0.2.10")
-    eureka_options["peer_urls"] = ["http://admin:pw@peer2:8762/eureka/"]
-    return build_node(eureka_options, clock=clock)
+    config = eureka_options.with_changes(
+        identity__environment="prod",
+        identity__datacenter="dc1",
+        identity__instance_ip_address="192.0.2.10",
+        cluster__peers=tuple(parse_peer_urls(["http://admin:pw@peer2:8762/eureka/"])),
+    )
+    return build_node(config, clock=clock)
 
 
 def test_general_info_rows_come_in_the_familiar_order(console_node, clock):
@@ -188,8 +192,7 @@ def test_instance_fields_cover_every_instance_field(console_node, clock):
 
 @pytest.mark.parametrize(("expiry", "extra"), [("exact", 0), ("eureka", 90_000)])
 def test_eviction_deadline_follows_the_lease_expiry_rule(eureka_options, clock, expiry, extra):
-    eureka_options["REGISTRY"] = {**eureka_options["REGISTRY"], "lease_expiry": expiry}
-    node = build_node(eureka_options, clock=clock)
+    node = build_node(eureka_options.with_changes(registry__lease_expiry=expiry), clock=clock)
     node.registry.register(
         InstanceInfo(instance_id="i-1", app="ORDERS", host_name="h", ip_addr="10.0.0.1"), clock()
     )

@@ -13,6 +13,7 @@ from dashboard.console import (
     BANNER_SELF_PRESERVATION_OFF,
 )
 from registry import constants as c
+from registry.cluster.peers import parse_peer_urls
 from tests.dashboard.conftest import cells, kv, register, soup
 from tests.dashboard.test_console import GENERAL_INFO_ORDER
 
@@ -56,7 +57,7 @@ def test_sections_come_in_eurekas_order(web):
 
 
 def test_system_status_shows_the_familiar_labels_and_values(make_node, clock):
-    make_node(options={"environment": "prod", "datacenter": "eu-west"})
+    make_node(options={"identity__environment": "prod", "identity__datacenter": "eu-west"})
     clock.advance(27 * 60 * MIN + 12 * MIN)  # 1 day 03:12
     page = soup(Client().get("/"))
     left = kv(page.select_one("#system-status-left"))
@@ -163,7 +164,11 @@ def test_standalone_node_lists_no_replicas(web):
 
 def test_replicas_show_health_from_replication_results_without_credentials(make_node, clock):
     node = make_node(
-        options={"peer_urls": ["http://admin:s3cret@peer2:8762/eureka/", "http://peer3:8763/eureka/"]}
+        options={
+            "cluster__peers": tuple(
+                parse_peer_urls(["http://admin:s3cret@peer2:8762/eureka/", "http://peer3:8763/eureka/"])
+            )
+        }
     )
     node.peers.record_success("http://peer2:8762/eureka/", clock() - 5_000)
     node.peers.set_queued("http://peer2:8762/eureka/", 3, lag_ms=1200)
@@ -377,7 +382,7 @@ def test_an_app_larger_than_a_page_is_split_and_says_so(web):
 
 
 def test_general_and_instance_info(make_node, clock):
-    make_node(options={"environment": "staging", "instance_ip_address": "198.51.100.7"})
+    make_node(options={"identity__environment": "staging", "identity__instance_ip_address": "198.51.100.7"})
     page = soup(Client().get("/"))
     assert [row[0] for row in cells(page.select_one("#general-info"))] == GENERAL_INFO_ORDER
     info = kv(page.select_one("#general-info"))

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from registry.cache.redis_tier import RedisReadOnlyTier
+from registry.cluster.peers import parse_peer_urls
 from registry.runtime.loop_watch import LoopWatch
 from registry.runtime.node import build_node, reset_node
 
@@ -45,8 +46,8 @@ def expressions(document: dict) -> list[str]:
 
 @pytest.fixture
 def fully_featured_node(eureka_options, clock):
-    eureka_options["peer_urls"] = ["http://127.0.0.1:9/eureka/"]
-    node = reset_node(build_node(eureka_options, clock=clock))
+    peers = tuple(parse_peer_urls(["http://127.0.0.1:9/eureka/"]))
+    node = reset_node(build_node(eureka_options.with_changes(cluster__peers=peers), clock=clock))
     for job in node.jobs:
         node.run_job(job, clock.now, "scheduler")
     # After the jobs: a scrape only pings the tier, the cache sync would publish to it.

@@ -169,8 +169,7 @@ def test_an_empty_log_answers_an_empty_page_with_next_at_the_start(api, node):
 def test_the_feed_switched_off_answers_404(eureka_options, clock, api):
     from registry.runtime.node import build_node, reset_node
 
-    eureka_options["change_feed"] = {**eureka_options["change_feed"], "enabled": False}
-    reset_node(build_node(eureka_options, clock=clock))
+    reset_node(build_node(eureka_options.with_changes(change_feed__enabled=False), clock=clock))
     try:
         for path in (CHANGES, STREAM):
             response = api.get(path)
@@ -201,15 +200,17 @@ def test_the_console_may_not_take_the_feeds_path():
 # ---------------------------------------------------------------------------- the stream view
 
 
-def stream_options(eureka_options, **overrides):
-    eureka_options["change_feed"] = {**eureka_options["change_feed"], **overrides}
+def stream_options(node, **overrides):
+    """The running node's feed settings changed (its views read them per request)."""
+    node.config = node.config.with_changes(
+        **{f"change_feed__{name}": value for name, value in overrides.items()}
+    )
 
 
 @pytest.fixture
-def short_streams(eureka_options):
-    # Streams end after 0.3 s so that a test can read a whole one.
-    stream_options(eureka_options, stream_max_seconds=1, keepalive_seconds=1)
-    return eureka_options
+def short_streams(edit_config):
+    """Streams that end after a second, so that a test can read a whole one; request before ``node``."""
+    edit_config(change_feed__stream_max_seconds=1, change_feed__keepalive_seconds=1)
 
 
 def read_stream(response) -> str:
@@ -250,8 +251,8 @@ def test_a_stream_from_a_too_old_id_says_so_once_then_continues_from_the_newest(
     assert json.loads(block.split("data: ")[1]) == {"lastId": last_id, "refetch": "/eureka/apps"}
 
 
-def test_streams_above_the_maximum_get_503_with_retry_after(eureka_options, api, node):
-    stream_options(eureka_options, streams_max=1)
+def test_streams_above_the_maximum_get_503_with_retry_after(api, node):
+    stream_options(node, streams_max=1)
     from registry.feed.views import stream_hub
 
     hub = stream_hub(node)
@@ -316,8 +317,8 @@ def test_with_api_accounts_off_the_feed_is_open(api, node):
     assert api.get(CHANGES).status_code == 200
 
 
-def test_metrics_count_open_and_refused_streams(eureka_options, api, node):
-    stream_options(eureka_options, streams_max=1)
+def test_metrics_count_open_and_refused_streams(api, node):
+    stream_options(node, streams_max=1)
     from registry.feed.views import stream_hub
 
     held = stream_hub(node).open()

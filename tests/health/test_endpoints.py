@@ -18,10 +18,9 @@ INSTANCE = "10.0.0.1:orders:8080"
 @pytest.fixture
 def node(eureka_options, clock, settings):
     """The conftest's node, with health checks on (whatever order a test asks for its fixtures)."""
-    eureka_options["health_checks"] = {**eureka_options["health_checks"], "enabled": True}
     settings.EUREKA_CONTROL_SECRET = SECRET
     settings.EUREKA_METRICS_TOKEN = ""
-    fresh = build_node(eureka_options, clock=clock)
+    fresh = build_node(eureka_options.with_changes(health_checks__enabled=True), clock=clock)
     reset_node(fresh)
     yield fresh
     reset_node(None)

@@ -206,8 +206,9 @@ def test_every_address_of_the_hosts_interfaces_is_the_nodes_own():
 
 
 def test_the_nodes_policy_takes_its_ip_setting_and_where_it_listens(eureka_options, clock):
-    eureka_options["health_checks"] = {**eureka_options["health_checks"], "enabled": True}
-    eureka_options["instance_ip_address"] = "198.51.100.7"
+    eureka_options = eureka_options.with_changes(
+        health_checks__enabled=True, identity__instance_ip_address="198.51.100.7"
+    )
     node = build_node(eureka_options, clock=clock)
     try:
         assert "node's own" in node.health_policy.refusal(ipaddress.ip_address("198.51.100.7"))
@@ -297,11 +298,9 @@ def test_a_celery_workers_probes_keep_the_same_rules(settings, monkeypatch):
     address as it reaches it (EUREKA_CONTROL_URL) and, each round, what the node reports as its own."""
     from registry.runtime import tasks
 
-    settings.EUREKA = {
-        **settings.EUREKA,
-        "instance_ip_address": "198.51.100.7",
-        "health_checks": {**settings.EUREKA["health_checks"], "allowed_networks": ()},
-    }
+    settings.EUREKA = settings.EUREKA.with_changes(
+        identity__instance_ip_address="198.51.100.7", health_checks__allowed_networks=()
+    )
     settings.EUREKA_CONTROL_URL = "http://198.51.100.8:8761"
     settings.REDIS_URL = "redis://127.0.0.1:9/3"  # never connected to here
     tasks._health_context.cache_clear()

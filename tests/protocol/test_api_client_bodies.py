@@ -450,9 +450,9 @@ def test_fargo_xml_without_class_and_with_zero_lease_gets_defaults(api, fargo_xm
 
 
 @pytest.fixture
-def no_self_preservation(eureka_options):
+def no_self_preservation(edit_config):
     """Leases only expire outside self-preservation; request this before ``api``."""
-    eureka_options["REGISTRY"]["enable_self_preservation"] = False
+    edit_config(registry__enable_self_preservation=False)
 
 
 def test_fargo_xml_zero_duration_means_a_90_second_lease(no_self_preservation, api, clock):

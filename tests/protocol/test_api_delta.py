@@ -270,8 +270,8 @@ def test_delta_versions_are_never_minus_one_even_when_empty(api):
 
 
 @pytest.fixture
-def delta_disabled(eureka_options):
-    eureka_options["REGISTRY"]["disable_delta"] = True
+def delta_disabled(edit_config):
+    edit_config(registry__disable_delta=True)
 
 
 def test_delta_is_403_with_an_empty_body_when_disabled(delta_disabled, api):
@@ -288,9 +288,9 @@ def test_delta_is_403_with_an_empty_body_when_disabled(delta_disabled, api):
 
 
 @pytest.fixture
-def read_only_cache(eureka_options):
+def read_only_cache(edit_config):
     """The default tier setup of Eureka; request it before ``api``/``node``."""
-    eureka_options["use_read_only_response_cache"] = True
+    edit_config(response_cache__use_read_only=True)
 
 
 CACHED_READS = [

@@ -83,8 +83,8 @@ def test_get_apps_lists_every_registered_instance(api, orders, prefix, slash, fm
 
 
 @pytest.fixture
-def with_read_only_tier(eureka_options):
-    eureka_options["use_read_only_response_cache"] = True
+def with_read_only_tier(edit_config):
+    edit_config(response_cache__use_read_only=True)
 
 
 def test_a_peer_servers_read_is_answered_without_enlisting_the_key_for_the_cache_sync(
@@ -690,9 +690,9 @@ def test_re_registration_with_another_vip_moves_it_between_vip_reads(api):
 
 
 @pytest.fixture
-def no_self_preservation(eureka_options):
+def no_self_preservation(edit_config):
     """Lease expiry is only enforced outside self-preservation; request this before ``api``."""
-    eureka_options["REGISTRY"]["enable_self_preservation"] = False
+    edit_config(registry__enable_self_preservation=False)
 
 
 def test_expired_lease_is_hidden_from_instance_reads_but_listed_until_evicted(

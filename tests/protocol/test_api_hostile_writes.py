@@ -40,13 +40,14 @@ def refusal(response, status: int) -> str:
 
 
 @pytest.fixture
-def limits(eureka_options):
+def limits(edit_config):
     """Small limits, and leases that expire (no self-preservation); request this before ``api``."""
-    registry = eureka_options["REGISTRY"]
-    registry.update(
-        enable_self_preservation=False, max_instances=2, max_metadata_keys=4, max_metadata_bytes=200
+    edit_config(
+        registry__enable_self_preservation=False,
+        registry__max_instances=2,
+        registry__max_metadata_keys=4,
+        registry__max_metadata_bytes=200,
     )
-    return registry
 
 
 # ------------------------------------------------------------------------ lastDirtyTimestamp

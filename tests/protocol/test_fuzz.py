@@ -113,8 +113,7 @@ class Env:
     def __init__(self, app):
         self.app = app
         self.clock = FakeClock(START)
-        options = copy.deepcopy(django_settings.EUREKA)
-        options["use_read_only_response_cache"] = False
+        options = django_settings.EUREKA.with_changes(response_cache__use_read_only=False)
         self.node = reset_node(build_node(options, clock=self.clock))
         for app_name, body in SEEDS:
             answer = self.send(

@@ -614,14 +614,15 @@ def test_with_api_accounts_on_the_reader_checks_reads_itself_and_leaves_writes_t
 
 
 def test_a_reader_needs_redis_and_a_node_url_without_credentials(settings):
-    settings.EUREKA = {**settings.EUREKA, "redis_url": ""}
+    settings.EUREKA = settings.EUREKA.with_changes(redis__url="")
     with pytest.raises(Exception, match="set REDIS_URL"):
         check_settings(settings)
-    settings.EUREKA = {**settings.EUREKA, "redis_url": "redis://127.0.0.1:6379/0"}
-    settings.EUREKA_READER_NODE_URL = "http://user:secret@registry:8761"
+    settings.EUREKA = settings.EUREKA.with_changes(
+        redis__url="redis://127.0.0.1:6379/0", reader__node_url="http://user:secret@registry:8761"
+    )
     with pytest.raises(Exception, match="without credentials"):
         check_settings(settings)
-    settings.EUREKA_READER_NODE_URL = "http://registry:8761"
+    settings.EUREKA = settings.EUREKA.with_changes(reader__node_url="http://registry:8761")
     check_settings(settings)
 
 
@@ -680,8 +681,7 @@ def test_a_read_with_regions_is_served_from_the_key_the_node_builds_for_it(reade
     asked for, or all of them by transparent fallback; never the local registry's key for a read
     that asked for a region, and the node answers a read that named none it knows (it may be a 403)."""
     cache, _, forwarder, clock = reader
-    regions = {**settings.EUREKA["remote_regions"], "urls": {"us-west": "http://w1:8761/eureka/"}}
-    settings.EUREKA = {**settings.EUREKA, "remote_regions": regions}
+    settings.EUREKA = settings.EUREKA.with_changes(remote_regions__urls={"us-west": "http://w1:8761/eureka/"})
     cache.get(CacheKey(APPS, "", "json"), clock.now)
     json_accept = {"HTTP_ACCEPT": "application/json"}
     assert call("GET", "/eureka/apps", query="regions=us-west", **json_accept)[0] == 299

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from registry.config import BadSetting, EurekaConfig, parse_config
+from registry.config import BadSetting, ClusterConfig, EurekaConfig, parse_config
 
 
 def test_defaults_are_the_fast_profile():
@@ -46,6 +46,8 @@ def test_start_up_sync_retries_default_to_five_whichever_the_profile():
     assert parse_config({}).cluster.sync_retries == 5
     assert parse_config({"EUREKA_TIMINGS": "eureka"}).cluster.sync_retries == 5
     assert parse_config({"EUREKA_REGISTRY_SYNC_RETRIES": "0"}).cluster.sync_retries == 0
+    # A config made in code (tests, benchmarks) has the same default as the parser's.
+    assert ClusterConfig().sync_retries == 5
 
 
 def test_reader_defaults_follow_the_cache_sync_interval():
@@ -123,17 +125,6 @@ def test_redis_url_selects_celery_and_a_namespace():
     assert config.redis.namespace == "blue"
 
 
-def test_a_secret_can_come_from_a_file(tmp_path):
-    # Not a registry setting today, but the reader is there for one: a file's contents, stripped.
-    from registry.config import _Environment
-
-    path = tmp_path / "token"
-    path.write_text("s3cret\n")
-    assert _Environment({"X_FILE": str(path), "X": "ignored"}).secret("X") == "s3cret"
-    with pytest.raises(BadSetting, match="X_FILE"):
-        _Environment({"X_FILE": str(tmp_path / "missing")}).secret("X")
-
-
 @pytest.mark.parametrize(
     ("variable", "value", "problem"),
     [
@@ -170,3 +161,15 @@ def test_the_config_is_frozen():
     edited = dataclasses.replace(config, cluster=dataclasses.replace(config.cluster, sync_retries=1))
     assert isinstance(edited, EurekaConfig) and edited.cluster.sync_retries == 1
     assert config.cluster.sync_retries == 5
+
+
+def test_with_changes_replaces_fields_of_sections_and_keeps_the_rest():
+    config = parse_config({})
+    edited = config.with_changes(registry__disable_delta=True, cluster__sync_retries=2, timings="eureka")
+    assert edited.registry.disable_delta is True
+    assert edited.cluster.sync_retries == 2
+    assert edited.timings == "eureka"
+    assert edited.registry.eviction_interval_ms == config.registry.eviction_interval_ms
+    assert config.registry.disable_delta is False
+    with pytest.raises(TypeError):
+        config.with_changes(registry__no_such_setting=1)

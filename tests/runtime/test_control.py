@@ -85,7 +85,7 @@ def test_beat_schedule_covers_every_job_and_expires_before_the_next_run(settings
 
     schedule = settings.CELERY_BEAT_SCHEDULE
     # A node without remote regions has no fetch job, and beat does not ask for one.
-    absent = set() if settings.EUREKA["remote_regions"]["urls"] else {"fetch_remote_regions"}
+    absent = set() if settings.EUREKA.remote_regions.urls else {"fetch_remote_regions"}
     assert {entry["args"][0] for entry in schedule.values()} == set(JOBS) - LOCAL_JOBS - absent
     for entry in schedule.values():
         assert entry["task"] == "registry.tasks.run_node_job"

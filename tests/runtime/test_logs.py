@@ -21,7 +21,7 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
-from registry.cluster.peers import PeerSet
+from registry.cluster.peers import PeerSet, parse_peer_urls
 from registry.core import EvictionRun
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.state_log import LISTED, StateLog
@@ -122,12 +122,14 @@ def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
     settings.EUREKA_CONTROL_SECRET = CONTROL_SECRET
     settings.SECRET_KEY = DJANGO_SECRET
     peer_port, redis_port = free_port(), free_port()
-    eureka_options.update(
-        peer_urls=[f"http://{PEER_USER}:{PEER_PASSWORD}@127.0.0.1:{peer_port}/eureka/"],
-        redis_url=f"redis://:{REDIS_PASSWORD}@127.0.0.1:{redis_port}/0",
-        jobs_driver="embedded",
-        use_read_only_response_cache=True,
-        peer_timeout_ms=2000,
+    eureka_options = eureka_options.with_changes(
+        cluster__peers=tuple(
+            parse_peer_urls([f"http://{PEER_USER}:{PEER_PASSWORD}@127.0.0.1:{peer_port}/eureka/"])
+        ),
+        cluster__peer_timeout_ms=2000,
+        redis__url=f"redis://:{REDIS_PASSWORD}@127.0.0.1:{redis_port}/0",
+        redis__jobs_driver="embedded",
+        response_cache__use_read_only=True,
     )
     all_loggers_at_debug(caplog)
     start = clock()

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from registry.access import accounts
 from registry.cache.redis_tier import RedisReadOnlyTier
-from registry.cluster.peers import Peer
+from registry.cluster.peers import Peer, parse_peer_urls
 from registry.protocol import urls as protocol_urls
 from registry.runtime import metrics
 from registry.runtime.node import build_node, reset_node
@@ -111,18 +111,16 @@ def test_removing_an_override_and_a_replicated_cancel_count_by_origin(api, node)
 
 @pytest.fixture
 def evicting_options(eureka_options):
-    registry = eureka_options["REGISTRY"]
-    registry.update(
-        lease_expiry="exact",
-        expected_number_of_clients_sending_renews=0,
-        default_open_for_traffic_count=0,
-        expected_clients_move_only_above_zero=False,
+    return eureka_options.with_changes(
+        registry__lease_expiry="exact",
+        registry__expected_number_of_clients_sending_renews=0,
+        registry__default_open_for_traffic_count=0,
+        registry__expected_clients_move_only_above_zero=False,
     )
-    return eureka_options
 
 
 def test_an_eviction_run_counts_the_evicted_lease_and_the_job(api, evicting_options, clock):
-    evicting_options["REGISTRY"]["enable_self_preservation"] = False
+    evicting_options = evicting_options.with_changes(registry__enable_self_preservation=False)
     node = reset_node(build_node(evicting_options, clock=clock))
     try:
         register(api)
@@ -200,8 +198,7 @@ def test_overdue_jobs_show_as_overdue(api, node, clock):
 
 
 def test_response_cache_hits_misses_and_builds(api, eureka_options, clock):
-    eureka_options["use_read_only_response_cache"] = True
-    reset_node(build_node(eureka_options, clock=clock))
+    reset_node(build_node(eureka_options.with_changes(response_cache__use_read_only=True), clock=clock))
     try:
         register(api)
         before = scrape(api)
@@ -255,8 +252,8 @@ def test_redis_up_follows_a_ping_of_the_read_only_tier(api, node, clock):
 @pytest.fixture
 def cluster_node(eureka_options, clock, settings):
     settings.EUREKA_CONTROL_SECRET = SECRET
-    eureka_options["peer_urls"] = ["http://user:pw@127.0.0.1:9/eureka/"]
-    fresh = reset_node(build_node(eureka_options, clock=clock))
+    peers = tuple(parse_peer_urls(["http://user:pw@127.0.0.1:9/eureka/"]))
+    fresh = reset_node(build_node(eureka_options.with_changes(cluster__peers=peers), clock=clock))
     yield fresh
     reset_node(None)
 

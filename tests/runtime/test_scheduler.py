@@ -46,8 +46,9 @@ def test_a_late_scheduler_runs_a_job_once_not_once_per_missed_slot():
 def test_node_jobs_evict_expired_leases_and_refresh_the_read_only_cache(eureka_options, clock, api):
     from registry.runtime.node import build_node, reset_node
 
-    eureka_options["use_read_only_response_cache"] = True
-    eureka_options["REGISTRY"] = {**eureka_options["REGISTRY"], "enable_self_preservation": False}
+    eureka_options = eureka_options.with_changes(
+        response_cache__use_read_only=True, registry__enable_self_preservation=False
+    )
     node = build_node(eureka_options, clock=clock)
     reset_node(node)
     try:

@@ -392,11 +392,13 @@ class FakeRedis:
         return self.values.get(key)
 
 
-def test_each_mode_keeps_the_snapshot_where_its_node_keeps_its_files(tmp_path):
-    embedded = build_store({"data_dir": str(tmp_path)})
+def test_each_mode_keeps_the_snapshot_where_its_node_keeps_its_files(tmp_path, eureka_options):
+    embedded = build_store(eureka_options.with_changes(redis__url="", warm_restart__data_dir=str(tmp_path)))
     assert isinstance(embedded, FileStore) and embedded.path == tmp_path / FILE_NAME
     production = build_store(
-        {"redis_url": "redis://127.0.0.1:1/0", "redis_namespace": "node-b", "data_dir": "x"}
+        eureka_options.with_changes(
+            redis__url="redis://127.0.0.1:1/0", redis__namespace="node-b", warm_restart__data_dir="x"
+        )
     )
     assert isinstance(production, RedisStore) and production.key == redis_key("node-b") == "node-b:snapshot"
 
@@ -604,7 +606,9 @@ def test_a_clean_stop_writes_the_map_as_it_is_at_the_stop(tmp_path):
 
 
 def test_the_status_document_names_a_warm_restart(eureka_options, clock, tmp_path):
-    eureka_options.update(warm_restart=True, data_dir=str(tmp_path), redis_url="")
+    eureka_options = eureka_options.with_changes(
+        warm_restart__enabled=True, warm_restart__data_dir=str(tmp_path), redis__url=""
+    )
     first = build_node(eureka_options, clock=clock)
     first.registry.register(inst("ORDERS", 1), clock())
     first.start_warm_restart()
@@ -624,12 +628,14 @@ def test_the_status_document_names_a_warm_restart(eureka_options, clock, tmp_pat
 
 def test_nodes_do_not_restore_or_write_unless_started(eureka_options, clock, tmp_path):
     """Tests and manage.py commands build nodes too: only gunicorn's post_worker_init starts it."""
-    eureka_options.update(warm_restart=True, data_dir=str(tmp_path), redis_url="")
+    eureka_options = eureka_options.with_changes(
+        warm_restart__enabled=True, warm_restart__data_dir=str(tmp_path), redis__url=""
+    )
     node = build_node(eureka_options, clock=clock)
     node.registry.register(inst("ORDERS", 1), clock())
     node.stop()
     assert list(tmp_path.iterdir()) == []
-    eureka_options["warm_restart"] = False
+    eureka_options = eureka_options.with_changes(warm_restart__enabled=False)
     assert build_node(eureka_options, clock=clock).warm_restart is None
 
 

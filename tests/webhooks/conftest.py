@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 
 import pytest
 from django.conf import settings
@@ -16,9 +16,9 @@ from .receiver import Receiver
 
 @pytest.fixture
 def webhook_options():
-    options = copy.deepcopy(settings.EUREKA["webhooks"])
-    options.update(timeout_ms=1_000, max_attempts=3, retry_base_ms=1_000, retry_max_ms=60_000)
-    return options
+    return dataclasses.replace(
+        settings.EUREKA.webhooks, timeout_ms=1_000, max_attempts=3, retry_base_ms=1_000, retry_max_ms=60_000
+    )
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def receiver():
 
 @pytest.fixture
 def config(webhook_options) -> DeliveryConfig:
-    return DeliveryConfig.from_options(webhook_options)
+    return DeliveryConfig.from_config(webhook_options)
 
 
 @pytest.fixture

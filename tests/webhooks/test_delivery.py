@@ -270,7 +270,7 @@ def test_the_prune_job_deletes_finished_deliveries_past_retention_only(api, rela
     for n in range(4):
         register(api, host=f"10.0.0.{n + 1}")
     relay.flush()
-    old = timezone.now() - timedelta(days=relay.options["retention_days"], minutes=1)
+    old = timezone.now() - timedelta(days=relay.webhooks_config.retention_days, minutes=1)
     rows = list(WebhookDelivery.objects.order_by("id"))
     for row, status in zip(rows, (Status.DELIVERED, Status.FAILED, Status.PENDING), strict=False):
         WebhookDelivery.objects.filter(id=row.id).update(status=status, created_at=old)
