@@ -4,6 +4,10 @@ an error naming the variable. Plain dicts stand in for the environment."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +177,21 @@ def test_with_changes_replaces_fields_of_sections_and_keeps_the_rest():
     assert config.registry.disable_delta is False
     with pytest.raises(TypeError):
         config.with_changes(registry__no_such_setting=1)
+
+
+def test_parsing_loads_neither_django_nor_a_network_client():
+    """Celery workers, readers and benchmarks parse the same settings; the parser must stay light."""
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    code = (
+        "import sys\n"
+        "from registry.config import parse_config\n"
+        "parse_config({'EUREKA_PEER_URLS': 'http://a:8761/eureka/', 'REDIS_URL': 'redis://r:6379/0'})\n"
+        "heavy = {'django', 'rest_framework', 'httpx', 'redis', 'celery', 'kombu'}\n"
+        "print(sorted({name.split('.')[0] for name in sys.modules} & heavy))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
