@@ -60,9 +60,9 @@ def main() -> None:
     from django.conf import settings
 
     from registry.cache.response_cache import APPS, DELTA, CacheKey
-    from registry.protocol.codecs import build_instance
     from registry.runtime import memory
     from registry.runtime.node import build_node
+    from registry.wire.codecs import build_instance
     from tests.factories import fleet_member
 
     memory.tune()

@@ -35,10 +35,10 @@ import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
-from eureka_site.handlers import RoutingApplication  # noqa: E402
-from registry.protocol.codecs import build_instance  # noqa: E402
 from registry.runtime import metrics  # noqa: E402
 from registry.runtime.node import get_node  # noqa: E402
+from registry.wire.codecs import build_instance  # noqa: E402
+from registry.wire.handlers import RoutingApplication  # noqa: E402
 
 INSTANCES = 10_000
 APPS = 100

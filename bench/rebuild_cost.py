@@ -5,7 +5,7 @@ instances in, random old ones out); after each second ``GET apps`` and ``GET app
 rebuilt, as the cache-sync job does when something changed. Printed per variant, over the seconds
 after the delta queue has filled (its 180 s retention):
 
-* pieces       the node's builder (registry/protocol/payloads.py: instance bytes and app fragments kept)
+* pieces       the node's builder (registry/wire/payloads.py: instance bytes and app fragments kept)
 * whole        one full serialization from a snapshot, as before the pieces (build_payload)
 * pieces + gc  the builder with the GC policy's freeze every 60 s (registry/runtime/gc_policy.py)
 
@@ -37,9 +37,9 @@ RETENTION_S = 180
 def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: int) -> None:
     from registry.cache.response_cache import APPS, DELTA, CacheKey
     from registry.core import Registry, RegistryConfig
-    from registry.protocol.codecs import build_instance
-    from registry.protocol.payloads import PayloadBuilder, build_payload
     from registry.runtime.gc_policy import GcPolicy
+    from registry.wire.codecs import build_instance
+    from registry.wire.payloads import PayloadBuilder, build_payload
     from tests.factories import fleet_member
 
     rng = random.Random(seed)

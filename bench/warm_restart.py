@@ -32,8 +32,8 @@ from nodes import ROOT, Node, free_port
 sys.path.insert(0, str(ROOT))
 
 from registry.core import Registry, RegistryConfig  # noqa: E402
-from registry.protocol.codecs import build_instance  # noqa: E402
 from registry.runtime.snapshots import FileStore, WarmRestart, decode, encode  # noqa: E402
+from registry.wire.codecs import build_instance  # noqa: E402
 
 INSTANCES = 10_000
 APPS = 100

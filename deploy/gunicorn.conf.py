@@ -38,7 +38,7 @@ class RegistryLogger(Logger):
 
     def setup(self, cfg):
         super().setup(cfg)
-        from eureka_site.logs import use_for_gunicorn
+        from registry.runtime.logs import use_for_gunicorn
 
         use_for_gunicorn(self)
 

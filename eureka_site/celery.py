@@ -19,6 +19,6 @@ def _log_as_the_registry_does(**kwargs):
     """The worker and beat log through settings.LOGGING (LOG_FORMAT, LOG_LEVEL, secrets masked): with a
     receiver here Celery leaves the root logger alone instead of installing its own handler and format
     (``--loglevel`` is then LOG_LEVEL's job)."""
-    from eureka_site.logs import configure_from_settings
+    from registry.runtime.logs import configure_from_settings
 
     configure_from_settings()

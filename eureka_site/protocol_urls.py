@@ -8,7 +8,7 @@ the first, eureka-js-client and fargo the second); a doubled slash is tolerated 
 from django.urls import include, re_path
 
 from registry.protocol import urls as eureka_urls
-from registry.protocol.http import empty, text
+from registry.wire.http import empty, text
 
 urlpatterns = [
     re_path(r"^eureka/+(?:v[12]/+)?", include(eureka_urls, namespace="eureka")),

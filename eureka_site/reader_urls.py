@@ -5,9 +5,9 @@ reader's routes, and its probes. Nothing else: no console, no admin, no control 
 from django.urls import include, path, re_path
 
 from eureka_site import protocol_urls
-from registry.protocol.http import text
 from registry.reader import urls as reader_urls
 from registry.reader import views
+from registry.wire.http import text
 
 urlpatterns = [
     re_path(r"^eureka/+(?:v[12]/+)?", include(reader_urls, namespace="reader")),

@@ -1,6 +1,6 @@
 """WSGI entry point of a reader (``registry/reader/``; ``gunicorn -c deploy/gunicorn_reader.conf.py``).
 
-Everything goes through the lean protocol handler (``eureka_site/handlers.py``) against the reader's
+Everything goes through the lean protocol handler (``registry/wire/handlers.py``) against the reader's
 URLconf, with the node's handling of chunked and undecodable bodies. No scheduler, no node: this
 process must never build a lease map, so ``get_node()`` is forbidden here and would fail loudly.
 """
@@ -14,16 +14,16 @@ django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402
 
-from eureka_site.handlers import ProtocolHandler  # noqa: E402
-from eureka_site.request_bodies import (  # noqa: E402
+from registry.reader.service import check_settings  # noqa: E402
+from registry.runtime.node import forbid_node  # noqa: E402
+from registry.wire.handlers import ProtocolHandler  # noqa: E402
+from registry.wire.http import browser_refusal  # noqa: E402
+from registry.wire.request_bodies import (  # noqa: E402
     BodyRefused,
     buffer_unsized_body,
     plain_wsgi_answer,
     refuse_unusable_charset,
 )
-from registry.protocol.http import browser_refusal  # noqa: E402
-from registry.reader.service import check_settings  # noqa: E402
-from registry.runtime.node import forbid_node  # noqa: E402
 
 READER_URLCONF = "eureka_site.reader_urls"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from eureka_site.logs import LOG_FORMATS, log_secrets
 from registry.config import BadSetting, parse_config
+from registry.runtime.logs import LOG_FORMATS, log_secrets
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "eureka_site.storage.PrefixedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "dashboard.storage.PrefixedStaticFilesStorage"},
 }
 # Serve straight from the source folders too, so `make run` needs no collectstatic step; files
 # collected into STATIC_ROOT (Docker image, systemd unit) are served compressed.
@@ -166,8 +166,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_THROTTLE_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.protocol.http.EurekaContentNegotiation",
-    "EXCEPTION_HANDLER": "registry.protocol.http.plain_exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.wire.http.EurekaContentNegotiation",
+    "EXCEPTION_HANDLER": "registry.wire.http.plain_exception_handler",
 }
 
 # API accounts: with EUREKA_API_AUTH on, every /eureka/ request needs HTTP Basic credentials of a
@@ -314,7 +314,7 @@ if EUREKA.health_checks.enabled and REDIS_URL:
         "options": {"expires": _health_round_s * 0.9},
     }
 
-# --- Logs (README "Logs"; eureka_site/logs.py) ------------------------------------------------------
+# --- Logs (README "Logs"; registry/runtime/logs.py) ------------------------------------------------------
 # plain: a text line per record. json: one JSON object per line (timestamp, level, logger, message,
 # and the record's extra fields such as event, instances, peer), for log shippers. The node, Celery's
 # worker and beat, and gunicorn's own lines all use it.
@@ -330,7 +330,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "line": {"()": "eureka_site.logs.line_formatter", "format": LOG_FORMAT, "secrets": _LOG_SECRETS}
+        "line": {"()": "registry.runtime.logs.line_formatter", "format": LOG_FORMAT, "secrets": _LOG_SECRETS}
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},

@@ -2,16 +2,16 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from registry.protocol.http import text
+from registry.wire.http import text
 
 from . import protocol_urls
 
 urlpatterns = [
     *protocol_urls.urlpatterns,
-    path("", include("registry.runtime.control_urls")),
+    path("", include("registry.protocol.control_urls")),
     path("admin/", admin.site.urls),
     # The change feed (registry/feed/): JSON and Server-Sent Events for operators' tools.
-    path("api/v1/", include("registry.feed.urls")),
+    path("api/v1/", include("registry.protocol.feed_urls")),
 ]
 if settings.EUREKA_DASHBOARD_ENABLED:
     urlpatterns.append(path(settings.EUREKA_DASHBOARD_PREFIX, include("dashboard.urls")))

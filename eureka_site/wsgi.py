@@ -10,7 +10,7 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-from eureka_site.handlers import RoutingApplication  # noqa: E402
+from registry.wire.handlers import RoutingApplication  # noqa: E402
 
 application = RoutingApplication()
 

@@ -5,8 +5,10 @@ Eureka's rules: renewals, overrides, expiry, eviction), the classes it hands its
 (``delta.py`` the delta queue, ``preservation.py`` the self-preservation arithmetic, ``counters.py``
 the console's counts, ``snapshot_format.py`` the warm-restart format), ``leases.py``,
 ``instances.py`` and ``constants.py``; they run on an injected clock. Around them:
-``protocol/`` (the wire protocol as DRF views), ``cache/`` (the two-tier response cache),
-``cluster/`` (peers), ``runtime/`` (the node that owns one map per process, its jobs and how they
-are driven) and ``admin/`` (status overrides in the Django admin). ``models.py``, ``migrations/``
-and ``templatetags/`` stay where Django looks for them. Imports point inwards, towards the domain.
+``cache/`` (the two-tier response cache), ``wire/`` (codecs, payloads, HTTP habits), ``cluster/``
+(peers), ``runtime/`` (the node that owns one map per process, its jobs and how they are driven),
+``protocol/`` (the HTTP API as DRF views), ``reads/`` (what the pages read) and ``admin/`` (status
+overrides in the Django admin); README's "Layout" lists them all by level. ``apps.py``,
+``models.py`` and ``migrations/`` stay where Django looks for them. Imports point inwards, towards
+the domain, and no two packages import each other.
 """

@@ -13,10 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from registry.cluster.peers import BadPeerUrl, Peer, parse_peer_urls
-from registry.cluster.regions import BadRegionConfig, Whitelist, parse_region_urls, parse_whitelist
 from registry.core import RegistryConfig
-from registry.health.addresses import parse_networks
+from registry.endpoints import (
+    BadPeerUrl,
+    BadRegionConfig,
+    Peer,
+    Whitelist,
+    parse_networks,
+    parse_peer_urls,
+    parse_region_urls,
+    parse_whitelist,
+)
 
 TIMINGS = ("fast", "eureka")
 LEASE_EXPIRY_MODES = ("exact", "eureka")

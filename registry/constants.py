@@ -46,7 +46,7 @@ REPLICATION_ACTIONS = frozenset(
 # clients send ``DefaultClient``.
 SERVER_IDENTITY = "DefaultServer"
 
-# The shared secret's header on the node's control endpoint (registry/runtime/control.py), which
+# The shared secret's header on the node's control endpoint (registry/protocol/control.py), which
 # Celery tasks call (registry/runtime/tasks.py). Here, not in tasks.py, so that serving the endpoint
 # does not import Celery: an embedded node never loads it.
 CONTROL_HEADER = "X-Eureka-Control-Secret"

@@ -30,6 +30,9 @@ DOMAIN = (
     "registry.preservation",
     "registry.counters",
     "registry.core",
+    "registry.redact",
+    "registry.endpoints",
+    "registry.config",
 )
 
 
@@ -125,6 +128,66 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# The Django app's own wiring (its AppConfig, and the models module Django loads): at the top with the
+# rest of the wiring, since they register the rooms' models and signals.
+APP_SHELL = ("registry.apps", "registry.models")
+# Wire code sits on the domain and the response cache only: everything that speaks HTTP uses it.
+WIRE_MAY_IMPORT = {"registry (domain)", "registry.cache"}
+# eureka_site/ wires the site together (settings, URLconfs, WSGI and Celery entry points); code lives
+# in the packages.
+WIRING = {"apps", "celery", "protocol_urls", "reader_urls", "reader_wsgi", "settings", "urls", "wsgi"}
+
+
+def package_of(module: str) -> str:
+    """The package a module counts for: a folder of registry/ (``registry.cluster``), registry's own
+    modules (the domain), the app's wiring, or a top-level package (``dashboard``, ``eureka_site``)."""
+    parts = module.split(".")
+    if module in APP_SHELL:
+        return "registry (app)"
+    if parts[0] == "registry" and len(parts) > 1 and (ROOT / "registry" / parts[1]).is_dir():
+        return f"registry.{parts[1]}"
+    if parts[0] == "registry":
+        return "registry (domain)"
+    return parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = package_of(module)
+        packages.setdefault(source, set()).update(package_of(target) for target in targets)
+        packages[source].discard(source)
+    return packages
+
+
+def test_no_import_cycle_between_the_projects_packages():
+    """Packages by level: the domain, then the cache and the wire, the rooms that use them (cluster,
+    health, webhooks, feed, access), the node (runtime), the views (protocol), the pages (reads,
+    dashboard, admin), the reader; eureka_site wires them. A package never imports one above it."""
+    assert cycles(package_graph(import_graph())) == []
+
+
+def test_a_package_cycle_is_found_even_when_the_modules_form_none():
+    graph = {
+        "registry.cluster.replicator": {"registry.wire.codecs"},
+        "registry.wire.payloads": {"registry.cluster.peers"},
+        "registry.cluster.peers": set(),
+        "registry.wire.codecs": set(),
+    }
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph)) == [["registry.cluster", "registry.wire"]]
+
+
+def test_wire_code_imports_only_the_domain_and_the_cache():
+    graph = package_graph(import_graph())
+    assert graph["registry.wire"] <= WIRE_MAY_IMPORT, graph["registry.wire"] - WIRE_MAY_IMPORT
+
+
+def test_eureka_site_holds_wiring_only():
+    modules = {name.split(".")[-1] for name in project_modules() if name.startswith("eureka_site.")}
+    assert modules <= WIRING, f"code in eureka_site/: {sorted(modules - WIRING)}"
+
+
 def test_every_project_import_names_a_module_that_exists():
     """A module moved without its importers fixed would otherwise be found only at run time."""
     modules = project_modules()
@@ -137,7 +200,9 @@ def test_every_project_import_names_a_module_that_exists():
             parent, _, attribute = imported.rpartition(".")
             # ``from module import attribute``: fine when the module exists and defines it.
             if parent in modules and re.search(
-                rf"^(?:def|class|async def) {attribute}\b|^{attribute}\b\s*[:=]|import .*\b{attribute}\b",
+                # defined there, or imported there (on one line, or as a line of a parenthesised list)
+                rf"^(?:def|class|async def) {attribute}\b|^{attribute}\b\s*[:=]|import .*\b{attribute}\b"
+                rf"|^\s+{attribute},?$",
                 modules[parent].read_text(),
                 re.M,
             ):
@@ -206,7 +271,14 @@ def test_readmes_layout_tree_matches_the_folders():
 @pytest.mark.parametrize(
     "package",
     ["registry", "registry/protocol", "registry/cache", "registry/cluster", "registry/runtime"]
-    + ["registry/admin", "registry/reader", "registry/access", "dashboard"],
+    + [
+        "registry/admin",
+        "registry/reader",
+        "registry/access",
+        "registry/wire",
+        "registry/reads",
+        "dashboard",
+    ],
 )
 def test_each_room_says_what_it_is(package):
     docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))

@@ -10,7 +10,7 @@ from rest_framework.permissions import BasePermission
 
 from registry.access import accounts, roles
 from registry.access.clients import client_address
-from registry.protocol.http import is_replication
+from registry.wire.http import is_replication
 
 REALM = 'Basic realm="eureka", charset="UTF-8"'
 
@@ -47,7 +47,7 @@ class BasicAccountAuthentication(BaseAuthentication):
             accounts.note_refusal(
                 "throttled", f"{refused.reason} for {refused.username!r} from {client_address(request)}"
             )
-            # 429 with Retry-After (registry/protocol/http.py): a client backs off instead of retrying.
+            # 429 with Retry-After (registry/wire/http.py): a client backs off instead of retrying.
             raise Throttled(wait=refused.retry_after) from None
         except accounts.Refused as refused:
             who = f" for {refused.username!r}" if refused.username else ""

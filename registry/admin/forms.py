@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django import forms
 
-from dashboard.queries import STATUS_ORDER, BadQuery, InstanceQuery, parse_metadata_filter
 from registry import constants as c
 from registry.admin.audit import REASON_MAX_CHARS, Action
+from registry.reads import STATUS_ORDER, BadQuery, InstanceQuery, parse_metadata_filter
 
 PAGE_SIZES = (50, 100, 200, 500, 1000)
 

@@ -31,7 +31,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from registry.cache.response_cache import CacheKey, Payload, ReadOnlyTier
-from registry.cluster.peers import scrub_text
+from registry.redact import scrub_text
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from registry import constants as c
 from registry.core import Registry, Renew
-from registry.protocol.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
+from registry.wire.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from registry.cluster.peers import Peer, PeerSet, is_own_url, peer_hostname
+from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
 from registry.cluster.transport import PeerTransport
 from registry.core import Registry
+from registry.endpoints import Peer, peer_hostname
 
 if TYPE_CHECKING:
     from registry.config import EurekaConfig

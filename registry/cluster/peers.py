@@ -10,105 +10,20 @@ not every failed retry.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
-import re
 import socket
 import threading
 from dataclasses import dataclass, replace
-from urllib.parse import unquote, urlsplit, urlunsplit
+
+from registry.endpoints import Peer, peer_hostname
+from registry.redact import scrub_credentials, scrub_text
 
 # A peer with no successful replication for this long is unavailable even without a recorded error:
 # heartbeats replicate continuously (every instance renews every 30 s), so silence means trouble.
 AVAILABILITY_WINDOW_MS = 90_000
 
 logger = logging.getLogger(__name__)
-
-# The user-info part of any URL in a text (``scheme://user:secret@``).
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@]*@")
-
-
-def scrub_credentials(url: str) -> str:
-    """``http://user:pass@host:8761/eureka/`` → ``http://host:8761/eureka/`` (never show secrets)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
-def scrub_text(text: str) -> str:
-    """Any text (an error, a log line) with the credentials of every URL in it removed."""
-    return _URL_USERINFO.sub(r"\1", text)
-
-
-def peer_hostname(url: str) -> str:
-    try:
-        return urlsplit(url).hostname or url
-    except ValueError:
-        return url
-
-
-@dataclass(frozen=True)
-class Peer:
-    """A replica as configured: ``url`` keeps any credentials (used for Basic auth, never shown)."""
-
-    url: str
-
-    @property
-    def display_url(self) -> str:
-        return scrub_credentials(self.url)
-
-    @property
-    def key(self) -> str:
-        """A short stable name for queues and tasks (the same in the node and in Celery workers)."""
-        return hashlib.sha1(self.display_url.encode()).hexdigest()[:12]
-
-    @property
-    def auth(self) -> tuple[str, str] | None:
-        parts = urlsplit(self.url)
-        if parts.username is None:
-            return None
-        return unquote(parts.username), unquote(parts.password or "")
-
-    @property
-    def base_url(self) -> str:
-        """The service URL without credentials, ending in ``/``: requests append ``apps/...``."""
-        return self.display_url
-
-    @property
-    def address(self) -> tuple[str, int]:
-        parts = urlsplit(self.url)
-        return (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
-
-
-class BadPeerUrl(ValueError):
-    pass
-
-
-def parse_peer_urls(urls: list[str] | tuple[str, ...]) -> list[Peer]:
-    """Service URLs as clients write them (``http://[user:secret@]host:port/eureka/``), normalized to end
-    in ``/``; duplicates (after removing credentials) are kept once. Raises BadPeerUrl."""
-    peers: dict[str, Peer] = {}
-    for raw in urls:
-        text = raw.strip()
-        if not text:
-            continue
-        try:
-            parts = urlsplit(text)
-            parts.port  # noqa: B018  (raises ValueError on a port that is not a number in range)
-        except ValueError as exc:
-            raise BadPeerUrl(f"{scrub_credentials(text)!r}: {exc}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadPeerUrl(f"{scrub_credentials(text)!r}: expected http(s)://host[:port]/eureka/")
-        path = parts.path if parts.path.endswith("/") else parts.path + "/"
-        peer = Peer(urlunsplit((parts.scheme, parts.netloc, path, "", "")))
-        peers.setdefault(peer.display_url, peer)
-    return list(peers.values())
 
 
 def _addresses_of(host: str) -> set[str]:

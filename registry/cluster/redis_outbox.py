@@ -32,7 +32,6 @@ import orjson
 from redis import Redis
 from redis.exceptions import RedisError
 
-from registry.cluster.peers import Peer, scrub_text
 from registry.cluster.replication import BATCH_SIZE
 from registry.cluster.replicator import (
     DEFAULT_OUTBOX_CAPACITY,
@@ -42,6 +41,8 @@ from registry.cluster.replicator import (
     read_answers,
 )
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
+from registry.endpoints import Peer
+from registry.redact import scrub_text
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import httpx
 
-from registry.cluster.peers import Peer, scrub_text
 from registry.cluster.regions import FetchFailed
 from registry.constants import SERVER_IDENTITY
+from registry.endpoints import Peer
+from registry.redact import scrub_text
 
 
 class RegionHttpTransport:

@@ -23,7 +23,6 @@ Plain Python: no Django. The HTTP client (httpx) is loaded only when a region is
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,93 +32,20 @@ import orjson
 
 from registry import constants as c
 from registry.cache.pacing import PACER
-from registry.cluster.peers import BadPeerUrl, Peer, parse_peer_urls, scrub_text
 from registry.core import reconcile_hashcode
+from registry.endpoints import Peer, Whitelist
 from registry.instances import InstanceInfo
 from registry.leases import LeaseView
-from registry.protocol.codecs import BadInput, build_instance, instances_in, parse_long
+from registry.wire.codecs import BadInput, build_instance, instances_in, parse_long
 
 logger = logging.getLogger(__name__)
 
-# Region names as ``?regions=`` carries them: the Java server lower-cases the query, so a region
-# configured in capitals could never be asked for; names are lower-cased here too.
-_REGION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 _ACTIONS = frozenset({c.ADDED, c.MODIFIED, c.DELETED})
 
 AppViews = list[tuple[str, list[LeaseView]]]
 
 # Unknown region names asked for are logged once each, up to this many.
 UNKNOWN_NAMES_LOGGED = 100
-
-
-class BadRegionConfig(ValueError):
-    """A remote-region setting that cannot be used; the message names the entry."""
-
-
-def parse_region_urls(entries: Iterable[str]) -> dict[str, str]:
-    """``name=url`` entries (``EUREKA_REMOTE_REGION_URLS``, split on commas) → {name: service URL}.
-    Names are lower-cased; URLs are normalized like peer URLs (credentials kept, for Basic auth)."""
-    regions: dict[str, str] = {}
-    for raw in entries:
-        entry = raw.strip()
-        if not entry:
-            continue
-        name, sep, url = entry.partition("=")
-        name = name.strip().lower()
-        if not sep or not url.strip():
-            raise BadRegionConfig(f"{scrub_text(entry)!r}: expected region=http://host:port/eureka/")
-        if not _REGION_NAME.match(name):
-            raise BadRegionConfig(f"region name {name[:40]!r}: use letters, digits, '.', '_' or '-'")
-        if name in regions:
-            raise BadRegionConfig(f"region {name!r} is given twice")
-        try:
-            (peer,) = parse_peer_urls([url.strip()])
-        except BadPeerUrl as exc:
-            raise BadRegionConfig(f"region {name!r}: {exc}") from None
-        regions[name] = peer.url
-    return regions
-
-
-@dataclass(frozen=True)
-class Whitelist:
-    """Which apps of a region are merged: the region's own list if it has one, else the global list,
-    else every app (Eureka's ``shouldFetchFromRemoteRegistry``)."""
-
-    everywhere: frozenset[str] | None = None
-    per_region: Mapping[str, frozenset[str]] | None = None
-
-    def allows(self, region: str, app: str) -> bool:
-        apps = (self.per_region or {}).get(region, self.everywhere)
-        return apps is None or app in apps
-
-
-def parse_whitelist(entries: Iterable[str], regions: Iterable[str]) -> Whitelist:
-    """``APP`` (every region) or ``region:APP`` (that region) entries; apps are upper-cased, as app
-    names are. A region named here must be configured."""
-    known = set(regions)
-    everywhere: set[str] = set()
-    per_region: dict[str, set[str]] = {}
-    for raw in entries:
-        entry = raw.strip()
-        if not entry:
-            continue
-        region, sep, app = entry.rpartition(":")
-        region, app = region.strip().lower(), app.strip().upper()
-        if not app or (sep and not region):
-            raise BadRegionConfig(f"whitelist entry {entry[:60]!r}: expected APP or region:APP")
-        if not sep:
-            everywhere.add(app)
-        elif region not in known:
-            raise BadRegionConfig(
-                f"whitelist entry {entry[:60]!r}: no remote region {region!r} is configured"
-                f" (known: {', '.join(sorted(known)) or 'none'})"
-            )
-        else:
-            per_region.setdefault(region, set()).add(app)
-    return Whitelist(
-        frozenset(everywhere) if everywhere else None,
-        {region: frozenset(apps) for region, apps in per_region.items()} or None,
-    )
 
 
 class FetchFailed(Exception):

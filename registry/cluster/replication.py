@@ -17,7 +17,7 @@ from typing import Any
 
 from registry import constants as c
 from registry.core import ReplicationEvent
-from registry.protocol.codecs import instance_dict
+from registry.wire.codecs import instance_dict
 
 DEFAULT_CAPACITY = 10_000
 BATCH_SIZE = 250

@@ -33,12 +33,13 @@ from itertools import islice
 from typing import Any, Protocol
 
 from registry import constants as c
-from registry.cluster.peers import Peer, PeerSet
+from registry.cluster.peers import PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
 from registry.core import Registry, ReplicationEvent
-from registry.protocol.codecs import BadInput, build_instance
+from registry.endpoints import Peer
+from registry.wire.codecs import BadInput, build_instance
 
 logger = logging.getLogger(__name__)
 

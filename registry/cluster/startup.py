@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from registry import constants as c
-from registry.cluster.peers import Peer
 from registry.cluster.transport import PeerTransport, PeerUnreachable
 from registry.core import Registry
-from registry.protocol.codecs import BadInput, build_instance, instances_in
+from registry.endpoints import Peer
+from registry.wire.codecs import BadInput, build_instance, instances_in
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import orjson
 
-from registry.cluster.peers import Peer
 from registry.constants import SERVER_IDENTITY
+from registry.endpoints import Peer
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 

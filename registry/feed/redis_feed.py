@@ -31,7 +31,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from registry.changes import Change
-from registry.cluster.peers import scrub_text
+from registry.redact import scrub_text
 
 if TYPE_CHECKING:
     from registry.config import EurekaConfig

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
+from registry.endpoints import parse_networks
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -29,21 +31,6 @@ INTERFACES_TTL_S = 60.0
 # 0.0.0.0/8 is "this network": Linux connects 0.x.y.z to the host itself, as it does 0.0.0.0.
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
-
-
-def parse_networks(text: str) -> tuple[Network, ...]:
-    """``"127.0.0.0/8, fd00::/8"`` → networks; a single address is a /32 (/128). Raises ValueError
-    naming the bad entry."""
-    networks = []
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError as exc:
-            raise ValueError(f"{entry!r} is not a network (CIDR such as 127.0.0.0/8): {exc}") from None
-    return tuple(networks)
 
 
 def parse_address(text: str) -> Address | None:

@@ -1,8 +1,9 @@
-"""The Eureka wire protocol, as DRF views over the node.
+"""The HTTP API, as DRF views over the node: the level above the node and below the pages.
 
-``urls.py`` routes the endpoints (served under ``/eureka/``, ``/eureka/v2/`` and ``/eureka/v1/``),
-``views.py`` turns each request into one call on the lease map or one cached read, ``http.py``
-holds the HTTP habits real clients depend on (format by ``Accept``, plain-text errors, empty 404
-bodies, gzip), ``codecs.py`` reads and writes Eureka's JSON and XML, and ``payloads.py`` renders
-the cached read payloads (``apps``, ``apps/delta``, one app, VIPs).
+``urls.py`` routes the Eureka protocol (served under ``/eureka/``, ``/eureka/v2/`` and ``/eureka/v1/``)
+and ``views.py`` turns each request into one call on the lease map or one cached read;
+``feed_urls.py`` and ``feed_views.py`` serve the change feed (``/api/v1/changes`` and its stream);
+``control.py`` and ``control_urls.py`` the control endpoint Celery workers call, ``/healthz`` and
+``/readyz``. What the bytes look like — codecs, payloads, the HTTP habits real clients depend on — is
+one level down, in ``registry/wire/``.
 """

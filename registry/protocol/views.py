@@ -13,7 +13,11 @@ from registry.access.drf import BasicAccountAuthentication, RolePermission, api_
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, apply_batch
 from registry.core import LimitExceeded, RegistryFull, Renew
-from registry.protocol.codecs import (
+from registry.runtime import operations
+from registry.runtime.metrics import request_timer
+from registry.runtime.node import get_node
+from registry.runtime.status import application_stats, general_stats
+from registry.wire.codecs import (
     JSON,
     BadInput,
     decode_instance,
@@ -22,7 +26,7 @@ from registry.protocol.codecs import (
     render,
     xml_safe,
 )
-from registry.protocol.http import (
+from registry.wire.http import (
     CONTENT_TYPES,
     EurekaContentNegotiation,
     PassthroughRenderer,
@@ -43,10 +47,6 @@ from registry.protocol.http import (
     wants_compact,
     wants_gzip,
 )
-from registry.runtime import operations
-from registry.runtime.metrics import request_timer
-from registry.runtime.node import get_node
-from registry.runtime.status import application_stats, general_stats
 
 
 class EurekaView(APIView):

@@ -27,8 +27,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
-from registry.cluster.peers import scrub_text
-from registry.protocol.http import text
+from registry.redact import scrub_text
+from registry.wire.http import text
 
 # WSGI name -> header name, for the headers the protocol (and the node's API accounts) read.
 FORWARDED_HEADERS = {

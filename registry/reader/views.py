@@ -14,7 +14,9 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey
-from registry.protocol.http import (
+from registry.protocol.views import EurekaView
+from registry.reader.service import get_reader
+from registry.wire.http import (
     key_regions,
     payload_response,
     requested_regions,
@@ -22,8 +24,6 @@ from registry.protocol.http import (
     wants_compact,
     wants_gzip,
 )
-from registry.protocol.views import EurekaView
-from registry.reader.service import get_reader
 
 SERVED_METHODS = frozenset({"GET", "HEAD"})
 

@@ -4,9 +4,9 @@
 it out with ``get_node()``; ``jobs.py`` is the table of periodic jobs (eviction, cache sync, delta
 pruning, expected-clients recount); ``scheduler.py`` runs them in-process (embedded mode), and in
 production mode Celery beat schedules ``tasks.py``, whose worker asks the registry process to run
-them through the control endpoint (``control.py``, ``control_urls.py``, with ``/healthz`` and
-``/readyz``). ``operations.py`` is the one path of status overrides for the protocol and the admin,
-``status.py`` what the node reports about itself, ``metrics.py`` the same numbers and more for
-Prometheus (``GET /metrics``), ``state_log.py`` the operator's log lines of evictions and
-self-preservation, and ``gunicorn_worker.py`` the server's worker.
+them through the control endpoint (``registry/protocol/control.py``). ``operations.py`` is the
+one path of status overrides for the protocol and the admin, ``status.py`` what the node reports
+about itself, ``metrics.py`` the same numbers and more for Prometheus (``GET /metrics``),
+``state_log.py`` the operator's log lines of evictions and self-preservation, ``logs.py`` the log
+format (plain or JSON, secrets masked), and ``gunicorn_worker.py`` the server's worker.
 """

@@ -23,7 +23,6 @@ from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
-from registry.protocol.payloads import PayloadBuilder
 from registry.runtime import memory
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
 from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
@@ -31,6 +30,7 @@ from registry.runtime.loop_watch import LoopWatch, Stall, start_gevent_watch
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
+from registry.wire.payloads import PayloadBuilder
 
 if TYPE_CHECKING:
     from registry.cluster.member import ClusterMember

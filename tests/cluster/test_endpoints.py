@@ -1,5 +1,5 @@
 """The HTTP ends of replication on one node: ``POST peerreplication/batch/`` (what peers send), the
-control endpoint Celery workers report to, and /readyz (registry/protocol/views.py, runtime/control.py)."""
+control endpoint Celery workers report to, and /readyz (registry/protocol/views.py, protocol/control.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 import orjson
 import pytest
 
-from registry.cluster.peers import Peer, parse_peer_urls
-from registry.protocol.codecs import build_instance
+from registry.endpoints import Peer, parse_peer_urls
 from registry.runtime.node import build_node, reset_node
+from registry.wire.codecs import build_instance
 from tests.factories import instance_body
 from tests.protocol.api_support import api_both_framings
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from registry.cluster.peers import Peer
 from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_key
 from registry.cluster.replicator import PROBE_INTERVAL_MS
 from registry.cluster.transport import PeerRefused, PeerUnreachable
+from registry.endpoints import Peer
 from tests.integration.conftest import Processes, free_port
 from tests.interop.conftest import require_toolchain
 

@@ -14,15 +14,8 @@ from xml.etree import ElementTree as ET
 import pytest
 from bs4 import BeautifulSoup
 
-from registry.cluster.peers import Peer
-from registry.cluster.regions import (
-    BadRegionConfig,
-    FetchFailed,
-    RemoteRegions,
-    Whitelist,
-    parse_region_urls,
-    parse_whitelist,
-)
+from registry.cluster.regions import FetchFailed, RemoteRegions
+from registry.endpoints import BadRegionConfig, Peer, Whitelist, parse_region_urls, parse_whitelist
 from registry.runtime.jobs import sync_response_cache
 from registry.runtime.node import build_node, reset_node
 from tests.factories import instance_body

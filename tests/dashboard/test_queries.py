@@ -1,10 +1,12 @@
-"""Searching, grouping and paging the registry for the console (dashboard/queries.py), without Django."""
+"""Searching, grouping and paging the registry for the console (registry/reads/queries.py), without Django."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.queries import (
+from registry import constants as c
+from registry.instances import DataCenterInfo, InstanceInfo, freeze
+from registry.reads.queries import (
     BadQuery,
     InstanceQuery,
     _page_bounds,
@@ -12,8 +14,6 @@ from dashboard.queries import (
     parse_metadata_filter,
     select,
 )
-from registry import constants as c
-from registry.instances import DataCenterInfo, InstanceInfo, freeze
 
 
 def record(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=None) -> InstanceInfo:

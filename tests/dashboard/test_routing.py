@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import clear_url_caches
 
 from eureka_site import urls as site_urls
-from eureka_site.handlers import RoutingApplication
 from eureka_site.settings import dashboard_prefix
+from registry.wire.handlers import RoutingApplication
 from tests.dashboard.conftest import soup
 from tests.deploy.test_wsgi_routing import call
 

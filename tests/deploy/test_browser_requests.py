@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pytest
 
-from registry.protocol.http import browser_refusal
+from registry.wire.http import browser_refusal
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, raw_request, running_server
 

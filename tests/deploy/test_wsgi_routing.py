@@ -8,7 +8,7 @@ import re
 from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
 
-from eureka_site.handlers import RoutingApplication
+from registry.wire.handlers import RoutingApplication
 from tests.factories import instance_body
 
 

@@ -253,7 +253,7 @@ def test_a_stream_from_a_too_old_id_says_so_once_then_continues_from_the_newest(
 
 def test_streams_above_the_maximum_get_503_with_retry_after(api, node):
     stream_options(node, streams_max=1)
-    from registry.feed.views import stream_hub
+    from registry.protocol.feed_views import stream_hub
 
     hub = stream_hub(node)
     held = hub.open()
@@ -319,7 +319,7 @@ def test_with_api_accounts_off_the_feed_is_open(api, node):
 
 def test_metrics_count_open_and_refused_streams(api, node):
     stream_options(node, streams_max=1)
-    from registry.feed.views import stream_hub
+    from registry.protocol.feed_views import stream_hub
 
     held = stream_hub(node).open()
     assert api.get(STREAM).status_code == 503

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.health.addresses import AddressPolicy, interface_addresses, parse_networks
+from registry.endpoints import parse_networks
+from registry.health.addresses import AddressPolicy, interface_addresses
 from registry.health.checker import BadResult, ProbeResult, ProbeTarget
 from registry.health.probes import ProbePool, Refused, probe, probe_http, probe_tcp, run_round
 from registry.runtime.node import build_node
@@ -260,7 +261,8 @@ def test_under_gevent_a_name_is_resolved_off_the_event_loop_and_checked():
     script = """
 from gevent import monkey; monkey.patch_all()
 import json
-from registry.health.addresses import AddressPolicy, parse_networks
+from registry.health.addresses import AddressPolicy
+from registry.endpoints import parse_networks
 from registry.health import probes
 from tests.health.targets import HttpTarget
 server = HttpTarget()

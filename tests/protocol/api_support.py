@@ -22,7 +22,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from rest_framework.test import APIClient
 
-from eureka_site.request_bodies import BodyRefused, buffer_unsized_body
+from registry.wire.request_bodies import BodyRefused, buffer_unsized_body
 
 PREFIXES = ("/eureka/", "/eureka/v2/")
 SLASHES = ("", "/")

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from eureka_site.flat_routes import FlatRoutes
-from eureka_site.handlers import PROTOCOL_URLCONF
-from registry.protocol.codecs import BadInput
-from registry.protocol.http import query_values
+from registry.wire.codecs import BadInput
+from registry.wire.flat_routes import FlatRoutes
+from registry.wire.handlers import PROTOCOL_URLCONF
+from registry.wire.http import query_values
 
 # eureka_site/reader_wsgi.py needs a Redis to import; its URLconf is this module.
 READER_URLCONF = "eureka_site.reader_urls"

@@ -1,5 +1,5 @@
 """The full registry and the delta assembled from serialized pieces are byte for byte a full
-serialization (registry/protocol/payloads.py), and a change re-serializes only what it changed."""
+serialization (registry/wire/payloads.py), and a change re-serializes only what it changed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from registry import constants as c
 from registry.cache.response_cache import APP, APPS, DELTA, CacheKey, compress
 from registry.core import Registry, RegistryConfig
-from registry.protocol.codecs import build_instance
-from registry.protocol.payloads import PayloadBuilder, build_payload
+from registry.wire.codecs import build_instance
+from registry.wire.payloads import PayloadBuilder, build_payload
 from tests.conftest import FakeClock
 from tests.factories import instance_body
 
@@ -256,7 +256,7 @@ def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
 @pytest.mark.parametrize("fmt", ["json", "xml"])
 def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_unchanged_runs(fmt, monkeypatch):
     from registry.cache import response_cache
-    from registry.protocol import payloads
+    from registry.wire import payloads
 
     # Runs of about two applications, so that this small registry has several.
     monkeypatch.setattr(payloads, "CHUNK_TARGET_BYTES", 8_000)
@@ -295,8 +295,8 @@ def test_primed_chunks_cost_almost_nothing_in_size_and_are_compressed_again_only
     monkeypatch,
 ):
     from registry.cache import response_cache
-    from registry.protocol import payloads
-    from registry.protocol.payloads import Fragment, _ChunkCache
+    from registry.wire import payloads
+    from registry.wire.payloads import Fragment, _ChunkCache
 
     monkeypatch.setattr(payloads, "CHUNK_TARGET_BYTES", 1)  # a run per application
     rng = random.Random(3)
@@ -341,7 +341,7 @@ def test_primed_chunks_cost_almost_nothing_in_size_and_are_compressed_again_only
 
 
 def test_runs_keep_their_boundaries_when_an_application_comes_or_goes():
-    from registry.protocol.payloads import Fragment, _runs
+    from registry.wire.payloads import Fragment, _runs
 
     def fragments(names):
         return [Fragment(name, b"x" * 1_000, None, 0) for name in names]

@@ -1,4 +1,4 @@
-"""The lean protocol handler (eureka_site/handlers.py) as gunicorn calls it: a WSGI environ in, bytes out.
+"""The lean protocol handler (registry/wire/handlers.py) as gunicorn calls it: a WSGI environ in, bytes out.
 
 The API tests go through Django's test client and so the site's handler; these call the routing
 application itself: flat routes, Django's fallback for 404s, and the protocol's own error answers.
@@ -12,8 +12,8 @@ import pytest
 from django.test import RequestFactory
 from django.urls import set_urlconf
 
-from eureka_site.handlers import RoutingApplication
 from registry.protocol import views
+from registry.wire.handlers import RoutingApplication
 from tests.factories import instance_body
 
 

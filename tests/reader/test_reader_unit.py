@@ -22,7 +22,6 @@ from django.http import HttpResponse
 from django.test import override_settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from eureka_site.handlers import ProtocolHandler
 from registry.access import accounts
 from registry.access.credentials import CredentialCache
 from registry.cache.redis_tier import RETRY_AFTER_MS, RedisReadOnlyTier, TierReader
@@ -31,6 +30,7 @@ from registry.reader.forwarding import VIA, NodeForwarder, passed_back, request_
 from registry.reader.service import Reader, check_settings, reset_reader
 from registry.reader.source import MISSING, REDIS_DOWN, SERVED, STALE, PayloadSource
 from registry.runtime.node import forbid_node, get_node, reset_node
+from registry.wire.handlers import ProtocolHandler
 from tests.conftest import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import orjson
 from registry import constants as c
 from registry.core import Registry, RegistryConfig
 from registry.instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info
-from registry.protocol.codecs import JSON, XML, decode_instance
+from registry.wire.codecs import JSON, XML, decode_instance
 from tests.factories import instance_body
 
 FAST = {

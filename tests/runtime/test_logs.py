@@ -21,8 +21,9 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
-from registry.cluster.peers import PeerSet, parse_peer_urls
+from registry.cluster.peers import PeerSet
 from registry.core import EvictionRun
+from registry.endpoints import parse_peer_urls
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.state_log import LISTED, StateLog
 from tests.factories import instance_body

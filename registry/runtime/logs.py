@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from pythonjsonlogger.json import JsonFormatter
 
-from registry.cluster.peers import scrub_text
+from registry.redact import scrub_text
 
 LOG_FORMATS = ("plain", "json")
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -98,7 +98,7 @@ class JsonLineFormatter(JsonFormatter):
 
 
 def line_formatter(format: str = "plain", secrets: Iterable[str] = ()) -> logging.Formatter:  # noqa: A002
-    """The formatter ``LOGGING`` names (``"()": "eureka_site.logs.line_formatter"``)."""
+    """The formatter ``LOGGING`` names (``"()": "registry.runtime.logs.line_formatter"``)."""
     if format == "json":
         return JsonLineFormatter(secrets=list(secrets))
     if format == "plain":

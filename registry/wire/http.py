@@ -25,7 +25,7 @@ from rest_framework.renderers import BaseRenderer
 
 from registry.cache.response_cache import Payload
 from registry.constants import SERVER_IDENTITY
-from registry.protocol.codecs import JSON, XML, BadInput, parse_long
+from registry.wire.codecs import JSON, XML, BadInput, parse_long
 
 CONTENT_TYPES = {JSON: "application/json", XML: "application/xml"}
 REPLICATION_HEADER = "HTTP_X_NETFLIX_DISCOVERY_REPLICATION"

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from registry.runtime import control, metrics
+from registry.protocol import control
+from registry.runtime import metrics
 
 app_name = "ops"
 

@@ -14,10 +14,11 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from registry import constants as c
-from registry.cluster.peers import PeerState, scrub_credentials
+from registry.cluster.peers import PeerState
 from registry.counters import RecentEvent
 from registry.leases import LeaseView
 from registry.preservation import SelfPreservation
+from registry.redact import scrub_credentials
 from registry.runtime.status import application_stats, format_uptime, general_stats
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from registry.feed import views
+from registry.protocol import feed_views as views
 
 app_name = "feed"
 

@@ -11,9 +11,9 @@ from django.http import HttpResponse
 
 from registry.constants import CONTROL_HEADER
 from registry.health.checker import BadResult, ProbeResult
-from registry.protocol.http import text
 from registry.protocol.views import EurekaView
 from registry.runtime.node import get_node
+from registry.wire.http import text
 
 
 def _json(body: dict, status: int = 200) -> HttpResponse:

@@ -20,14 +20,14 @@ from django.urls import set_urlconf
 from django.utils.functional import cached_property
 from django.utils.log import log_response
 
-from eureka_site.flat_routes import FlatRoutes
-from eureka_site.request_bodies import (
+from registry.wire.flat_routes import FlatRoutes
+from registry.wire.http import browser_refusal
+from registry.wire.request_bodies import (
     BodyRefused,
     buffer_unsized_body,
     plain_wsgi_answer,
     refuse_unusable_charset,
 )
-from registry.protocol.http import browser_refusal
 
 PROTOCOL_PREFIX = "/eureka/"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"

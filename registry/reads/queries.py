@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from registry import constants as c
-from registry.cluster.peers import scrub_credentials
 from registry.instances import InstanceInfo
+from registry.redact import scrub_credentials
 
 # Eureka keeps status groups in a Java HashMap (no order); we show them in this fixed order.
 STATUS_ORDER = (c.UP, c.DOWN, c.STARTING, c.OUT_OF_SERVICE, c.UNKNOWN)

@@ -55,7 +55,7 @@ from registry.cache.response_cache import (
 from registry.core import Registry, Snapshot, reconcile_hashcode
 from registry.jsonbytes import dumps_to_keep
 from registry.leases import LeaseView
-from registry.protocol.codecs import JSON, application_dict, applications_dict, instance_dict, render
+from registry.wire.codecs import JSON, application_dict, applications_dict, instance_dict, render
 
 AppViews = list[tuple[str, list[LeaseView]]]
 

@@ -21,8 +21,8 @@ from registry.access.drf import BasicAccountAuthentication, RolePermission, api_
 from registry.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
 from registry.feed.streams import StreamBody, StreamHub, change_stream, resume_point
-from registry.protocol.http import PassthroughRenderer
 from registry.runtime.node import Node, get_node
+from registry.wire.http import PassthroughRenderer
 
 if TYPE_CHECKING:
     from registry.config import ChangeFeedConfig

@@ -1,0 +1,173 @@
+"""Where the registry is told to reach, as settings give it: peers' and remote regions' service URLs,
+a region's app whitelist, networks. Parsed and checked here, once, with no Django and nothing above
+the domain, so that the typed settings (``registry/config.py``) and the rooms that use the values
+(``cluster/``, ``health/``) share one reading. Credentials in a URL are kept (Basic auth) and never
+shown (``registry/redact.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from registry.redact import scrub_credentials, scrub_text
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Region names as ``?regions=`` carries them: the Java server lower-cases the query, so a region
+# configured in capitals could never be asked for; names are lower-cased here too.
+_REGION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
+
+
+def peer_hostname(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or url
+    except ValueError:
+        return url
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A replica as configured: ``url`` keeps any credentials (used for Basic auth, never shown)."""
+
+    url: str
+
+    @property
+    def display_url(self) -> str:
+        return scrub_credentials(self.url)
+
+    @property
+    def key(self) -> str:
+        """A short stable name for queues and tasks (the same in the node and in Celery workers)."""
+        return hashlib.sha1(self.display_url.encode()).hexdigest()[:12]
+
+    @property
+    def auth(self) -> tuple[str, str] | None:
+        parts = urlsplit(self.url)
+        if parts.username is None:
+            return None
+        return unquote(parts.username), unquote(parts.password or "")
+
+    @property
+    def base_url(self) -> str:
+        """The service URL without credentials, ending in ``/``: requests append ``apps/...``."""
+        return self.display_url
+
+    @property
+    def address(self) -> tuple[str, int]:
+        parts = urlsplit(self.url)
+        return (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+
+
+class BadPeerUrl(ValueError):
+    pass
+
+
+def parse_peer_urls(urls: list[str] | tuple[str, ...]) -> list[Peer]:
+    """Service URLs as clients write them (``http://[user:secret@]host:port/eureka/``), normalized to end
+    in ``/``; duplicates (after removing credentials) are kept once. Raises BadPeerUrl."""
+    peers: dict[str, Peer] = {}
+    for raw in urls:
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (raises ValueError on a port that is not a number in range)
+        except ValueError as exc:
+            raise BadPeerUrl(f"{scrub_credentials(text)!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadPeerUrl(f"{scrub_credentials(text)!r}: expected http(s)://host[:port]/eureka/")
+        path = parts.path if parts.path.endswith("/") else parts.path + "/"
+        peer = Peer(urlunsplit((parts.scheme, parts.netloc, path, "", "")))
+        peers.setdefault(peer.display_url, peer)
+    return list(peers.values())
+
+
+class BadRegionConfig(ValueError):
+    """A remote-region setting that cannot be used; the message names the entry."""
+
+
+def parse_region_urls(entries: Iterable[str]) -> dict[str, str]:
+    """``name=url`` entries (``EUREKA_REMOTE_REGION_URLS``, split on commas) → {name: service URL}.
+    Names are lower-cased; URLs are normalized like peer URLs (credentials kept, for Basic auth)."""
+    regions: dict[str, str] = {}
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, url = entry.partition("=")
+        name = name.strip().lower()
+        if not sep or not url.strip():
+            raise BadRegionConfig(f"{scrub_text(entry)!r}: expected region=http://host:port/eureka/")
+        if not _REGION_NAME.match(name):
+            raise BadRegionConfig(f"region name {name[:40]!r}: use letters, digits, '.', '_' or '-'")
+        if name in regions:
+            raise BadRegionConfig(f"region {name!r} is given twice")
+        try:
+            (peer,) = parse_peer_urls([url.strip()])
+        except BadPeerUrl as exc:
+            raise BadRegionConfig(f"region {name!r}: {exc}") from None
+        regions[name] = peer.url
+    return regions
+
+
+@dataclass(frozen=True)
+class Whitelist:
+    """Which apps of a region are merged: the region's own list if it has one, else the global list,
+    else every app (Eureka's ``shouldFetchFromRemoteRegistry``)."""
+
+    everywhere: frozenset[str] | None = None
+    per_region: Mapping[str, frozenset[str]] | None = None
+
+    def allows(self, region: str, app: str) -> bool:
+        apps = (self.per_region or {}).get(region, self.everywhere)
+        return apps is None or app in apps
+
+
+def parse_whitelist(entries: Iterable[str], regions: Iterable[str]) -> Whitelist:
+    """``APP`` (every region) or ``region:APP`` (that region) entries; apps are upper-cased, as app
+    names are. A region named here must be configured."""
+    known = set(regions)
+    everywhere: set[str] = set()
+    per_region: dict[str, set[str]] = {}
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        region, sep, app = entry.rpartition(":")
+        region, app = region.strip().lower(), app.strip().upper()
+        if not app or (sep and not region):
+            raise BadRegionConfig(f"whitelist entry {entry[:60]!r}: expected APP or region:APP")
+        if not sep:
+            everywhere.add(app)
+        elif region not in known:
+            raise BadRegionConfig(
+                f"whitelist entry {entry[:60]!r}: no remote region {region!r} is configured"
+                f" (known: {', '.join(sorted(known)) or 'none'})"
+            )
+        else:
+            per_region.setdefault(region, set()).add(app)
+    return Whitelist(
+        frozenset(everywhere) if everywhere else None,
+        {region: frozenset(apps) for region, apps in per_region.items()} or None,
+    )
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """``"127.0.0.0/8, fd00::/8"`` → networks; a single address is a /32 (/128). Raises ValueError
+    naming the bad entry."""
+    networks = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"{entry!r} is not a network (CIDR such as 127.0.0.0/8): {exc}") from None
+    return tuple(networks)

@@ -1,0 +1,49 @@
+"""What the status console and the admin read from the node: the one module both import.
+
+The pages (``dashboard/``) and the admin's override pages (``registry/admin/``) see the registry only
+through the names below: the console's blocks (``console.py``: system status, general and instance
+info, replicas, remote regions, recent events, leases) and the instance search both share
+(``queries.py``: filters, grouping, paging). Neither imports the other, nor the node's internals.
+"""
+
+from registry.reads.console import (
+    events_of,
+    format_time,
+    general_info,
+    instance_fields,
+    instance_info,
+    lease_detail,
+    recent_lists,
+    recount_schedule,
+    remote_regions,
+    replica_health,
+    system_status,
+)
+from registry.reads.queries import (
+    STATUS_ORDER,
+    BadQuery,
+    InstanceQuery,
+    page_of,
+    parse_metadata_filter,
+    select,
+)
+
+__all__ = [
+    "STATUS_ORDER",
+    "BadQuery",
+    "InstanceQuery",
+    "events_of",
+    "format_time",
+    "general_info",
+    "instance_fields",
+    "instance_info",
+    "lease_detail",
+    "page_of",
+    "parse_metadata_filter",
+    "recent_lists",
+    "recount_schedule",
+    "remote_regions",
+    "replica_health",
+    "select",
+    "system_status",
+]

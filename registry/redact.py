@@ -1,0 +1,31 @@
+"""Credentials out of URLs and texts before they are shown or logged. Plain Python, no Django.
+
+Service URLs may carry Basic credentials (``http://user:secret@host:8761/eureka/``: peers, remote
+regions, clients' own URLs quoted in errors); whatever shows or logs a URL or an error text passes it
+through here first.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+# The user-info part of any URL in a text (``scheme://user:secret@``).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@]*@")
+
+
+def scrub_credentials(url: str) -> str:
+    """``http://user:pass@host:8761/eureka/`` → ``http://host:8761/eureka/`` (never show secrets)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def scrub_text(text: str) -> str:
+    """Any text (an error, a log line) with the credentials of every URL in it removed."""
+    return _URL_USERINFO.sub(r"\1", text)

@@ -1,0 +1,3 @@
+"""The wire: what Eureka's HTTP looks like, below every view. Codecs (JSON and XML in and out),
+payload building for the response cache, request bodies and framing, the lean protocol handler and
+its flat routes, and the HTTP habits every view shares. Imports the domain and the cache, nothing above."""
