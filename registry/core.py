@@ -707,8 +707,8 @@ class Registry:
         # Listed in self-preservation too (a pass Eureka skips there): what it keeps is counted.
         # The scan looks at copies of each app's leases outside the lock, giving others a turn every
         # EVICTION_SCAN_STEP leases (``pause``): at 100,000 instances a scan under the lock held every
-        # heartbeat for ~75 ms. What it found is checked again under the lock: a lease renewed or
-        # replaced meanwhile is not evicted.
+        # heartbeat for tens of milliseconds (bench/README.md, "Numbers behind the code"). What it
+        # found is checked again under the lock: a lease renewed or replaced meanwhile is not evicted.
         found: list[tuple[str, str, Lease]] = []
         unpaused = 0
         for app in apps:

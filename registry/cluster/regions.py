@@ -81,7 +81,8 @@ def decode_registry(document: Any, now: int) -> tuple[AppViews, str | None]:
             skipped, first_reason = skipped + 1, first_reason or str(exc)
             continue
         grouped.setdefault(view.instance.app, {})[view.instance.instance_id] = view
-        # ~20 us an instance: a registry of 10,000 would hold the event loop for 200 ms.
+        # Tens of microseconds an instance: a large remote registry decoded in one go would hold the
+        # event loop for a noticeable time (bench/README.md, "Numbers behind the code").
         PACER.tick()
     if skipped:
         logger.warning("remote region: %d instances skipped, the first: %s", skipped, first_reason)
