@@ -6,9 +6,8 @@ from __future__ import annotations
 import httpx
 
 from registry.cluster.regions import FetchFailed
-from registry.constants import SERVER_IDENTITY
+from registry.cluster.transport import http_error_text, server_client
 from registry.endpoints import Peer
-from registry.redact import scrub_text
 
 
 class RegionHttpTransport:
@@ -20,16 +19,7 @@ class RegionHttpTransport:
     def __init__(
         self, connect_timeout_s: float = 1.0, read_timeout_s: float = 1.0, identity: str = "eureka-django"
     ):
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
-            headers={
-                "Accept": "application/json",
-                "Accept-Encoding": "gzip",
-                "DiscoveryIdentity-Name": SERVER_IDENTITY,
-                "DiscoveryIdentity-Version": "1.0",
-                "User-Agent": identity,
-            },
-        )
+        self._client = server_client(httpx.Timeout(read_timeout_s, connect=connect_timeout_s), identity)
 
     def close(self) -> None:
         self._client.close()
@@ -43,13 +33,7 @@ class RegionHttpTransport:
                 auth=httpx.BasicAuth(*auth) if auth else None,
             )
         except httpx.HTTPError as exc:
-            raise FetchFailed(f"{what}: {_reason(exc)}") from None
+            raise FetchFailed(f"{what}: {http_error_text(exc)}") from None
         if response.status_code != 200:
             raise FetchFailed(f"{what}: HTTP {response.status_code}")
         return response.content
-
-
-def _reason(exc: Exception) -> str:
-    # httpx messages name the URL, which may hold credentials: the class and the gist, scrubbed.
-    text = scrub_text(str(exc).split(" for url ", 1)[0].strip())
-    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__

@@ -14,6 +14,7 @@ import orjson
 
 from registry.constants import SERVER_IDENTITY
 from registry.endpoints import Peer
+from registry.redact import scrub_text
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 
@@ -31,24 +32,31 @@ class PeerRefused(Exception):
     """A 4xx for a whole request: sending it again would not help."""
 
 
-def _reason(exc: Exception) -> str:
-    # httpx messages name the URL, which may hold credentials: keep the class and the gist only.
-    text = str(exc).split(" for url ", 1)[0].strip()
+def http_error_text(exc: Exception) -> str:
+    """A failed request's reason for logs and the console: the exception's class and gist. httpx
+    messages name the URL, which may hold credentials, so the URL is cut off and the rest scrubbed."""
+    text = scrub_text(str(exc).split(" for url ", 1)[0].strip())
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+def server_client(timeout: float | httpx.Timeout, identity: str) -> httpx.Client:
+    """A kept-alive JSON client that says it is a Eureka server (``DiscoveryIdentity-Name``): what
+    peers and remote regions are asked with."""
+    return httpx.Client(
+        timeout=timeout,
+        headers={
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip",
+            "DiscoveryIdentity-Name": SERVER_IDENTITY,
+            "DiscoveryIdentity-Version": "1.0",
+            "User-Agent": identity,
+        },
+    )
 
 
 class PeerTransport:
     def __init__(self, timeout_s: float = 5.0, identity: str = "eureka-django"):
-        self._client = httpx.Client(
-            timeout=timeout_s,
-            headers={
-                "Accept": "application/json",
-                "Accept-Encoding": "gzip",
-                "DiscoveryIdentity-Name": SERVER_IDENTITY,
-                "DiscoveryIdentity-Version": "1.0",
-                "User-Agent": identity,
-            },
-        )
+        self._client = server_client(timeout_s, identity)
 
     def close(self) -> None:
         self._client.close()
@@ -60,9 +68,9 @@ class PeerTransport:
                 method, peer.base_url + path, auth=httpx.BasicAuth(*auth) if auth else None, **kwargs
             )
         except httpx.TimeoutException as exc:
-            raise PeerUnreachable(_reason(exc), congested=True) from None
+            raise PeerUnreachable(http_error_text(exc), congested=True) from None
         except httpx.HTTPError as exc:
-            raise PeerUnreachable(_reason(exc)) from None
+            raise PeerUnreachable(http_error_text(exc)) from None
         if response.status_code >= 500:
             raise PeerUnreachable(f"HTTP {response.status_code}", congested=response.status_code == 503)
         return response
