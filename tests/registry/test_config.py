@@ -195,3 +195,37 @@ def test_parsing_loads_neither_django_nor_a_network_client():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# Fields whose dataclass default is one timing profile's and the parser picks by EUREKA_TIMINGS.
+FAST_PROFILE_FIELDS = {
+    ("registry", "expected_number_of_clients_sending_renews"),
+    ("registry", "default_open_for_traffic_count"),
+    ("registry", "eviction_interval_ms"),
+    ("registry", "expected_clients_move_only_above_zero"),
+}
+EUREKA_PROFILE_FIELDS = {("registry", "lease_expiry"), ("cluster", "sync_retry_wait_ms")}
+
+
+@pytest.mark.parametrize(
+    ("timings", "profile_fields"), [("fast", FAST_PROFILE_FIELDS), ("eureka", EUREKA_PROFILE_FIELDS)]
+)
+def test_the_dataclasses_defaults_are_the_parsers(timings, profile_fields):
+    """A default is written on the dataclass field and in parse_config: they must not drift apart
+    (the issue this module closed was a drifted default), the timing profile's own fields excepted."""
+    parsed = parse_config({"EUREKA_TIMINGS": timings})
+    drifted = set()
+    for part in dataclasses.fields(parsed):
+        section = getattr(parsed, part.name)
+        if not dataclasses.is_dataclass(section):
+            continue
+        try:
+            plain = type(section)()
+        except TypeError:  # no defaults of its own: every value comes from the parser
+            continue
+        drifted |= {
+            (part.name, field.name)
+            for field in dataclasses.fields(section)
+            if getattr(section, field.name) != getattr(plain, field.name)
+        }
+    assert drifted == profile_fields
