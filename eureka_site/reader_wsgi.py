@@ -16,11 +16,11 @@ from django.conf import settings  # noqa: E402
 
 from registry.reader.service import check_settings  # noqa: E402
 from registry.runtime.node import forbid_node  # noqa: E402
-from registry.wire.handlers import ProtocolHandler  # noqa: E402
+from registry.wire.handlers import ProtocolHandler, body_deadlines  # noqa: E402
 from registry.wire.http import browser_refusal  # noqa: E402
 from registry.wire.request_bodies import (  # noqa: E402
     BodyRefused,
-    buffer_unsized_body,
+    buffer_body,
     plain_wsgi_answer,
     refuse_unusable_charset,
 )
@@ -35,6 +35,7 @@ class ReaderHandler(ProtocolHandler):
 class ReaderApplication:
     def __init__(self):
         self.handler = ReaderHandler()
+        self.body_deadlines = body_deadlines()
 
     def __call__(self, environ, start_response):
         # Refused here as on the node: the forwarder does not pass Origin or Sec-Fetch-* on.
@@ -43,7 +44,7 @@ class ReaderApplication:
             return plain_wsgi_answer(start_response, 403, refusal)
         try:
             refuse_unusable_charset(environ)
-            buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)
+            buffer_body(environ, settings.EUREKA_MAX_BODY_BYTES, self.body_deadlines)
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
         return self.handler(environ, start_response)

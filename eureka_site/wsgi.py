@@ -10,9 +10,11 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from registry.access.drf import credentials_open_the_api  # noqa: E402
 from registry.wire.handlers import RoutingApplication  # noqa: E402
 
-application = RoutingApplication()
+# With API accounts on, a protocol request's body is read only once its credentials open the API.
+application = RoutingApplication(may_read_body=credentials_open_the_api)
 
 # The URL patterns, and the views they import, load here rather than in the first request, where the
 # first heartbeats waited for those imports (bench/README.md, "Numbers behind the code"); and they are

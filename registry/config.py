@@ -68,6 +68,14 @@ class ClusterConfig:
     replication_flush_ms: int = 100
     replication_queue_size: int = 10_000
     peer_timeout_ms: int = 5_000
+    # A peer's whole answer (cluster/transport.py read_answer): bytes once inflated, and time from the
+    # request to its last byte (peer_timeout_ms bounds each read only). 64 MiB: a registry of 10,000
+    # instances is ~10 MB of JSON (bench/README.md), so some 60,000 fit; a bomb costs 64 MiB at most.
+    peer_max_answer_bytes: int = 64 * 1024 * 1024
+    peer_total_timeout_ms: int = 30_000
+    # Items a peer's batch may hold (registry/cluster/incoming.py); a larger one is refused whole (413).
+    # Peers send at most 250: four times that is headroom, not a load the node is sized for.
+    replication_batch_max_items: int = 1_000
 
     @property
     def peer_urls(self) -> tuple[str, ...]:
@@ -82,6 +90,9 @@ class RemoteRegionsConfig:
     fetch_interval_ms: int = 30_000
     connect_timeout_ms: int = 1_000
     read_timeout_ms: int = 1_000
+    # A region's whole answer, as a peer's above (a region's registry is as large as a peer's).
+    max_answer_bytes: int = 64 * 1024 * 1024
+    total_timeout_ms: int = 10_000
     whitelist: Whitelist = field(default_factory=Whitelist)
     transparent_fallback: bool = True
 
@@ -114,6 +125,8 @@ class ChangeFeedConfig:
 
     enabled: bool = True
     streams_max: int = 2_000
+    # Open streams per client address (registry/access/clients.py); 0: no limit.
+    streams_per_address_max: int = 16
     keepalive_seconds: int = 15
     stream_max_seconds: int = 1_800
     coalesce_ms: int = 50
@@ -177,6 +190,15 @@ class IdentityConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessConfig:
+    """Sign-ins (registry/access/; the other sign-in settings are Django's, in eureka_site/settings.py)."""
+
+    # Password checks that may wait for a hashing slot, per slot (registry/access/hashers.py); more
+    # are refused at once with 503. 0: no limit.
+    signin_waiting_per_core: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class ReaderConfig:
     """A reader process (registry/reader/): how stale a payload it serves may be, and its node."""
 
@@ -184,6 +206,29 @@ class ReaderConfig:
     revalidate_ms: int
     node_url: str
     node_timeout_ms: int = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionsConfig:
+    """What one client may hold of a node's connections, and for how long (README "Security model").
+
+    The gunicorn worker (registry/runtime/gunicorn_worker.py) counts open connections per client
+    address and in all, and refuses a new one past either cap with a 503 before reading anything; the
+    total stays below gunicorn's ``worker_connections`` so that the worker always accepts, and a
+    refused client gets an answer instead of waiting in the kernel's queue. Addresses in
+    EUREKA_TRUSTED_PROXIES (a proxy or reader in front carries many clients) are not capped per
+    address. The timeouts are Tomcat's and nginx's: the request line and headers of a new connection,
+    and a request body (no byte for ``body_idle_timeout_s``, or not all of it within
+    ``body_timeout_s``), are given that long and then the connection is closed. 0 switches one off."""
+
+    max_per_address: int = 256
+    max_total: int = 9_000
+    header_timeout_s: float = 20.0
+    body_idle_timeout_s: float = 20.0
+    body_timeout_s: float = 60.0
+
+
+_CONNECTIONS = ConnectionsConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +245,8 @@ class EurekaConfig:
     health_checks: HealthChecksConfig = HealthChecksConfig()
     process: ProcessConfig = ProcessConfig()
     identity: IdentityConfig = IdentityConfig()
+    access: AccessConfig = AccessConfig()
+    connections: ConnectionsConfig = ConnectionsConfig()
     timings: str = "fast"
     # The node's base URL for Celery tasks' calls to its control endpoint.
     control_url: str = "http://127.0.0.1:8761"
@@ -259,14 +306,17 @@ class _Environment:
             raise BadSetting(name, f"must be >= {minimum}, got {value}")
         return value
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: str, default: float, minimum: float | None = None) -> float:
         raw = self.environ.get(name)
         if raw is None:
             return default
         try:
-            return float(raw.strip())
+            value = float(raw.strip())
         except ValueError:
             raise BadSetting(name, f"expected a number, got {raw!r}") from None
+        if minimum is not None and not value >= minimum:  # NaN too
+            raise BadSetting(name, f"must be >= {minimum}, got {raw.strip()}")
+        return value
 
     def bool(self, name: str, default: bool) -> bool:
         raw = self.environ.get(name)
@@ -322,6 +372,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         max_instances=env.int("EUREKA_MAX_INSTANCES", 0, minimum=0),
         max_metadata_keys=env.int("EUREKA_MAX_METADATA_KEYS", 128, minimum=0),
         max_metadata_bytes=env.int("EUREKA_MAX_METADATA_BYTES", 32_768, minimum=0),
+        max_instance_bytes=env.int("EUREKA_MAX_INSTANCE_BYTES", 65_536, minimum=0),
         max_lease_duration_secs=env.int("EUREKA_MAX_LEASE_DURATION_SECONDS", 3_600, minimum=90),
     )
     response_cache = ResponseCacheConfig(
@@ -348,6 +399,10 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         replication_flush_ms=env.int("EUREKA_REPLICATION_FLUSH_MS", 100, minimum=10),
         replication_queue_size=env.int("EUREKA_REPLICATION_QUEUE_SIZE", 10_000, minimum=250),
         peer_timeout_ms=env.int("EUREKA_PEER_TIMEOUT_MS", 5_000, minimum=100),
+        peer_max_answer_bytes=env.int("EUREKA_PEER_MAX_ANSWER_BYTES", 64 * 1024 * 1024, minimum=65_536),
+        peer_total_timeout_ms=env.int("EUREKA_PEER_TOTAL_TIMEOUT_MS", 30_000, minimum=100),
+        # At least 250: the Java server's batches and ours hold up to 250 items.
+        replication_batch_max_items=env.int("EUREKA_REPLICATION_BATCH_MAX_ITEMS", 1_000, minimum=250),
     )
     redis_url = env.str("REDIS_URL", "")
     control_url = env.str("EUREKA_CONTROL_URL", "http://127.0.0.1:8761").rstrip("/")
@@ -383,6 +438,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         change_feed=ChangeFeedConfig(
             enabled=env.bool("EUREKA_CHANGE_FEED", True),
             streams_max=env.int("EUREKA_CHANGE_STREAMS_MAX", 2_000, minimum=0),
+            streams_per_address_max=env.int("EUREKA_CHANGE_STREAMS_PER_ADDRESS_MAX", 16, minimum=0),
             keepalive_seconds=env.int("EUREKA_CHANGE_STREAM_KEEPALIVE_SECONDS", 15, minimum=1),
             stream_max_seconds=env.int("EUREKA_CHANGE_STREAM_MAX_SECONDS", 1_800, minimum=1),
             coalesce_ms=env.int("EUREKA_CHANGE_STREAM_COALESCE_MS", 50, minimum=0),
@@ -415,6 +471,22 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
             datacenter=env.str("EUREKA_DATACENTER", "default"),
             instance_ip_address=env.str("EUREKA_INSTANCE_IP_ADDRESS", ""),
         ),
+        access=AccessConfig(
+            signin_waiting_per_core=env.int("EUREKA_SIGNIN_WAITING_PER_CORE", 4, minimum=0),
+        ),
+        connections=ConnectionsConfig(
+            max_per_address=env.int(
+                "EUREKA_MAX_CONNECTIONS_PER_ADDRESS", _CONNECTIONS.max_per_address, minimum=0
+            ),
+            max_total=env.int("EUREKA_MAX_CONNECTIONS", _CONNECTIONS.max_total, minimum=0),
+            header_timeout_s=env.float(
+                "EUREKA_HEADER_TIMEOUT_SECONDS", _CONNECTIONS.header_timeout_s, minimum=0
+            ),
+            body_idle_timeout_s=env.float(
+                "EUREKA_BODY_IDLE_TIMEOUT_SECONDS", _CONNECTIONS.body_idle_timeout_s, minimum=0
+            ),
+            body_timeout_s=env.float("EUREKA_BODY_TIMEOUT_SECONDS", _CONNECTIONS.body_timeout_s, minimum=0),
+        ),
         control_url=control_url,
     )
 
@@ -435,6 +507,8 @@ def _remote_regions(env: _Environment) -> RemoteRegionsConfig:
         fetch_interval_ms=1000 * env.int("EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS", 30, minimum=1),
         connect_timeout_ms=env.int("EUREKA_REMOTE_REGION_CONNECT_TIMEOUT_MS", 1_000, minimum=100),
         read_timeout_ms=env.int("EUREKA_REMOTE_REGION_READ_TIMEOUT_MS", 1_000, minimum=100),
+        max_answer_bytes=env.int("EUREKA_REMOTE_REGION_MAX_ANSWER_BYTES", 64 * 1024 * 1024, minimum=65_536),
+        total_timeout_ms=env.int("EUREKA_REMOTE_REGION_TOTAL_TIMEOUT_MS", 10_000, minimum=100),
         whitelist=whitelist,
         # Eureka's transparent fallback: requests without regions= get every region too.
         transparent_fallback=env.bool("EUREKA_REMOTE_REGION_TRANSPARENT_FALLBACK", True),

@@ -36,3 +36,10 @@ def client_address(request) -> str:
         if not _is_proxy(hop, proxies):
             return hop
     return hops[0] if hops else peer
+
+
+def is_trusted_proxy(address: str) -> bool:
+    """Whether a connection's peer is one of EUREKA_TRUSTED_PROXIES (a proxy or reader that carries
+    many clients: the gunicorn worker does not cap its connections per address)."""
+    proxies = settings.EUREKA_TRUSTED_PROXIES
+    return bool(proxies) and _is_proxy(address, proxies)

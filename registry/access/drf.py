@@ -34,6 +34,33 @@ def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
 setting_changed.connect(_follow_setting)
 
 
+class _EnvironRequest:
+    """What ``client_address`` reads of a request, before Django has built one."""
+
+    __slots__ = ("META",)
+
+    def __init__(self, environ: dict):
+        self.META = environ
+
+
+def credentials_open_the_api(environ: dict) -> bool:
+    """Asked before a protocol request's body is read (``registry/wire/handlers.py``): False when API
+    accounts are on and the request's credentials open nothing — none, wrong, or from an address or
+    for a name that failed too often. That body is then never read: the view refuses the request
+    (401, 429) on its credentials alone, so an anonymous client cannot make the node buffer bodies.
+    The verdict is the credential cache's, so the view's own check that follows costs a lookup."""
+    if not _api_accounts_on:
+        return True
+    header = environ.get("HTTP_AUTHORIZATION")
+    if not header:
+        return False
+    try:
+        accounts.authenticate(header, lambda: client_address(_EnvironRequest(environ)))
+    except accounts.Refused:
+        return False
+    return True
+
+
 class BasicAccountAuthentication(BaseAuthentication):
     """HTTP Basic credentials of a Django user, as every Eureka client sends from its service URL."""
 

@@ -1,7 +1,15 @@
 """The gunicorn worker of a registry node: gevent, closing connections so that the answer arrives.
 
-It imports neither Django nor the project (gunicorn's master process loads the worker class before
-it forks; the application itself is loaded in the worker, see ``deploy/gunicorn.conf.py``).
+It imports neither Django nor the project at load (gunicorn's master process loads the worker class
+before it forks; the application itself is loaded in the worker, see ``deploy/gunicorn.conf.py``).
+
+No client may take the node off the network by holding connections. Every accepted connection is
+admitted or refused before a byte of it is read (``registry/runtime/connections.py``: a cap per client
+address and one in all, below ``worker_connections``; a refused one gets a 503 and is closed); a new
+connection must send its request line and headers within the header timeout (Tomcat's
+``connectionTimeout``, 20 s), a kept-alive one its next request within the keep-alive time, shortened
+to the header timeout while most of the cap is in use; and request bodies are read under their own
+deadlines before a view runs (``registry/wire/request_bodies.py``).
 
 gunicorn's gevent worker closes a connection at once after an error answer (an over-long request
 line, bad chunk framing) or a response that ends the connection. If the client is still sending its
@@ -64,6 +72,8 @@ DRAIN_SECONDS = 2.0
 # turn: registry/cache/pacing.py; this module imports nothing of the project at load).
 FAIR_TURN_S = 0.000_01
 _READ_STEP = 8192
+# Refused connections are logged at most once in this many seconds, with how many there were.
+REFUSAL_LOG_INTERVAL_S = 60.0
 
 
 # Addresses whose trust was decided; a fleet is thousands of addresses, a scan could be millions.
@@ -262,7 +272,8 @@ class _NextRequestWait:
             # The worker's loop, known once it serves; libev counts its iterations (its polls).
             loop = worker.event_loop = gevent.get_hub().loop
         turns = worker.turns
-        if turns.get(current) == loop.iteration:
+        previous = turns.get(current)
+        if previous == loop.iteration:
             # This connection's last request was read and answered without the loop polling
             # once. Its client's next request may be here already, and reading it now would serve
             # this connection again and again while the others' requests wait (a long p99 tail:
@@ -276,8 +287,10 @@ class _NextRequestWait:
         if worker.sweeper is None:
             worker.sweeper = gevent.spawn(worker.sweep_waits)
         turns[current] = loop.iteration
-        # A new float per wait: the sweeper tells this wait from the connection's next by identity.
-        worker.waiting[current] = time.monotonic()
+        # When the wait began, and whether it is a new connection's first (given the header timeout,
+        # not the keep-alive time). A new tuple per wait: the sweeper tells this wait from the
+        # connection's next by identity.
+        worker.waiting[current] = (time.monotonic(), previous is None)
         return self
 
     def __exit__(self, kind, value, traceback):
@@ -302,12 +315,82 @@ class RegistryWorker(GeventWorker):
         # (``_NextRequestWait``); the loop is looked up at the first wait.
         self.turns: dict = {}
         self.event_loop = None
+        # Set when the worker runs (``use_connection_limits``): without them, no connection is
+        # refused and a new connection's first request may take the keep-alive time.
+        self.admission = None
+        self.header_timeout_s = 0.0
+        self._refusals_logged_at = 0.0
+        self._refusals_unlogged = 0
+
+    def run(self):
+        self.use_connection_limits()
+        super().run()
+
+    def use_connection_limits(self) -> None:
+        """The caps and the header timeout of EUREKA_MAX_CONNECTIONS(_PER_ADDRESS) and
+        EUREKA_HEADER_TIMEOUT_SECONDS (registry/runtime/connections.py). Read once the application is
+        loaded (in the worker: the master loads nothing of the project)."""
+        from django.conf import settings
+
+        from registry.access.clients import is_trusted_proxy
+        from registry.runtime import connections
+
+        limits = settings.EUREKA.connections
+        max_total = limits.max_total
+        # Below worker_connections, so that the worker always accepts and can answer a refusal.
+        ceiling = max(1, self.worker_connections - max(1, self.worker_connections // 10))
+        if not max_total or max_total > ceiling:
+            if max_total:
+                self.log.warning(
+                    "EUREKA_MAX_CONNECTIONS=%s is not below worker_connections=%s: using %s",
+                    max_total,
+                    self.worker_connections,
+                    ceiling,
+                )
+            max_total = ceiling
+        self.admission = connections.CURRENT = connections.ConnectionAdmission(
+            limits.max_per_address, max_total, exempt=is_trusted_proxy
+        )
+        self.header_timeout_s = limits.header_timeout_s
 
     def handle(self, listener, client, addr):
+        admission = self.admission
+        if admission is None:
+            ticket = None
+        else:
+            admitted, ticket = admission.admit(addr[0] if isinstance(addr, tuple) else None)
+            if not admitted:
+                self._refuse(client, addr, ticket)
+                return
         try:
             super().handle(listener, client, addr)
         finally:
             self.turns.pop(gevent.getcurrent(), None)
+            if ticket is not None:
+                admission.release(ticket)
+
+    def _refuse(self, client, addr, reason: str) -> None:
+        """Answer a refused connection and close it, without reading from it."""
+        from registry.runtime.connections import refusal_answer
+
+        try:
+            client.send(refusal_answer(reason))
+        except OSError:
+            pass
+        finally:
+            util.close(client)
+        # One line a minute at most: a flood of refusals must not become a flood of log lines.
+        self._refusals_unlogged += 1
+        now = time.monotonic()
+        if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self.log.warning(
+                "refused %d connection(s) since the last line (latest from %s: %s cap; "
+                "EUREKA_MAX_CONNECTIONS_PER_ADDRESS / EUREKA_MAX_CONNECTIONS)",
+                self._refusals_unlogged,
+                addr[0] if isinstance(addr, tuple) else addr,
+                reason.replace("_", " "),
+            )
+            self._refusals_logged_at, self._refusals_unlogged = now, 0
 
     def _try_h2c_upgrade(self, listener, req, parser, client, addr):
         # gunicorn asks its settings whether an HTTP/1.1 request may upgrade to HTTP/2 (off by default).
@@ -316,17 +399,31 @@ class RegistryWorker(GeventWorker):
     def timeout_ctx(self):
         return self._next_request_wait
 
-    def sweep_waits(self) -> None:
-        """Ends the waits past the keep-alive time, looking every quarter of it or every second,
-        whichever is sooner: an idle connection is closed at most that much after its keep-alive time."""
-        while self.alive:
-            gevent.sleep(min(1.0, self.keepalive_s / 4))
-            oldest = time.monotonic() - self.keepalive_s
-            for greenlet, since in list(self.waiting.items()):
-                if since <= oldest:
-                    self._end_wait(greenlet, since)
+    def wait_limits(self) -> tuple[float, float]:
+        """How long a new connection may take to send its first request, and a kept-alive one its
+        next: the header timeout and the keep-alive time; under pressure (most of the connection cap
+        used), the header timeout for both, so that idle connections make room."""
+        keepalive = self.keepalive_s
+        header = min(self.header_timeout_s, keepalive) if self.header_timeout_s else keepalive
+        admission = self.admission
+        if admission is not None and admission.under_pressure:
+            return header, header
+        return header, keepalive
 
-    def _end_wait(self, greenlet, since: float) -> None:
+    def sweep_waits(self) -> None:
+        """Ends the waits past their time (``wait_limits``), looking every quarter of the shorter
+        one or every second, whichever is sooner."""
+        while self.alive:
+            first_s, next_s = self.wait_limits()
+            gevent.sleep(min(1.0, first_s / 4))
+            first_s, next_s = self.wait_limits()
+            now = time.monotonic()
+            for greenlet, wait in list(self.waiting.items()):
+                began, first = wait
+                if now - began >= (first_s if first else next_s):
+                    self._end_wait(greenlet, wait)
+
+    def _end_wait(self, greenlet, since: tuple) -> None:
         # From the hub, and only if that greenlet is still in that same wait: had its request come
         # meanwhile, the exception would break the request instead.
         def end() -> None:

@@ -10,11 +10,14 @@ connections and caches, which protocol views never open).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.core.handlers.exception import response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import setting_changed
 from django.http import HttpResponseBase
 from django.urls import set_urlconf
 from django.utils.functional import cached_property
@@ -23,13 +26,15 @@ from django.utils.log import log_response
 from registry.wire.flat_routes import FlatRoutes
 from registry.wire.http import browser_refusal
 from registry.wire.request_bodies import (
+    BodyDeadlines,
     BodyRefused,
-    buffer_unsized_body,
+    buffer_body,
     plain_wsgi_answer,
     refuse_unusable_charset,
 )
 
 PROTOCOL_PREFIX = "/eureka/"
+DISALLOWED_HOST = "Bad Request: the Host header names no host in ALLOWED_HOSTS"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 
@@ -48,6 +53,10 @@ class ProtocolHandler(WSGIHandler):
     @cached_property
     def routes(self) -> FlatRoutes:
         return FlatRoutes(self.urlconf)
+
+    @cached_property
+    def hosts(self) -> AllowedHosts:
+        return AllowedHosts()
 
     def _get_response_or_error_answer(self, request):
         # As convert_exception_to_response. The protocol's URLconf is made current only here, for its
@@ -103,6 +112,10 @@ class ProtocolHandler(WSGIHandler):
 
     def __call__(self, environ, start_response):
         request = self.request_class(environ)
+        if not self.hosts.allowed(request):
+            # As Django's own handler (DisallowedHost, 400) on every other path: a page reached by DNS
+            # rebinding names its own host, and must not read the registry.
+            return plain_wsgi_answer(start_response, 400, DISALLOWED_HOST)
         request.urlconf = self.urlconf
         response = self.get_response(request)
         content = response.content
@@ -114,13 +127,77 @@ class ProtocolHandler(WSGIHandler):
         return [content]
 
 
+class AllowedHosts:
+    """``ALLOWED_HOSTS`` as Django's ``request.get_host()`` applies it, with its answers kept per Host
+    (and X-Forwarded-Host) value: every protocol request asks, and a fleet names the node a few ways.
+    With ``"*"`` allowed (the default) nothing is checked."""
+
+    REMEMBERED = 1024
+
+    def __init__(self):
+        self._answers: dict[tuple, bool] = {}
+        self._checks = None
+        setting_changed.connect(self._forget, weak=False)
+
+    def _forget(self, *, setting: str, **kwargs) -> None:
+        if setting in ("ALLOWED_HOSTS", "USE_X_FORWARDED_HOST", "DEBUG"):
+            self._answers.clear()
+            self._checks = None
+
+    def allowed(self, request) -> bool:
+        if self._checks is None:
+            self._checks = "*" not in settings.ALLOWED_HOSTS
+        if not self._checks:
+            return True
+        meta = request.META
+        key = (
+            meta.get("HTTP_HOST"),
+            meta.get("HTTP_X_FORWARDED_HOST"),
+            meta.get("SERVER_NAME"),
+            meta.get("SERVER_PORT"),
+        )
+        answer = self._answers.get(key)
+        if answer is None:
+            try:
+                request.get_host()
+                answer = True
+            except DisallowedHost:
+                answer = False
+            if len(self._answers) >= self.REMEMBERED:
+                self._answers.clear()
+            self._answers[key] = answer
+        return answer
+
+
+def body_deadlines() -> BodyDeadlines:
+    connections = settings.EUREKA.connections
+    return BodyDeadlines(connections.body_idle_timeout_s, connections.body_timeout_s)
+
+
+def read_any_body(environ: dict) -> bool:
+    return True
+
+
 class RoutingApplication:
-    def __init__(self, trust_forwarded_prefix: bool | None = None):
+    """The node's WSGI application: refusals decided before a body is read, the body read within its
+    deadlines, then the lean protocol handler for ``/eureka/`` and Django's own for the rest.
+
+    ``may_read_body(environ)`` is asked for protocol requests before their body is read (the wiring
+    passes the API accounts' check, ``registry.access.drf.credentials_open_the_api``): when it says
+    no, the body is left unread and the view refuses the request (401, 429) without reading it."""
+
+    def __init__(
+        self,
+        trust_forwarded_prefix: bool | None = None,
+        may_read_body: Callable[[dict], bool] = read_any_body,
+    ):
         self.protocol = ProtocolHandler()
         self.site = WSGIHandler()
         if trust_forwarded_prefix is None:
             trust_forwarded_prefix = settings.EUREKA_TRUST_FORWARDED_PREFIX
         self.trust_forwarded_prefix = trust_forwarded_prefix
+        self.may_read_body = may_read_body
+        self.body_deadlines = body_deadlines()
 
     def __call__(self, environ, start_response):
         if self.trust_forwarded_prefix:
@@ -132,12 +209,17 @@ class RoutingApplication:
         if refusal is not None:
             # Before the body is read: nothing of a refused request is looked at.
             return plain_wsgi_answer(start_response, 403, refusal)
-        # Chunked bodies (Jersey 1 clients, Spring's replication batches) for both handlers alike.
+        protocol = environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX)
         try:
             # Before Django builds the request: a charset it cannot use would raise out of the handler.
             refuse_unusable_charset(environ)
-            buffer_unsized_body(environ, settings.EUREKA_MAX_BODY_BYTES)
+            if not protocol or self.may_read_body(environ):
+                # Every body (chunked ones too: Jersey 1 clients, Spring's replication batches) for
+                # both handlers alike, within its deadlines.
+                buffer_body(environ, settings.EUREKA_MAX_BODY_BYTES, self.body_deadlines)
+            else:
+                # Refused by the view without a look at the body, which Django must not try to read.
+                environ["CONTENT_LENGTH"] = "0"
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
-        handler = self.protocol if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX) else self.site
-        return handler(environ, start_response)
+        return (self.protocol if protocol else self.site)(environ, start_response)

@@ -182,3 +182,25 @@ def test_the_site_stack_reads_chunked_form_posts_too(node, db, django_user_model
     )
     # Logged in: the form's fields (and the CSRF token among them) were read from the chunked body.
     assert status == 302 and headers["Location"] == "/admin/"
+
+
+def test_the_protocol_checks_the_host_against_allowed_hosts_as_the_site_does(node, settings):
+    """A page reached by DNS rebinding sends its own name as Host: with ALLOWED_HOSTS set, the registry
+    is not read for it (issue 34, item 4). A reader's handler is this one with another URLconf."""
+    from registry.wire.handlers import ProtocolHandler
+
+    class ReaderHandler(ProtocolHandler):  # as eureka_site/reader_wsgi.py's, which refuses a node
+        urlconf = "eureka_site.reader_urls"
+
+    settings.ALLOWED_HOSTS = ["registry.internal", ".example.org"]
+    app = RoutingApplication()
+
+    status, _, content = call(app, "GET", "/eureka/apps", HTTP_HOST="evil.example")
+    assert status == 400 and b"ALLOWED_HOSTS" in content and b"applications" not in content
+    assert call(app, "GET", "/eureka/apps", HTTP_HOST="registry.internal:8761")[0] == 200
+    assert call(app, "GET", "/eureka/apps", HTTP_HOST="eureka.example.org")[0] == 200
+    assert call(app, "PUT", "/eureka/apps/ORDERS/10.0.0.1:orders:8080", HTTP_HOST="evil.example")[0] == 400
+    assert call(ReaderHandler(), "GET", "/eureka/apps", HTTP_HOST="evil.example")[0] == 400
+
+    settings.ALLOWED_HOSTS = ["*"]
+    assert call(app, "GET", "/eureka/apps", HTTP_HOST="evil.example")[0] == 200

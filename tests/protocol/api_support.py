@@ -22,7 +22,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from rest_framework.test import APIClient
 
-from registry.wire.request_bodies import BodyRefused, buffer_unsized_body
+from registry.wire.request_bodies import BodyRefused, buffer_body
 
 PREFIXES = ("/eureka/", "/eureka/v2/")
 SLASHES = ("", "/")
@@ -57,7 +57,7 @@ class ChunkedAPIClient(APIClient):
 
     gunicorn decodes the chunk framing and hands the application the bare body with no
     ``Content-Length``; this client builds that same WSGI environ and lets the registry's WSGI layer
-    (``buffer_unsized_body``, what the routing application runs first) read it. Framing errors of the
+    (``buffer_body``, what the routing application runs first) read it. Framing errors of the
     wire itself are the live tests' business (tests/deploy/test_http_framing.py).
     """
 
@@ -70,7 +70,7 @@ class ChunkedAPIClient(APIClient):
         request["wsgi.input"] = io.BytesIO(request["wsgi.input"].read(int(length)))
         request["HTTP_TRANSFER_ENCODING"] = "chunked"
         try:
-            buffer_unsized_body(request, settings.EUREKA_MAX_BODY_BYTES)
+            buffer_body(request, settings.EUREKA_MAX_BODY_BYTES)
         except BodyRefused as refusal:
             return HttpResponse(
                 refusal.message + "\n", status=refusal.status, content_type="text/plain; charset=utf-8"
