@@ -5,9 +5,11 @@ inside the network, to wherever it is told: its own admin ports, a cloud's metad
 169.254.169.254, anything on loopback. ``AddressPolicy`` refuses the address classes no instance of a
 fleet lives at (loopback, link-local, unspecified, multicast and broadcast) and the node's own
 addresses (its interfaces', its ``EUREKA_INSTANCE_IP_ADDRESS``, the ones it listens on), unless one of
-the operator's ``EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS`` holds the address. The probe checks the very
-address it then connects to (``probes.py``), so a name that resolves to something else on the next
-lookup (DNS rebinding) gains nothing.
+the operator's ``EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS`` holds the address. Cloud metadata services
+(``CLOUD_METADATA``), several of them outside link-local, are refused even inside an allowed network
+unless that network is the one address. The probe checks the very address it then connects to
+(``probes.py``), so a name that resolves to something else on the next lookup (DNS rebinding) gains
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ INTERFACES_TTL_S = 60.0
 # 0.0.0.0/8 is "this network": Linux connects 0.x.y.z to the host itself, as it does 0.0.0.0.
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
+# NAT64's well-known prefix (RFC 6052): 64:ff9b::a9fe:a9fe reaches 169.254.169.254 through a NAT64
+# gateway, so it is judged as the IPv4 address it carries.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+# Cloud metadata services: from inside an instance they hand out its credentials and start-up secrets
+# to whoever asks. Several sit outside link-local (a ULA, CGNAT or public address), where the classes
+# above do not catch them. They are refused even inside an allowed network (10.0.0.0/8, 0.0.0.0/0,
+# ::/0, 169.254.0.0/16 for a fleet on link-local addresses) unless the network is the address alone.
+CLOUD_METADATA: frozenset[Address] = frozenset(
+    ipaddress.ip_address(address)
+    for address in (
+        "169.254.169.254",  # AWS, GCP, Azure, Oracle Cloud, OpenStack, DigitalOcean, Hetzner, ...
+        "169.254.170.2",  # AWS ECS task metadata and credentials
+        "169.254.170.23",  # AWS EKS Pod Identity agent
+        "fd00:ec2::254",  # AWS instance metadata (IMDS) over IPv6
+        "fd00:ec2::23",  # AWS EKS Pod Identity agent over IPv6
+        "fd20:ce::254",  # GCP metadata server over IPv6
+        "100.100.100.200",  # Alibaba Cloud metadata
+        "168.63.129.16",  # Azure WireServer (platform agent and extensions' configuration)
+        "192.0.0.192",  # Oracle Cloud Infrastructure Classic metadata
+        "169.254.42.42",  # Scaleway metadata
+        "fd00:42::42",  # Scaleway metadata over IPv6
+    )
+)
 
 
 def parse_address(text: str) -> Address | None:
@@ -44,9 +70,13 @@ def parse_address(text: str) -> Address | None:
 
 
 def _plain(address: Address) -> Address:
-    """``::ffff:127.0.0.1`` is 127.0.0.1 on the wire: judged as the IPv4 address it carries."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+    """``::ffff:127.0.0.1`` is 127.0.0.1 on the wire, ``64:ff9b::7f00:1`` through a NAT64 gateway:
+    judged as the IPv4 address they carry."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
     return address
 
 
@@ -105,6 +135,13 @@ class AddressPolicy:
 
     def refusal(self, address: Address) -> str | None:
         address = _plain(address)
+        if address in CLOUD_METADATA:
+            if any(network.num_addresses == 1 and address in network for network in self.allowed):
+                return None
+            return (
+                f"{address} is a cloud metadata address: not probed unless {ALLOWED_NETWORKS_SETTING} "
+                f"lists {address}/{address.max_prefixlen} itself"
+            )
         if any(address in network for network in self.allowed if network.version == address.version):
             return None
         problem = self._problem(address)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from registry.endpoints import parse_networks
-from registry.health.addresses import AddressPolicy, interface_addresses
+from registry.health.addresses import CLOUD_METADATA, AddressPolicy, interface_addresses
 from registry.health.checker import BadResult, ProbeResult, ProbeTarget
 from registry.health.probes import ProbePool, Refused, probe, probe_http, probe_tcp, run_round
 from registry.runtime.node import build_node
@@ -169,8 +169,9 @@ def test_a_tcp_probe_to_loopback_is_refused_before_any_connection():
 @pytest.mark.parametrize(
     ("address", "problem"),
     [
-        ("169.254.169.254", "a link-local address"),  # cloud metadata services
+        ("169.254.10.1", "a link-local address"),
         ("[fe80::1]", "a link-local address"),
+        ("[64:ff9b::7f00:1]", "a loopback address"),  # 127.0.0.1 through a NAT64 gateway
         ("[::1]", "a loopback address"),
         ("[::]", "an unspecified address"),
         ("224.0.0.1", "a multicast or broadcast address"),
@@ -183,6 +184,60 @@ def test_link_local_and_other_non_instance_addresses_are_refused_without_a_conne
         probe_http(f"http://{address}/latest/meta-data/", 5.0, SECURE)
     # Refused before connecting: no wait for a connection that could never be answered.
     assert time.monotonic() - started < 0.5
+
+
+# Cloud metadata services, several outside 169.254.0.0/16 (registry/health/addresses.py, CLOUD_METADATA).
+METADATA_HOSTS = [
+    "169.254.169.254",
+    "[fd00:ec2::254]",  # AWS IMDS over IPv6
+    "[fd20:ce::254]",  # GCP over IPv6
+    "100.100.100.200",  # Alibaba Cloud
+    "168.63.129.16",  # Azure WireServer
+    "192.0.0.192",  # Oracle Cloud Classic
+    "[::ffff:100.100.100.200]",
+    "[64:ff9b::a9fe:a9fe]",  # 169.254.169.254 through a NAT64 gateway
+]
+
+
+@pytest.mark.parametrize("host", METADATA_HOSTS)
+def test_cloud_metadata_addresses_are_refused_by_default_without_a_connection(host):
+    started = time.monotonic()
+    for check in (
+        lambda: probe_http(f"http://{host}/latest/meta-data/iam/security-credentials/", 5.0, SECURE),
+        lambda: probe_tcp(host, 80, 5.0, SECURE),
+    ):
+        with pytest.raises(Refused, match="is a cloud metadata address: not probed unless "):
+            check()
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("answer", ["fd00:ec2::254", "100.100.100.200", "168.63.129.16"])
+def test_a_name_that_resolves_to_a_cloud_metadata_address_is_refused(monkeypatch, answer):
+    family = socket.AF_INET6 if ":" in answer else socket.AF_INET
+
+    def resolve(host, port, *args, **kwargs):
+        return [(family, socket.SOCK_STREAM, 6, "", (answer, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    result = probe(http_target("http://metadata.example/computeMetadata/v1/", timeout_ms=5000), SECURE)
+    assert result.refused and not result.ok
+    assert result.reason.startswith(f"{answer} is a cloud metadata address")
+
+
+def test_only_an_allowed_network_of_the_one_address_opens_a_cloud_metadata_address():
+    wide = AddressPolicy(
+        parse_networks("0.0.0.0/0,::/0,169.254.0.0/16,100.64.0.0/10,fd00::/8"), interfaces=None
+    )
+    for address in CLOUD_METADATA:
+        assert wide.refusal(address) == (
+            f"{address} is a cloud metadata address: not probed unless "
+            f"EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS lists {address}/{address.max_prefixlen} itself"
+        )
+    assert wide.refusal(ipaddress.ip_address("169.254.10.1")) is None  # the wide network still counts
+    named = AddressPolicy(parse_networks("168.63.129.16,fd00:ec2::254/128"), interfaces=None)
+    assert named.refusal(ipaddress.ip_address("168.63.129.16")) is None
+    assert named.refusal(ipaddress.ip_address("fd00:ec2::254")) is None
+    assert named.refusal(ipaddress.ip_address("100.100.100.200")) is not None
 
 
 def test_the_nodes_own_addresses_are_refused_unless_allowed():
@@ -249,7 +304,7 @@ def test_a_name_with_an_allowed_and_a_refused_address_is_probed_at_the_allowed_o
             ],
         )
         assert probe_tcp("svc.example", server.port, 1.0, LOOPBACK) == (True, "connected")
-        with pytest.raises(Refused, match="169.254.169.254 is a link-local address"):
+        with pytest.raises(Refused, match="169.254.169.254 is a cloud metadata address"):
             probe_tcp("svc.example", server.port, 1.0, SECURE)
     finally:
         server.close()
