@@ -48,14 +48,17 @@ def env_secret(name, default=None):
 
 
 DEBUG = env_bool("DEBUG", False)
+# Embedded mode (make run / tests) falls back to this key, which anyone can read here: it signs the
+# console's sessions and CSRF tokens. Production mode (REDIS_URL, below) refuses it whatever
+# EUREKA_EMBEDDED says, and `check --deploy` flags it anywhere (registry/runtime/checks.py).
+EUREKA_EMBEDDED_SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
 SECRET_KEY = env_secret("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG and not env_bool("EUREKA_EMBEDDED", True):
         raise ImproperlyConfigured(
             "SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off in production mode"
         )
-    # Embedded mode (make run / tests) gets a fixed development key; production sets its own.
-    SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
+    SECRET_KEY = EUREKA_EMBEDDED_SECRET_KEY
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Honour X-Forwarded-Prefix (set it only behind a proxy that sets or strips that header itself).
@@ -260,6 +263,12 @@ EUREKA_CONTROL_URL = EUREKA.control_url
 if REDIS_URL and not EUREKA_CONTROL_SECRET:
     raise ImproperlyConfigured(
         "EUREKA_CONTROL_SECRET (or EUREKA_CONTROL_SECRET_FILE) is required with REDIS_URL"
+    )
+if REDIS_URL and SECRET_KEY == EUREKA_EMBEDDED_SECRET_KEY:
+    # EUREKA_EMBEDDED=true left from .env.example must not put a public key on a production node.
+    raise ImproperlyConfigured(
+        "SECRET_KEY (or SECRET_KEY_FILE) is required with REDIS_URL (production mode), whatever "
+        "EUREKA_EMBEDDED says: the built-in development key is public"
     )
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"

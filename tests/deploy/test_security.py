@@ -23,20 +23,19 @@ def env_example() -> dict[str, str]:
     return dict(pairs)
 
 
-def check_deploy(**overrides: str) -> subprocess.CompletedProcess:
-    """``manage.py check --deploy`` in production mode with .env.example's values (and the secrets an
-    operator must set, which the file leaves empty)."""
+def check_deploy(*, deploy: bool = True, **overrides: str) -> subprocess.CompletedProcess:
+    """``manage.py check --deploy`` with .env.example's values (and the secrets an operator must set,
+    which the file leaves empty); ``deploy=False``: plain ``manage.py check``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EUREKA_", "SECURE_", "DJANGO_"))}
     env |= env_example()
     env |= {
-        "EUREKA_EMBEDDED": "false",
         "SECRET_KEY": secrets.token_urlsafe(50),
         "EUREKA_CONTROL_SECRET": secrets.token_urlsafe(32),
         "DJANGO_SETTINGS_MODULE": "eureka_site.settings",
     }
     env |= overrides
     return subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        [sys.executable, "manage.py", "check", *(["--deploy"] if deploy else []), "--fail-level", "WARNING"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -57,6 +56,38 @@ def test_check_deploy_names_what_is_missing_without_https():
     assert result.returncode != 0
     for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
         assert warning in result.stdout + result.stderr
+
+
+# The key embedded mode falls back to without SECRET_KEY (eureka_site/settings.py): public.
+BUILT_IN_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
+
+
+@pytest.mark.parametrize("secret_key", ["", BUILT_IN_KEY])
+def test_production_mode_refuses_the_built_in_secret_key_though_embedded_mode_is_left_on(secret_key):
+    """REDIS_URL set with EUREKA_EMBEDDED=true (the value an older .env.example gave) and no key of its
+    own: the node, its Celery processes and `check --deploy` stop at the settings."""
+    result = check_deploy(EUREKA_EMBEDDED="true", SECRET_KEY=secret_key, REDIS_URL="redis://127.0.0.1:9/0")
+    assert result.returncode != 0
+    assert (
+        "SECRET_KEY (or SECRET_KEY_FILE) is required with REDIS_URL (production mode), whatever "
+        "EUREKA_EMBEDDED says" in result.stderr
+    )
+
+
+def test_check_deploy_flags_the_built_in_secret_key_of_embedded_mode():
+    result = check_deploy(EUREKA_EMBEDDED="true", SECRET_KEY="")
+    assert result.returncode != 0
+    assert "(registry.W001) SECRET_KEY is the built-in development key" in result.stdout + result.stderr
+    # make run's configuration (embedded, no key) still starts, and its plain `check` is clean.
+    plain = check_deploy(deploy=False, EUREKA_EMBEDDED="true", SECRET_KEY="")
+    assert plain.returncode == 0 and "no issues" in plain.stdout, plain.stdout + plain.stderr
+
+
+def test_env_example_leaves_embedded_mode_off_so_a_missing_key_stops_the_node():
+    assert env_example()["EUREKA_EMBEDDED"] == "false"
+    result = check_deploy(SECRET_KEY="")
+    assert result.returncode != 0
+    assert "SECRET_KEY (or SECRET_KEY_FILE) is required" in result.stderr
 
 
 @pytest.mark.django_db

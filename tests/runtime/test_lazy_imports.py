@@ -49,7 +49,10 @@ def test_an_embedded_node_loads_neither_celery_nor_the_redis_client_nor_an_http_
 
 def test_a_production_node_makes_the_projects_celery_app_current_before_it_serves(tmp_path):
     found = serving_process_imports(
-        tmp_path, REDIS_URL="redis://127.0.0.1:9/3", EUREKA_CONTROL_SECRET="lazy-imports-test-secret"
+        tmp_path,
+        REDIS_URL="redis://127.0.0.1:9/3",
+        EUREKA_CONTROL_SECRET="lazy-imports-test-secret",
+        SECRET_KEY="lazy-imports-test-secret-key",
     )
     assert found["app"] == "eureka_site"
     assert found["broker"] == "redis://127.0.0.1:9/3"
