@@ -18,7 +18,7 @@ from registry.cluster.peers import PeerState
 from registry.counters import RecentEvent
 from registry.leases import LeaseView
 from registry.preservation import SelfPreservation
-from registry.redact import scrub_credentials
+from registry.redact import link_url, scrub_credentials
 from registry.runtime.status import application_stats, format_uptime, general_stats
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _camel(name: str) -> str:
 class Field:
     name: str
     value: str
-    kind: str = "text"  # "time" (epoch ms), "url" or "text"
+    kind: str = "text"  # "time" (epoch ms), "url" (an http(s) link) or "text"
 
 
 def instance_fields(view: LeaseView) -> list[Field]:
@@ -220,6 +220,8 @@ def instance_fields(view: LeaseView) -> list[Field]:
             text = "true" if value else "false"
         elif kind == "url":
             text = scrub_credentials(value)
+            if link_url(value) is None:
+                kind = "text"  # links are http(s) only, as on the status page: javascript: is text
         else:
             text = str(value)
         rows.append(Field(_WIRE_NAMES.get(spec.name, _camel(spec.name)), text, kind))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from registry import constants as c
 from registry.instances import InstanceInfo
-from registry.redact import scrub_credentials
+from registry.redact import link_url
 
 # Eureka keeps status groups in a Java HashMap (no order); we show them in this fixed order.
 STATUS_ORDER = (c.UP, c.DOWN, c.STARTING, c.OUT_OF_SERVICE, c.UNKNOWN)
@@ -174,12 +174,6 @@ def zone_of(instance: InstanceInfo) -> str:
     return dc.metadata.get("availability-zone", NO_ZONE) if dc.is_amazon else NO_ZONE
 
 
-def status_page_link(url: str | None) -> str | None:
-    if url and url.lower().startswith(("http://", "https://")):
-        return scrub_credentials(url)
-    return None
-
-
 def _page_bounds(sizes: list[int], per_page: int) -> list[list[tuple[int, int, int]]]:
     """Pack apps into pages of at most ``per_page`` instances, keeping apps whole where they fit.
 
@@ -215,7 +209,7 @@ def _app_row(name: str, instances: list[InstanceInfo], start: int, stop: int) ->
     shown: dict[str, list[InstanceLink]] = {}
     for instance in instances[start:stop]:
         shown.setdefault(instance.status, []).append(
-            InstanceLink(instance.app, instance.instance_id, status_page_link(instance.status_page_url))
+            InstanceLink(instance.app, instance.instance_id, link_url(instance.status_page_url))
         )
     groups = [
         StatusGroup(status, counts[status], shown.get(status, []))

@@ -8,5 +8,6 @@ them through the control endpoint (``registry/protocol/control.py``). ``operatio
 one path of status overrides for the protocol and the admin, ``status.py`` what the node reports
 about itself, ``metrics.py`` the same numbers and more for Prometheus (``GET /metrics``),
 ``state_log.py`` the operator's log lines of evictions and self-preservation, ``logs.py`` the log
-format (plain or JSON, secrets masked), and ``gunicorn_worker.py`` the server's worker.
+format (plain or JSON, secrets masked), ``gunicorn_worker.py`` the server's worker, and
+``checks.py`` what ``manage.py check --deploy`` adds about the node's settings.
 """

@@ -177,3 +177,68 @@ def test_console_fits_a_phone_screen(console, clients, browser):
     playwright_api.expect(page.locator("nav .nav-links >> text=Last 1000 since startup")).to_be_visible()
     shot(page, "08-phone.png")
     page.close()
+
+
+def test_pages_work_under_their_content_security_policy(console, clients, browser):
+    """Every page the console and the admin serve runs under the policy they send: live updates still
+    come, tabs switch, the admin's scripts run, and Chromium reports no violation. A javascript: URL a
+    registrant sent is no link."""
+    expect = playwright_api.expect
+    hostile = "javascript:document.title='pwned'"
+    body = instance_body(
+        app="HOSTILE", host="127.0.0.8", port=18098, homePageUrl=hostile, statusPageUrl=hostile
+    )
+    assert httpx.post(f"{console.url}/eureka/apps/HOSTILE", json=body, timeout=5).status_code == 204
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    messages: list[str] = []
+    page.on("console", lambda message: messages.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda exc: messages.append(f"pageerror: {exc}"))
+    policies: dict[str, str] = {}
+
+    def visit(path: str) -> None:
+        response = page.goto(console.url + path)
+        assert response is not None and response.ok, path
+        policies[path] = response.headers.get("content-security-policy", "")
+
+    # The status page refreshes itself (fetch of /live) and shows what changed.
+    visit("/")
+    expect(page.locator("#auto-refresh")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#refresh-state")).to_contain_text("updated", timeout=10_000)
+    expect(page.locator("#instances")).to_contain_text("HOSTILE")
+    assert page.locator("#instances a[href^='javascript:' i]").count() == 0
+
+    # The instance page shows the URLs as text; following the one link there is does no harm.
+    visit("/instances/HOSTILE/127.0.0.8:hostile:18098/")
+    expect(page.locator("#fields")).to_contain_text(hostile)
+    assert page.locator("a[href^='javascript:' i]").count() == 0
+    assert page.title() != "pwned"
+
+    # The tabs of "Last 1000" switch (console.js).
+    visit("/lastn")
+    page.click("a[data-tab=cancelled]")
+    expect(page.locator(".tab-pane[data-pane=cancelled]")).to_have_class(re.compile(r"\bactive\b"))
+
+    # The admin: sign in, the instances' pages, and Django's own forms and scripts.
+    visit("/admin/login/")
+    page.fill("#id_username", ADMIN_USER)
+    page.fill("#id_password", console.password)
+    page.click("input[type=submit]")
+    expect(page.locator("#site-name")).to_be_visible()
+    for path in (
+        "/admin/",
+        "/admin/registry/instances/",
+        "/admin/registry/instances/HOSTILE/127.0.0.8:hostile:18098/",
+        "/admin/auth/user/",
+        "/admin/auth/user/add/",
+    ):
+        visit(path)
+    expect(page.locator("#id_username")).to_be_visible()
+    page.wait_for_timeout(500)  # late console messages (a blocked resource) arrive after load
+
+    assert set(policies) and all("script-src 'self'" in policy for policy in policies.values()), policies
+    violations = [text for text in messages if "Content Security Policy" in text or "pageerror" in text]
+    assert violations == [], violations
+    assert page.title() != "pwned"
+    httpx.delete(f"{console.url}/eureka/apps/HOSTILE/127.0.0.8:hostile:18098", timeout=5)
+    context.close()

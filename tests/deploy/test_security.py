@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from bs4 import BeautifulSoup
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
+
+from tests.factories import instance_body
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_PAGES = ["/", "/lastn", "/live", "/instances/", "/instances/ORDERS/o-1/"]
@@ -99,6 +102,64 @@ def test_pages_carry_the_security_headers(node, path):
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Referrer-Policy"] == "same-origin"
     assert response["Cross-Origin-Opener-Policy"] == "same-origin"
+
+
+# The console's pages and the admin's (staff), with an instance whose URLs are javascript: ones.
+STAFF_PAGES = [
+    "/",
+    "/live",
+    "/lastn",
+    "/instances/ORDERS/10.0.0.1:orders:8080/",
+    "/admin/",
+    "/admin/registry/instances/",
+    "/admin/registry/instances/ORDERS/10.0.0.1:orders:8080/",
+    "/admin/auth/user/",
+    "/admin/auth/user/add/",
+]
+
+
+@pytest.fixture
+def hostile_instance(node, admin_client):
+    body = instance_body(
+        host="10.0.0.1",
+        homePageUrl="javascript:alert(document.cookie)",
+        statusPageUrl="javascript:alert(document.cookie)",
+        healthCheckUrl="javascript:alert(document.cookie)",
+        metadata={"note": "<script>alert(1)</script>"},
+    )
+    response = admin_client.post("/eureka/apps/ORDERS", body, content_type="application/json")
+    assert response.status_code == 204
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", [*STAFF_PAGES, "/admin/login/"])
+def test_console_and_admin_pages_carry_a_content_security_policy(admin_client, hostile_instance, path):
+    client = Client() if path == "/admin/login/" else admin_client
+    response = client.get(path)
+    assert response.status_code == 200
+    policy = dict(
+        directive.strip().split(" ", 1) for directive in response["Content-Security-Policy"].split(";")
+    )
+    assert policy["default-src"] == policy["script-src"] == policy["style-src"] == "'self'"
+    assert policy["object-src"] == policy["base-uri"] == "'none'"
+    assert policy["frame-ancestors"] == "'none'" and policy["form-action"] == "'self'"
+    assert "unsafe" not in response["Content-Security-Policy"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", STAFF_PAGES)
+def test_pages_need_nothing_the_policy_forbids(admin_client, hostile_instance, path):
+    """No inline script, style or event handler, and no javascript: link: what the policy allows is
+    enough (tests/browser runs the pages under it in Chromium)."""
+    page = BeautifulSoup(admin_client.get(path).content.decode(), "html.parser")
+    inline = [str(tag)[:80] for tag in page.find_all("script") if not tag.get("src")]
+    assert inline == [], "inline scripts"
+    assert page.find_all("style") == [], "inline style sheets"
+    for tag in page.find_all(True):
+        handlers = [name for name in tag.attrs if name.lower().startswith("on") or name.lower() == "style"]
+        assert handlers == [], f"{tag.name} has {handlers}"
+    hrefs = [a["href"].strip().lower() for a in page.find_all(["a", "link"], href=True)]
+    assert not [href for href in hrefs if href.startswith(("javascript:", "data:"))]
 
 
 @pytest.mark.django_db
