@@ -59,7 +59,11 @@ class ClusterMember:
                 peer_set.remove(peer.url)
             else:
                 peers.append(peer)
-        self.transport = transport or PeerTransport(timeout_s=config.cluster.peer_timeout_ms / 1000)
+        self.transport = transport or PeerTransport(
+            timeout_s=config.cluster.peer_timeout_ms / 1000,
+            max_answer_bytes=config.cluster.peer_max_answer_bytes,
+            total_timeout_s=config.cluster.peer_total_timeout_ms / 1000,
+        )
         capacity = config.cluster.replication_queue_size
         self.production = redis_client is not None and kick is not None
         # Production mode: a drain as soon as a peer the workers found down answers again.
@@ -134,7 +138,16 @@ class ClusterMember:
         wait_ms = self.config.cluster.sync_retry_wait_ms
         try:
             count = sync_from_peers(
-                self.registry, self.peers, self.transport, self.clock, retries, wait_ms, self._stop
+                self.registry,
+                self.peers,
+                self.transport,
+                self.clock,
+                retries,
+                wait_ms,
+                self._stop,
+                on_failure=lambda peer, error: self.replicator.peer_set.record_failure(
+                    peer.url, self.clock(), error
+                ),
             )
         except Exception:
             logger.exception("start-up sync failed")

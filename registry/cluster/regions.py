@@ -50,11 +50,16 @@ UNKNOWN_NAMES_LOGGED = 100
 
 class FetchFailed(Exception):
     """A remote region's registry could not be had this time; the message is shown on the console
-    (staff only) and never holds credentials."""
+    (staff only) and never holds credentials. ``over_limit``: the answer was larger, or slower, than
+    this node reads (region_transport.py), so asking for the full registry instead would not help."""
+
+    def __init__(self, reason: str, over_limit: bool = False):
+        super().__init__(reason)
+        self.over_limit = over_limit
 
 
 class RegionTransport(Protocol):
-    def fetch(self, peer: Peer, delta: bool) -> bytes:
+    def fetch(self, peer: Peer, delta: bool) -> bytes | bytearray:
         """The body of ``GET apps/`` (or ``apps/delta``) as JSON; raises FetchFailed."""
         ...
 
@@ -242,10 +247,13 @@ class RemoteRegion:
     def _fetch_delta(self, transport: RegionTransport, now: Callable[[], int]) -> set[str] | None:
         """Apply the remote's delta and return the apps it touched; None when a full fetch is needed
         instead: the delta could not be had (a remote with deltas disabled answers 403), or it does
-        not add up to the remote's hashcode."""
+        not add up to the remote's hashcode. A delta over this node's limits fails the fetch: the
+        full registry is larger still."""
         try:
             document = self._document(transport, delta=True)
         except FetchFailed as exc:
+            if exc.over_limit:
+                raise
             logger.info("remote region %s: no delta (%s): full fetch", self.name, exc)
             return None
         delta, remote_hashcode = decode_registry(document, now())

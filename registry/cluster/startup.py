@@ -39,8 +39,12 @@ def sync_from_peers(
     retries: int,
     wait_ms: int,
     stop: threading.Event | None = None,
+    on_failure: Callable[[Peer, str], None] | None = None,
 ) -> int:
-    """Copy the peers' registries into this node; returns how many instances were registered."""
+    """Copy the peers' registries into this node; returns how many instances were registered. A peer
+    whose registry is over this node's limits (transport.py ``AnswerLimits``) is told to ``on_failure``
+    with the reason: the console then shows the peer failing (a peer not up yet is the replication
+    probes' to report). Nothing of such an answer is registered."""
     stop = stop or threading.Event()
     count = 0
     for attempt in range(retries + 1):
@@ -50,7 +54,12 @@ def sync_from_peers(
             try:
                 document = transport.fetch_apps(peer)
             except PeerUnreachable as exc:
-                logger.info("start-up sync: %s not reachable (%s)", peer.display_url, exc)
+                if not exc.over_limit:
+                    logger.info("start-up sync: %s not reachable (%s)", peer.display_url, exc)
+                    continue
+                logger.warning("start-up sync: %s: %s", peer.display_url, exc)
+                if on_failure is not None:
+                    on_failure(peer, f"start-up sync: {exc}")
                 continue
             for raw in instances_in(document):
                 now = clock()

@@ -3,29 +3,53 @@
 One ``httpx.Client`` (kept-alive connections, gzip) per transport; credentials in a peer's URL are
 sent as Basic auth and never appear in an error message. Every failure becomes ``PeerUnreachable``
 (try again later) or ``PeerRefused`` (a 4xx: do not send the same again), with a short reason.
+
+Every answer, a peer's or a remote region's (region_transport.py), is read through ``read_answer``:
+inflated in bounded steps, refused past a size cap and past a deadline for the whole exchange
+(``AnswerLimits``), and read one at a time once large: peers and regions answering gzip bombs or a
+byte at a time cost this node about one cap of memory in all, and a few milliseconds of its event
+loop at a time.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 
+from registry.cache.pacing import PACER
 from registry.constants import SERVER_IDENTITY
 from registry.endpoints import Peer
 from registry.redact import scrub_text
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
+# The most bytes one inflating step makes. One 64 KB read of a gzip bomb holds 64 MB once inflated
+# (httpx inflates a read at once); in steps this size, the memory a step takes and its time on the
+# event loop (a fraction of a millisecond) stay small whatever a read holds.
+INFLATE_STEP = 256 * 1024
+_INFLATED_ENCODINGS = frozenset({"gzip", "x-gzip", "deflate"})
+# Answers past this size are read one at a time in a process (the others wait their turn, within
+# their deadlines): a start-up sync, a replication sender and remote regions answering at once then
+# hold one cap's worth of memory, not one each. Batch answers and deltas stay well below it.
+LARGE_ANSWER_BYTES = 1024 * 1024
+_large_answer_turn = threading.Lock()
 
 
 class PeerUnreachable(Exception):
     """Transport error, timeout or 5xx: the same request may succeed later. ``congested`` is a 503 or
-    a timeout, after which Eureka waits longer before the next try."""
+    a timeout, after which Eureka waits longer before the next try. ``over_limit``: the answer broke
+    one of this node's limits (``AnswerLimits``), which says something is wrong at the peer."""
 
-    def __init__(self, reason: str, congested: bool = False):
+    def __init__(self, reason: str, congested: bool = False, over_limit: bool = False):
         super().__init__(reason)
         self.congested = congested
+        self.over_limit = over_limit
 
 
 class PeerRefused(Exception):
@@ -37,6 +61,109 @@ def http_error_text(exc: Exception) -> str:
     messages name the URL, which may hold credentials, so the URL is cut off and the rest scrubbed."""
     text = scrub_text(str(exc).split(" for url ", 1)[0].strip())
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+class AnswerOverLimit(Exception):
+    """An answer larger than the cap once inflated, or not complete by the deadline: not read further.
+    The message names the limit and the setting that changes it."""
+
+
+@dataclass(frozen=True)
+class AnswerLimits:
+    """How much of an answer this node reads: ``max_bytes`` once inflated, all of it within
+    ``total_s`` of sending the request; ``size_setting`` and ``time_setting`` name the settings that
+    change them, for the error message."""
+
+    max_bytes: int
+    total_s: float
+    size_setting: str
+    time_setting: str
+
+
+def read_answer(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    limits: AnswerLimits,
+    clock: Callable[[], float] = time.monotonic,
+    **kwargs: Any,
+) -> tuple[int, bytearray]:
+    """Send one request; its answer's status and body, inflated. Raises AnswerOverLimit, or an
+    ``httpx.HTTPError`` (a ``DecodingError`` for a body that does not inflate).
+
+    1. The body is read as it comes (``iter_raw``) and inflated here, ``INFLATE_STEP`` bytes at most
+       per step, each step counted against ``max_bytes``: nothing past the cap is ever made.
+    2. The deadline (a monotonic clock) is checked once the headers came and after every step: the
+       client's own timeouts bound each read, not the whole answer, so a peer sending a byte a second
+       would otherwise hold the fetch for as long as it likes. An exchange thus ends at most one read
+       timeout after the deadline.
+    3. After every step the event loop may get a turn (``PACER``): inflating a large answer must not
+       hold the heartbeats arriving meanwhile.
+    4. Past ``LARGE_ANSWER_BYTES`` an answer waits for its turn (one large answer at a time in the
+       process), until its deadline at most.
+    """
+    deadline = clock() + limits.total_s
+    with client.stream(method, url, **kwargs) as response:
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding in _INFLATED_ENCODINGS:
+            # 32 + window bits: zlib reads a gzip header or a zlib one (what "deflate" means in HTTP).
+            inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)
+        elif encoding in ("", "identity"):
+            inflater = None
+        else:
+            raise httpx.DecodingError(f"unsupported Content-Encoding {encoding[:40]!r}")
+        _check_deadline(limits, deadline, clock)
+        body = bytearray()
+        large = False
+        try:
+            for raw in response.iter_raw():
+                for piece in _inflated(inflater, raw):
+                    size = len(body) + len(piece)
+                    if size > limits.max_bytes:
+                        inflated = " once inflated" if inflater is not None else ""
+                        raise AnswerOverLimit(
+                            f"answer larger than {limits.max_bytes:,} bytes{inflated}, not read further "
+                            f"(the limit is {limits.size_setting})"
+                        )
+                    if size > LARGE_ANSWER_BYTES and not large:
+                        large = _large_answer_turn.acquire(timeout=max(deadline - clock(), 0))
+                        if not large:
+                            raise AnswerOverLimit(
+                                f"answer not complete within {limits.total_s:g} s, waiting for another "
+                                f"large answer to be read first (the limit is {limits.time_setting})"
+                            )
+                    body += piece
+                    _check_deadline(limits, deadline, clock)
+                    PACER.tick()
+        finally:
+            if large:
+                _large_answer_turn.release()
+        return response.status_code, body
+
+
+def _inflated(inflater: Any, data: bytes):
+    """``data`` (one read of the body) inflated, ``INFLATE_STEP`` bytes at most at a time."""
+    if inflater is None:
+        yield data
+        return
+    while True:
+        try:
+            piece = inflater.decompress(data, INFLATE_STEP)
+        except zlib.error as exc:
+            raise httpx.DecodingError(f"the body does not inflate: {exc}") from None
+        yield piece
+        data = inflater.unconsumed_tail
+        # A full step may leave output inside the inflater even once every input byte was taken.
+        if not data and len(piece) < INFLATE_STEP:
+            return
+
+
+def _check_deadline(limits: AnswerLimits, deadline: float, clock: Callable[[], float]) -> None:
+    if clock() > deadline:
+        raise AnswerOverLimit(
+            f"answer not complete within {limits.total_s:g} s, not read further "
+            f"(the limit is {limits.time_setting})"
+        )
 
 
 def server_client(timeout: float | httpx.Timeout, identity: str) -> httpx.Client:
@@ -55,67 +182,88 @@ def server_client(timeout: float | httpx.Timeout, identity: str) -> httpx.Client
 
 
 class PeerTransport:
-    def __init__(self, timeout_s: float = 5.0, identity: str = "eureka-django"):
+    """``timeout_s`` bounds connecting and each read; ``max_answer_bytes`` and ``total_timeout_s``
+    bound a whole answer (``read_answer``)."""
+
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        identity: str = "eureka-django",
+        *,
+        max_answer_bytes: int,
+        total_timeout_s: float,
+    ):
         self._client = server_client(timeout_s, identity)
+        self._limits = AnswerLimits(
+            max_answer_bytes, total_timeout_s, "EUREKA_PEER_MAX_ANSWER_BYTES", "EUREKA_PEER_TOTAL_TIMEOUT_MS"
+        )
 
     def close(self) -> None:
         self._client.close()
 
-    def _send(self, peer: Peer, method: str, path: str, **kwargs) -> httpx.Response:
+    def _send(self, peer: Peer, method: str, path: str, **kwargs) -> tuple[int, bytearray]:
         auth = peer.auth
         try:
-            response = self._client.request(
-                method, peer.base_url + path, auth=httpx.BasicAuth(*auth) if auth else None, **kwargs
+            status, body = read_answer(
+                self._client,
+                method,
+                peer.base_url + path,
+                self._limits,
+                auth=httpx.BasicAuth(*auth) if auth else None,
+                **kwargs,
             )
         except httpx.TimeoutException as exc:
             raise PeerUnreachable(http_error_text(exc), congested=True) from None
         except httpx.HTTPError as exc:
             raise PeerUnreachable(http_error_text(exc)) from None
-        if response.status_code >= 500:
-            raise PeerUnreachable(f"HTTP {response.status_code}", congested=response.status_code == 503)
-        return response
+        except AnswerOverLimit as exc:
+            # Congested: the peer is asked again later than after a plain failure, as after a timeout.
+            raise PeerUnreachable(f"{method} {path}: {exc}", congested=True, over_limit=True) from None
+        if status >= 500:
+            raise PeerUnreachable(f"HTTP {status}", congested=status == 503)
+        return status, body
 
     def post_batch(self, peer: Peer, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``POST peerreplication/batch/``: the peer's answer per item (``statusCode``, maybe an entity)."""
-        response = self._send(
+        status, body = self._send(
             peer,
             "POST",
             "peerreplication/batch/",
             content=orjson.dumps({"replicationList": items}),
             headers={"Content-Type": "application/json"},
         )
-        if response.status_code >= 400:
-            raise PeerRefused(f"HTTP {response.status_code} for a batch of {len(items)}")
+        if status >= 400:
+            raise PeerRefused(f"HTTP {status} for a batch of {len(items)}")
         try:
-            answers = orjson.loads(response.content).get("responseList")
+            answers = orjson.loads(body).get("responseList")
         except (orjson.JSONDecodeError, AttributeError):
             answers = None
         if not isinstance(answers, list):
-            raise PeerRefused(f"unreadable batch answer (HTTP {response.status_code})")
+            raise PeerRefused(f"unreadable batch answer (HTTP {status})")
         return answers
 
     def fetch_apps(self, peer: Peer) -> dict[str, Any]:
         """The peer's full registry (``GET apps``, JSON), as the start-up sync reads it."""
-        response = self._send(peer, "GET", "apps/")
-        if response.status_code != 200:
-            raise PeerUnreachable(f"HTTP {response.status_code} for GET apps")
+        status, body = self._send(peer, "GET", "apps/")
+        if status != 200:
+            raise PeerUnreachable(f"HTTP {status} for GET apps")
         try:
-            return orjson.loads(response.content)
+            return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise PeerUnreachable(f"unreadable registry: {exc}") from None
 
     def register(self, peer: Peer, app: str, instance: dict[str, Any]) -> int:
-        response = self._send(
+        status, _ = self._send(
             peer,
             "POST",
             f"apps/{app}",
             content=orjson.dumps({"instance": instance}),
             headers={"Content-Type": "application/json"},
         )
-        return response.status_code
+        return status
 
     def heartbeat(self, peer: Peer, app: str, instance_id: str) -> int:
-        return self._send(peer, "PUT", f"apps/{app}/{instance_id}").status_code
+        return self._send(peer, "PUT", f"apps/{app}/{instance_id}")[0]
 
 
 def probe(transport: PeerTransport, peer: Peer) -> PeerUnreachable | PeerRefused | None:

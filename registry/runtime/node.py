@@ -363,7 +363,12 @@ def _remote_regions(
         for app in apps:
             cache.invalidate(app, vips)
 
-    transport = RegionHttpTransport(regions.connect_timeout_ms / 1000, regions.read_timeout_ms / 1000)
+    transport = RegionHttpTransport(
+        regions.connect_timeout_ms / 1000,
+        regions.read_timeout_ms / 1000,
+        max_answer_bytes=regions.max_answer_bytes,
+        total_timeout_s=regions.total_timeout_ms / 1000,
+    )
     return RemoteRegions(
         regions.urls,
         regions.whitelist,

@@ -57,7 +57,11 @@ def _replication_context():
     cluster = settings.EUREKA.cluster
     peers = {peer.key: peer for peer in cluster.peers}
     client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
-    transport = PeerTransport(timeout_s=cluster.peer_timeout_ms / 1000)
+    transport = PeerTransport(
+        timeout_s=cluster.peer_timeout_ms / 1000,
+        max_answer_bytes=cluster.peer_max_answer_bytes,
+        total_timeout_s=cluster.peer_total_timeout_ms / 1000,
+    )
     return peers, client, transport, _control_client()
 
 

@@ -1,0 +1,127 @@
+"""A remote region or peer that turns hostile on cue, for the tests of answer limits (issue 34, item
+3): an ``http.server`` on 127.0.0.1 in a thread that first answers as a small Eureka server would,
+then answers every request with a gzip bomb (407 KB that inflate to 400 MiB of JSON whitespace), or
+trickles its answer a byte at a time.
+
+The bomb is compressed in 1 MiB slices and kept for the session, so the tests never hold its
+inflated form themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import threading
+import time
+import zlib
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.factories import instance_body
+
+BOMB_INFLATED_BYTES = 400 * 1024 * 1024
+SLICE = 1024 * 1024
+# The instance the remote holds while it behaves.
+REMOTE_INSTANCE_ID = "10.2.0.1:payments:8080"
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """JSON whitespace, ``BOMB_INFLATED_BYTES`` of it once inflated, as one gzip member."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    blank = b" " * SLICE
+    parts = [compressor.compress(blank) for _ in range(BOMB_INFLATED_BYTES // SLICE)]
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
+def registry_document(delta: bool = False, empty: bool = False) -> bytes:
+    """The remote's registry (one UP instance unless ``empty``), or its delta (nothing changed)."""
+    instance = instance_body(app="PAYMENTS", host="10.2.0.1")["instance"]
+    instance["actionType"] = "ADDED"
+    apps = [] if delta or empty else [{"name": "PAYMENTS", "instance": [instance]}]
+    hashcode = "" if empty else "UP_1_"
+    document = {"applications": {"versions__delta": "1", "apps__hashcode": hashcode, "application": apps}}
+    return json.dumps(document).encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a node hanging up in the middle of a bomb is what the tests expect of it
+
+
+class HostileRemote:
+    """``mode``: "fine" (a small Eureka server), "bomb" (every answer is ``gzip_bomb()``) or "trickle"
+    (a valid registry, one byte every ``trickle_s``); ``empty``: the remote holds no instance.
+    ``answered`` counts the answers by mode, ``requests`` lists them: (mode, "METHOD path")."""
+
+    def __init__(self, mode: str = "fine", trickle_s: float = 0.2, empty: bool = False) -> None:
+        self.mode = mode
+        self.empty = empty
+        self.trickle_s = trickle_s
+        self.answered: Counter[str] = Counter()
+        self.requests: list[tuple[str, str]] = []
+        remote = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                sent = self.rfile.read(length) if length else b""
+                mode = remote.mode
+                remote.requests.append((mode, f"{self.command} {self.path}"))
+                remote.answered[mode] += 1
+                if mode == "bomb":
+                    self._send(gzip_bomb(), {"Content-Encoding": "gzip"})
+                elif mode == "trickle":
+                    self._trickle(registry_document(empty=remote.empty))
+                else:
+                    self._send(self._fine(sent))
+
+            def _fine(self, sent: bytes) -> bytes:
+                if "peerreplication/batch" in self.path:
+                    items = json.loads(sent or b"{}").get("replicationList", [])
+                    return json.dumps({"responseList": [{"statusCode": 200} for _ in items]}).encode()
+                if self.command == "GET" and self.path.rstrip("/").endswith("apps/delta"):
+                    return registry_document(delta=True, empty=remote.empty)
+                if self.command == "GET" and self.path.rstrip("/").endswith("apps"):
+                    return registry_document(empty=remote.empty)
+                return b""
+
+            def _send(self, body: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _trickle(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.flush()
+                with contextlib.suppress(OSError):  # the client gave up
+                    for byte in body:
+                        time.sleep(remote.trickle_s)
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/eureka/"
+        threading.Thread(target=self.server.serve_forever, name="hostile-remote", daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
