@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "readers": ("readers.py", "Readers"),
     "rebuild_cost": ("rebuild_cost.py", "Payload rebuilds and the garbage collector"),
     "replication_batch": ("replication_batch.py", "Replication"),
+    "replication_flood": ("replication_flood.py", "Replication batch floods"),
     "replication_lag": ("replication_lag.py", "Replication"),
     "setting_cost": ("setting_cost.py", "API accounts cost"),
     "slow_clients": ("slow_clients.py", "Slow clients"),

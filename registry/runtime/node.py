@@ -67,6 +67,11 @@ class ReceivedReplication:
     batches: int = 0
     items: int = 0
     last_at: int | None = None
+    # Held while a batch is decoded and applied: one at a time. Applying pauses for the event loop
+    # between items, and without it every connection's batch could be waiting decoded at once (a 1 MB
+    # batch of 1,000 Registers is ~3 MB decoded; the node may hold thousands of connections). Made
+    # with the node, so under gevent after the monkey-patching: a waiter yields to the loop.
+    applying: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, items: int, now: int) -> None:
         self.batches += 1

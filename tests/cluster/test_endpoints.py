@@ -80,6 +80,30 @@ def test_what_is_not_a_batch_is_refused_whole_and_changes_nothing(api, node, dat
     assert node.registry.size() == 0
 
 
+def test_a_batch_over_the_item_cap_is_answered_413_and_changes_nothing(api, node):
+    cap = node.config.cluster.replication_batch_max_items
+    assert cap == 1_000
+    response = post_batch(api, [registration_item(), *[{"action": "Cancel"}] * cap])
+    assert response.status_code == 413 and response["Content-Type"].startswith("text/plain")
+    assert f"at most {cap} items, this one holds {cap + 1}: nothing was applied" in response.content.decode()
+    assert node.registry.size() == 0 and node.received.batches == 0
+    assert post_batch(api, [registration_item(), *[{"action": "Cancel"}] * (cap - 1)]).status_code == 200
+    assert node.registry.size() == 1
+
+
+def test_batches_are_decoded_and_applied_one_at_a_time_with_turns_for_the_loop(api, node):
+    """The node's batch lock is held at every turn a batch gives the event loop (before decoding, after
+    each item): batches waiting for their turn are bodies, not decoded documents."""
+    held = []
+    node.registry.pause = lambda: held.append(node.received.applying.locked())
+    cancel = {"appName": "ORDERS", "id": ID, "action": "Cancel"}
+    assert post_batch(api, [registration_item(), cancel]).status_code == 200
+    assert held == [True] * 3
+    assert not node.received.applying.locked()
+    assert post_batch(api, [{"action": "Cancel"}] * 1_001).status_code == 413
+    assert not node.received.applying.locked()
+
+
 def test_a_replicated_single_request_is_applied_but_never_sent_on(api, node):
     events = []
     node.registry.set_replication_listener(events.append)

@@ -4,12 +4,13 @@ a peer's answers make this node do (registry/cluster/)."""
 from __future__ import annotations
 
 import copy
+import logging
 
 import orjson
 import pytest
 
 from registry import constants as c
-from registry.cluster.incoming import BadBatch, apply_batch
+from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
 from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replication import ReplicationBuffer, encode
 from registry.cluster.replicator import (
@@ -198,7 +199,7 @@ def test_a_batch_is_applied_in_order_with_one_answer_per_item(clock):
             {"appName": "ORDERS", "id": ID, "action": "Cancel"},
             {"appName": "ORDERS", "id": ID, "action": "Cancel"},
         ),
-        clock(),
+        clock,
     )
     assert [a["statusCode"] for a in answers["responseList"]] == [200, 200, 200, 404, 200, 200, 404]
     assert events == [], "replicated writes are never sent on"
@@ -208,17 +209,17 @@ def test_a_batch_is_applied_in_order_with_one_answer_per_item(clock):
 def test_a_heartbeat_with_an_older_copy_gets_409_and_ours(clock):
     registry, _ = new_registry(clock)
     item = register_item(clock, last_dirty=5000)
-    apply_batch(registry, batch(item), clock())
+    apply_batch(registry, batch(item), clock)
     answer = apply_batch(
         registry,
         batch({"appName": "ORDERS", "id": ID, "action": "Heartbeat", "lastDirtyTimestamp": 4000}),
-        clock(),
+        clock,
     )["responseList"][0]
     assert answer["statusCode"] == 409
     assert answer["responseEntity"]["instanceId"] == ID
     assert answer["responseEntity"]["lastDirtyTimestamp"] == "5000"
     newer = {"appName": "ORDERS", "id": ID, "action": "Heartbeat", "status": "UP", "lastDirtyTimestamp": 6000}
-    assert apply_batch(registry, batch(newer), clock())["responseList"] == [{"statusCode": 404}]
+    assert apply_batch(registry, batch(newer), clock)["responseList"] == [{"statusCode": 404}]
 
 
 @pytest.mark.parametrize(
@@ -236,7 +237,7 @@ def test_a_heartbeat_with_an_older_copy_gets_409_and_ours(clock):
 )
 def test_a_bad_item_gets_its_own_400_and_the_rest_still_applies(clock, bad):
     registry, _ = new_registry(clock)
-    answers = apply_batch(registry, batch(bad, register_item(clock)), clock())["responseList"]
+    answers = apply_batch(registry, batch(bad, register_item(clock)), clock)["responseList"]
     assert answers == [{"statusCode": 400}, {"statusCode": 200}]
     assert registry.size() == 1
 
@@ -245,7 +246,7 @@ def test_a_register_item_whose_instance_names_another_id_is_refused(clock):
     registry, _ = new_registry(clock)
     item = register_item(clock)
     item["id"] = "someone-else"
-    assert apply_batch(registry, batch(item), clock())["responseList"] == [{"statusCode": 400}]
+    assert apply_batch(registry, batch(item), clock)["responseList"] == [{"statusCode": 400}]
     assert registry.size() == 0
 
 
@@ -253,7 +254,64 @@ def test_a_register_item_whose_instance_names_another_id_is_refused(clock):
 def test_a_document_that_is_not_a_batch_is_refused_whole(clock, document):
     registry, _ = new_registry(clock)
     with pytest.raises(BadBatch):
-        apply_batch(registry, document, clock())
+        apply_batch(registry, document, clock)
+
+
+def test_a_batch_over_the_item_cap_is_refused_whole_before_any_item_applies(clock):
+    registry, _ = new_registry(clock)
+    items = [register_item(clock), *[{"action": "Cancel"}] * 3]
+    with pytest.raises(BatchTooLarge, match="at most 3 items, this one holds 4: nothing was applied"):
+        apply_batch(registry, batch(*items), clock, max_items=3)
+    assert registry.size() == 0
+    answers = apply_batch(registry, batch(*items[:3]), clock, max_items=3)["responseList"]
+    assert answers == [{"statusCode": 200}, {"statusCode": 400}, {"statusCode": 400}]
+
+
+def test_bad_items_are_counted_in_one_log_line_per_batch_not_one_each(clock, caplog):
+    registry, _ = new_registry(clock)
+    items = [{"action": "Cancel"}] * 500 + [{"action": "Explode", "appName": "X", "id": "y"}] * 2
+    with caplog.at_level(logging.WARNING, logger="registry.cluster.incoming"):
+        answers = apply_batch(registry, batch(*items, register_item(clock)), clock, sender="10.9.9.9")
+    assert [a["statusCode"] for a in answers["responseList"]] == [400] * 502 + [200]
+    assert [r.getMessage() for r in caplog.records] == [
+        "replication batch from 10.9.9.9: 502 of 503 items refused (Cancel 500, unknown 2); "
+        "the first: Missing appName"
+    ]
+    assert caplog.records[0].refused == {"Cancel": 500, "unknown": 2}
+
+
+def test_items_that_fail_are_answered_500_each_and_logged_once_with_the_first_traceback(clock, caplog):
+    registry, _ = new_registry(clock)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    registry.cancel = broken
+    cancel = {"appName": "ORDERS", "id": ID, "action": "Cancel"}
+    with caplog.at_level(logging.WARNING, logger="registry.cluster.incoming"):
+        answers = apply_batch(registry, batch(cancel, cancel, register_item(clock)), clock)
+    assert answers["responseList"] == [{"statusCode": 500}, {"statusCode": 500}, {"statusCode": 200}]
+    [record] = caplog.records
+    assert record.getMessage() == "replication batch from a peer: 2 of 3 items failed (Cancel 2); the first:"
+    assert "disk on fire" in caplog.text
+
+
+def test_the_loop_gets_a_turn_between_two_items_each_read_at_its_own_time(clock):
+    """A batch does not hold the event loop from its first item to its last: the registry's pause
+    (the pacer's tick on a node) comes after every item, and each item reads the clock anew."""
+    registry, _ = new_registry(clock)
+    seen = []
+
+    def others_run():
+        seen.append(registry.size())
+        clock.advance(1_000)
+
+    registry.pause = others_run
+    items = [register_item(clock, instanceId=f"i{n}") for n in range(3)]
+    apply_batch(registry, batch(*items), clock)
+    assert seen == [1, 2, 3]
+    registered = [registry.lease("ORDERS", f"i{n}")[0].registration_ts for n in range(3)]
+    assert registered[1] - registered[0] == registered[2] - registered[1] == 1_000
 
 
 # ----------------------------------------------------------------- answers and their follow-ups
@@ -517,7 +575,7 @@ def test_two_nodes_converge_and_nothing_loops(clock):
             self.target = target
 
         def post_batch(self, peer, items):
-            return apply_batch(nodes[self.target][1], {"replicationList": items}, clock())["responseList"]
+            return apply_batch(nodes[self.target][1], {"replicationList": items}, clock)["responseList"]
 
     for name, other in (("a", "b"), ("b", "a")):
         registry, _ = new_registry(clock)
