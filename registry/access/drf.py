@@ -11,6 +11,7 @@ from rest_framework.permissions import BasePermission
 from registry.access import accounts, roles
 from registry.access.clients import client_address
 from registry.wire.http import is_replication
+from registry.wire.request_bodies import EarlyAnswer, has_body
 
 REALM = 'Basic realm="eureka", charset="UTF-8"'
 
@@ -34,6 +35,9 @@ def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
 setting_changed.connect(_follow_setting)
 
 
+NO_CREDENTIALS = EarlyAnswer(401, (("WWW-Authenticate", REALM),))
+
+
 class _EnvironRequest:
     """What ``client_address`` reads of a request, before Django has built one."""
 
@@ -43,17 +47,25 @@ class _EnvironRequest:
         self.META = environ
 
 
-def credentials_open_the_api(environ: dict) -> bool:
+def credentials_open_the_api(environ: dict) -> bool | EarlyAnswer:
     """Asked before a protocol request's body is read (``registry/wire/handlers.py``): False when API
-    accounts are on and the request's credentials open nothing — none, wrong, or from an address or
-    for a name that failed too often. That body is then never read: the view refuses the request
-    (401, 429) on its credentials alone, so an anonymous client cannot make the node buffer bodies.
-    The verdict is the credential cache's, so the view's own check that follows costs a lookup."""
+    accounts are on and the request's credentials open nothing — wrong, or from an address or for a
+    name that failed too often. That body is then never read: the view refuses the request (401,
+    429) on its credentials alone, so an anonymous client cannot make the node buffer bodies. The
+    verdict is the credential cache's, so the view's own check that follows costs a lookup.
+
+    A body sent with no credentials at all is answered here, 401 with the challenge as the view
+    would, counted and logged as the view would (one line a minute): a flood of such requests then
+    costs the node an answer each, not a view and a log line each."""
     if not _api_accounts_on:
         return True
     header = environ.get("HTTP_AUTHORIZATION")
     if not header:
-        return False
+        if not has_body(environ):
+            return False
+        address = client_address(_EnvironRequest(environ))
+        accounts.note_refusal("unauthenticated", f"no credentials (with a request body) from {address}")
+        return NO_CREDENTIALS
     try:
         accounts.authenticate(header, lambda: client_address(_EnvironRequest(environ)))
     except accounts.Refused:

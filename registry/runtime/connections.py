@@ -92,6 +92,10 @@ class ConnectionAdmission:
 def refusal_answer(reason: str) -> bytes:
     """The bytes sent to a refused connection, before anything of it is read: a complete HTTP/1.1
     response that closes the connection; every client tells it from a network error."""
+    return _ANSWERS[reason]
+
+
+def _answer(reason: str) -> bytes:
     if reason == PER_ADDRESS:
         message = b"Too many open connections from this address; close some and retry.\n"
     else:
@@ -104,6 +108,8 @@ def refusal_answer(reason: str) -> bytes:
         b"Content-Length: " + str(len(message)).encode() + b"\r\n\r\n" + message
     )
 
+
+_ANSWERS = {reason: _answer(reason) for reason in (PER_ADDRESS, TOTAL)}
 
 # The serving worker's admission, read by /metrics (None outside a gunicorn worker of ours).
 CURRENT: ConnectionAdmission | None = None

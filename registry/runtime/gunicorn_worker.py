@@ -56,13 +56,16 @@ instead, so refusing a body never means reading it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
 
 import gevent
+from gevent.pool import Pool
 from gunicorn import util
 from gunicorn.http import message, wsgi
+from gunicorn.workers import ggevent
 from gunicorn.workers.ggevent import GeventWorker
 
 DRAIN_BYTES = 64 * 1024
@@ -298,6 +301,35 @@ class _NextRequestWait:
         return kind is NextRequestNotComing
 
 
+class AdmittingPool(Pool):
+    """The pool of a listener's connection greenlets, which admits a connection before it spawns one
+    for it (``registry/runtime/connections.py``): a refused connection costs an accept and a send,
+    no greenlet, so a flood of them delays the accept queue, and the heartbeats in it, the least.
+
+    gevent's server calls ``spawn(serve, handle, close, (client, address))`` from its accept loop."""
+
+    def __init__(self, size, worker: RegistryWorker):
+        super().__init__(size)
+        self.worker = worker
+
+    def spawn(self, serve, handle, close, args):
+        admission = self.worker.admission
+        if admission is None:
+            return super().spawn(serve, handle, close, args)
+        client, address = args
+        admitted, ticket = admission.admit(address[0] if isinstance(address, tuple) else None)
+        if not admitted:
+            self.worker.refuse(client, address, ticket)
+            return None
+        return super().spawn(self._serve_admitted, serve, handle, close, args, ticket)
+
+    def _serve_admitted(self, serve, handle, close, args, ticket: str) -> None:
+        try:
+            serve(handle, close, args)
+        finally:
+            self.worker.admission.release(ticket)
+
+
 class RegistryWorker(GeventWorker):
     """gunicorn's gevent worker with a graceful close and a prompt stop (see the module docstring)."""
 
@@ -324,6 +356,8 @@ class RegistryWorker(GeventWorker):
 
     def run(self):
         self.use_connection_limits()
+        # gunicorn's run() makes each listener's pool of connection greenlets from this name.
+        ggevent.Pool = functools.partial(AdmittingPool, worker=self)
         super().run()
 
     def use_connection_limits(self) -> None:
@@ -354,27 +388,18 @@ class RegistryWorker(GeventWorker):
         self.header_timeout_s = limits.header_timeout_s
 
     def handle(self, listener, client, addr):
-        admission = self.admission
-        if admission is None:
-            ticket = None
-        else:
-            admitted, ticket = admission.admit(addr[0] if isinstance(addr, tuple) else None)
-            if not admitted:
-                self._refuse(client, addr, ticket)
-                return
         try:
             super().handle(listener, client, addr)
         finally:
             self.turns.pop(gevent.getcurrent(), None)
-            if ticket is not None:
-                admission.release(ticket)
 
-    def _refuse(self, client, addr, reason: str) -> None:
-        """Answer a refused connection and close it, without reading from it."""
+    def refuse(self, client, addr, reason: str) -> None:
+        """Answer a refused connection and close it, without reading from it. Called from the accept
+        loop (the hub): the answer goes in one non-blocking send, or not at all."""
         from registry.runtime.connections import refusal_answer
 
         try:
-            client.send(refusal_answer(reason))
+            getattr(client, "_sock", client).send(refusal_answer(reason))
         except OSError:
             pass
         finally:

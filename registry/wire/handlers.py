@@ -28,6 +28,7 @@ from registry.wire.http import browser_refusal
 from registry.wire.request_bodies import (
     BodyDeadlines,
     BodyRefused,
+    EarlyAnswer,
     buffer_body,
     plain_wsgi_answer,
     refuse_unusable_charset,
@@ -178,18 +179,25 @@ def read_any_body(environ: dict) -> bool:
     return True
 
 
+# What the gate asked before a protocol request's body is read may say: read it (True), leave it
+# unread for the view to refuse (False), or answer now without it.
+BodyGate = Callable[[dict], "bool | EarlyAnswer"]
+
+
 class RoutingApplication:
     """The node's WSGI application: refusals decided before a body is read, the body read within its
     deadlines, then the lean protocol handler for ``/eureka/`` and Django's own for the rest.
 
     ``may_read_body(environ)`` is asked for protocol requests before their body is read (the wiring
     passes the API accounts' check, ``registry.access.drf.credentials_open_the_api``): when it says
-    no, the body is left unread and the view refuses the request (401, 429) without reading it."""
+    no, the body is left unread and the view refuses the request (401, 429) without reading it; an
+    ``EarlyAnswer`` is sent as it is, without Django (a body sent with no credentials at all: under
+    a flood of them, each costs an answer, not a view)."""
 
     def __init__(
         self,
         trust_forwarded_prefix: bool | None = None,
-        may_read_body: Callable[[dict], bool] = read_any_body,
+        may_read_body: BodyGate = read_any_body,
     ):
         self.protocol = ProtocolHandler()
         self.site = WSGIHandler()
@@ -213,13 +221,16 @@ class RoutingApplication:
         try:
             # Before Django builds the request: a charset it cannot use would raise out of the handler.
             refuse_unusable_charset(environ)
-            if not protocol or self.may_read_body(environ):
+            verdict = self.may_read_body(environ) if protocol else True
+            if verdict is True:
                 # Every body (chunked ones too: Jersey 1 clients, Spring's replication batches) for
                 # both handlers alike, within its deadlines.
                 buffer_body(environ, settings.EUREKA_MAX_BODY_BYTES, self.body_deadlines)
-            else:
+            elif verdict is False:
                 # Refused by the view without a look at the body, which Django must not try to read.
                 environ["CONTENT_LENGTH"] = "0"
+            else:
+                return verdict.wsgi_response(start_response)
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
         return (self.protocol if protocol else self.site)(environ, start_response)

@@ -74,6 +74,24 @@ def _content_length(environ: dict) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyAnswer:
+    """A bodiless answer given before a request's body is read (``RoutingApplication``'s gate)."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def wsgi_response(self, start_response) -> list[bytes]:
+        start_response(
+            f"{self.status} {HTTPStatus(self.status).phrase}", [*self.headers, ("Content-Length", "0")]
+        )
+        return [b""]
+
+
+def has_body(environ: dict) -> bool:
+    return has_unsized_body(environ) or _content_length(environ) > 0
+
+
+@dataclass(frozen=True, slots=True)
 class BodyDeadlines:
     """How long a client may take to send a request body: ``idle_s`` without a byte, ``total_s`` in all
     (EUREKA_BODY_IDLE_TIMEOUT_SECONDS, EUREKA_BODY_TIMEOUT_SECONDS); 0 is no deadline."""

@@ -388,3 +388,49 @@ def test_an_account_check_closes_the_database_connection_it_used(monkeypatch):
     assert watched.closed == 1
     assert accounts.authenticate(basic("svc", "pw")["HTTP_AUTHORIZATION"]).username == "svc"
     assert watched.closed == 1  # remembered: no database at all
+
+
+def test_a_body_is_read_only_once_its_credentials_open_the_api(auth_on, node, db):
+    """Issue 34, item 1: with accounts on, the routing application asks before reading a protocol
+    request's body. No credentials: 401 at once, without Django; wrong ones: the body stays unread and
+    the view answers 401; a client's: read and applied."""
+    import io
+
+    from registry.access.drf import credentials_open_the_api
+    from registry.wire.handlers import RoutingApplication
+    from tests.deploy.test_wsgi_routing import call
+
+    account("writer", "client", password="right")
+    app = RoutingApplication(trust_forwarded_prefix=False, may_read_body=credentials_open_the_api)
+    body = json.dumps(instance_body(app="PAY", instance_id="pay-1")).encode()
+
+    class Untouchable(io.BytesIO):
+        def read(self, *args):
+            raise AssertionError("the body of a refused request was read")
+
+    def post(**headers):
+        return call(
+            app,
+            "POST",
+            "/eureka/apps/PAY",
+            stream=Untouchable(),
+            CONTENT_TYPE="application/json",
+            CONTENT_LENGTH=str(len(body)),
+            **headers,
+        )
+
+    before = dict(accounts.REFUSALS)
+    status, headers, content = post()
+    assert (status, content) == (401, b"") and headers["WWW-Authenticate"].startswith('Basic realm="eureka"')
+    assert accounts.REFUSALS["unauthenticated"] == before["unauthenticated"] + 1
+
+    wrong = "Basic " + base64.b64encode(b"writer:wrong").decode()
+    status, headers, _ = post(HTTP_AUTHORIZATION=wrong)
+    assert status == 401 and "WWW-Authenticate" in headers
+
+    right = "Basic " + base64.b64encode(b"writer:right").decode()
+    status, _, _ = call(
+        app, "POST", "/eureka/apps/PAY", body, CONTENT_TYPE="application/json", HTTP_AUTHORIZATION=right
+    )
+    assert status == 204
+    assert call(app, "GET", "/eureka/apps/PAY/pay-1", HTTP_AUTHORIZATION=right)[0] == 200
