@@ -42,7 +42,7 @@ from .counters import (
     RecentEvent,
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
-from .instances import InstanceInfo, freeze
+from .instances import InstanceInfo, freeze, record_bytes
 from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, expired_among
 from .preservation import Preservation, SelfPreservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
@@ -54,6 +54,10 @@ class LimitExceeded(ValueError):
 
 class RegistryFull(LimitExceeded):
     """A client's registration of a new instance while the map holds ``max_instances`` already."""
+
+
+class RecordTooLarge(LimitExceeded):
+    """A record over ``max_instance_bytes``, from a client or a peer (nothing was changed)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,11 @@ class RegistryConfig:
     # and keep metadata PUTs, whose merges only add, from growing a record (and every full fetch).
     max_metadata_keys: int = 128
     max_metadata_bytes: int = 32_768
+    # One whole record: UTF-8 bytes of every text it holds (``instances.record_bytes``); 0: no limit.
+    # Real registrations hold 1-4 KB; the default leaves room for the metadata's 32 KiB on top, and
+    # bounds what the fields metadata limits do not see (URLs, VIPs, appGroupName, the data center's
+    # metadata) made 913 KB records. Peers' copies are held to it too (see ``register``).
+    max_instance_bytes: int = 65_536
 
     @property
     def eureka_timing(self) -> bool:
@@ -342,11 +351,18 @@ class Registry:
 
     def register(self, instance: InstanceInfo, now: int, is_replication: bool = False) -> None:
         """Raises ``LimitExceeded`` (``RegistryFull``) for a client's registration over the limits, having
-        changed nothing. A peer's is never refused: the peer accepted it from its client, and refusing
-        it here would only keep the nodes apart (the peer sends it again at every heartbeat)."""
+        changed nothing. A peer's is refused only for the record's size (``RecordTooLarge``, counted):
+        the peer accepted it from its client, and refusing it for a limit the peer may set otherwise
+        would only keep the nodes apart; but the size bounds this node's memory and every fetch, and
+        with API accounts off anyone may send a "replicated" registration."""
         if not is_replication:
             self._check_metadata(instance.metadata)
+        # Measured outside the lock: a peer's record may hold many metadata entries.
+        too_large = self._too_large(instance)
         with self._lock:
+            if too_large:
+                self._counters.writes[is_replication].too_large += 1
+                raise RecordTooLarge(too_large)
             if not is_replication:
                 self._check_room(instance)
             self._register(instance, now, is_replication)
@@ -373,6 +389,19 @@ class Registry:
                     f"Too much metadata: {size} bytes of keys and values, at most "
                     f"{cfg.max_metadata_bytes} are allowed"
                 )
+
+    def _too_large(self, instance: InstanceInfo) -> str | None:
+        """Why the record is over ``max_instance_bytes`` (None when it is not)."""
+        limit = self.config.max_instance_bytes
+        if not limit:
+            return None
+        size = record_bytes(instance)
+        if size <= limit:
+            return None
+        return (
+            f"Instance record too large: {size} bytes of text in its fields and metadata, at most "
+            f"{limit} are allowed"
+        )
 
     def _within_bounds(self, instance: InstanceInfo, now: int) -> InstanceInfo:
         """The record with its dirty timestamp and lease times lowered to the limits (see RegistryConfig).
@@ -675,8 +704,8 @@ class Registry:
         self, app: str, instance_id: str, entries: Mapping[str, str], now: int, is_replication: bool = False
     ) -> bool:
         """``PUT .../metadata``: merge the entries and re-register (an ADDED delta entry, as in Eureka);
-        peers get the whole instance again (a Register). A client's merge over the metadata limits
-        raises ``LimitExceeded`` and changes nothing."""
+        peers get the whole instance again (a Register). A client's merge over the metadata limits, or
+        anyone's over the record's size, raises ``LimitExceeded`` and changes nothing."""
         with self._lock:
             lease = self._visible_lease(app, instance_id, now)
             if lease is None:
@@ -686,6 +715,10 @@ class Registry:
             if not is_replication:
                 self._check_metadata(merged_metadata)
             merged = instance.evolve(metadata=freeze(merged_metadata))
+            too_large = self._too_large(merged)
+            if too_large:
+                self._counters.writes[is_replication].too_large += 1
+                raise RecordTooLarge(too_large)
             self._register(merged, now, is_replication=is_replication, cause=CAUSE_METADATA)
             return True
 

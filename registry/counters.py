@@ -53,6 +53,8 @@ class WriteCounts:
     cancels: int = 0
     overrides_set: int = 0
     overrides_removed: int = 0
+    # Registrations and metadata updates refused for the record's size (RegistryConfig.max_instance_bytes).
+    too_large: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 from . import constants as c
@@ -124,3 +124,30 @@ def data_center_info(name: str, metadata: Mapping[str, str] | None = None) -> Da
         if plain is not None:
             return plain
     return DataCenterInfo(name, freeze(metadata))
+
+
+# Every text field of a record (the rest are numbers, flags and the two mappings).
+TEXT_FIELDS = tuple(f.name for f in fields(InstanceInfo) if f.type in ("str", "str | None"))
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def record_bytes(instance: InstanceInfo) -> int:
+    """The UTF-8 bytes of every text a record holds: its text fields, its metadata's keys and values,
+    and its data center's name and metadata. What the record costs to keep and to serve grows with
+    this (numbers, flags and the payload's own keys add a fixed ~1 KB), and it does not depend on the
+    format asked for, so the limit on it (RegistryConfig.max_instance_bytes) answers the same to JSON
+    and XML clients. Cheap: no encoding of the record."""
+    total = 0
+    for name in TEXT_FIELDS:
+        value = getattr(instance, name)
+        if value:
+            total += _utf8_len(value)
+    data_center = instance.data_center_info
+    total += _utf8_len(data_center.name)
+    for mapping in (instance.metadata, data_center.metadata):
+        for key, value in mapping.items():
+            total += _utf8_len(key) + _utf8_len(value)
+    return total

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from registry import constants as c
-from registry.core import Registry, Renew
+from registry.core import LimitExceeded, Registry, Renew
 from registry.wire.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,11 @@ def apply_item(registry: Registry, item: Any, now: int) -> dict[str, Any]:
         instance = build_instance(raw, now, path_app=app)
         if instance.instance_id != instance_id:
             raise BadInput(f"instanceInfo is {instance.instance_id!r}, the item names {instance_id!r}")
-        registry.register(instance, now, is_replication=True)
+        try:
+            registry.register(instance, now, is_replication=True)
+        except LimitExceeded as exc:
+            # A record over the size limit (counted by the registry): refused like an unreadable one.
+            raise BadInput(str(exc)) from None
         return {"statusCode": 200}
     if action == c.REPLICATE_HEARTBEAT:
         overridden = item.get("overriddenStatus")

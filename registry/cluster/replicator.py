@@ -37,7 +37,7 @@ from registry.cluster.peers import PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
-from registry.core import Registry, ReplicationEvent
+from registry.core import LimitExceeded, Registry, ReplicationEvent
 from registry.endpoints import Peer
 from registry.wire.codecs import BadInput, build_instance
 
@@ -294,7 +294,10 @@ class Replicator:
         except BadInput as exc:
             logger.warning("peer's newer copy of an instance could not be read: %s", exc)
             return
-        self.registry.register(instance, now, is_replication=True)
+        try:
+            self.registry.register(instance, now, is_replication=True)
+        except LimitExceeded as exc:
+            logger.warning("peer's newer copy of an instance refused: %s", exc)
 
     def lag_ms(self, key: str, now: int) -> int:
         oldest = self.outboxes[key].oldest_at()

@@ -22,7 +22,7 @@ from typing import Any
 
 from registry import constants as c
 from registry.cluster.transport import PeerTransport, PeerUnreachable
-from registry.core import Registry
+from registry.core import LimitExceeded, Registry
 from registry.endpoints import Peer
 from registry.wire.codecs import BadInput, build_instance, instances_in
 
@@ -68,7 +68,11 @@ def sync_from_peers(
                 except BadInput as exc:
                     logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
                     continue
-                registry.register(instance, now, is_replication=True)
+                try:
+                    registry.register(instance, now, is_replication=True)
+                except LimitExceeded as exc:
+                    logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
+                    continue
                 count += 1
         if count:
             break

@@ -369,6 +369,11 @@ class NodeCollector(Collector):
                 "cancels",
                 "Leases cancelled (DELETE apps/{app}/{id}, replicated Cancels).",
             ),
+            "eureka_records_too_large_total": (
+                "too_large",
+                "Registrations and metadata updates refused (400, nothing changed) for a record over "
+                "EUREKA_MAX_INSTANCE_BYTES.",
+            ),
         }
         for name, (field, documentation) in per_origin.items():
             family = CounterMetricFamily(

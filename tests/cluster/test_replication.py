@@ -554,6 +554,20 @@ def test_a_409_makes_this_node_take_the_peers_newer_copy(clock):
     assert rep.buffer.take() == [], "a copy taken from a peer is not sent back"
 
 
+def test_a_peers_newer_copy_over_the_record_size_limit_is_refused_and_ours_kept(clock, caplog):
+    rep, registry, key, _ = replicator(clock, FakeTransport())
+    registry.register(instance(clock, last_dirty=1000, metadata={"v": "old"}), clock())
+    newer = instance_body(last_dirty=2000, metadata={"v": "new"}, homePageUrl="h" * 70_000)["instance"]
+    rep.buffer.take()
+
+    rep.apply_follow_ups(key, FollowUps(sent=1, sync_back=[newer]), clock())
+
+    view, _ = registry.lease("ORDERS", ID)
+    assert dict(view.instance.metadata) == {"v": "old"}
+    assert registry.event_counts().from_peers.too_large == 1
+    assert "peer's newer copy of an instance refused: Instance record too large" in caplog.text
+
+
 def test_a_full_outbox_drops_the_oldest_and_counts(clock):
     transport = FakeTransport()
     rep, registry, key, _ = replicator(clock, transport, capacity=300)
@@ -665,6 +679,21 @@ def test_start_up_sync_retries_while_empty_then_registers_as_replication(clock):
     count = sync_from_peers(registry, peers, transport, clock, retries=3, wait_ms=0)
     assert count == 2 and registry.size() == 2 and transport.calls == 4
     assert events == [], "what a node syncs is not replicated back"
+
+
+def test_start_up_sync_skips_a_record_over_the_size_limit_and_registers_the_rest(clock, caplog):
+    registry, _ = new_registry(clock, max_instance_bytes=4_096)
+    peer = Peer("http://node-b:8761/eureka/")
+    huge = instance_body(host="10.0.0.8", vipAddress="v" * 5_000)
+    transport = FetchingTransport({peer.display_url: [apps_document(huge, instance_body(host="10.0.0.9"))]})
+
+    assert sync_from_peers(registry, [peer], transport, clock, retries=0, wait_ms=0) == 1
+
+    assert [view.instance_id for _, views in registry.instances() for view in views] == [
+        "10.0.0.9:orders:8080"
+    ]
+    assert registry.event_counts().from_peers.too_large == 1
+    assert "an instance from http://node-b:8761/eureka/ skipped: Instance record too large" in caplog.text
 
 
 def test_start_up_sync_gives_up_after_its_retries(clock):

@@ -1,7 +1,8 @@
 """Issue 30, items 1 and 7 on a live gunicorn node configured through its environment, as an operator
 does: a far-future lastDirtyTimestamp is lowered, lease times are capped, ids that are no path segment
-are refused, and EUREKA_MAX_INSTANCES / EUREKA_MAX_METADATA_KEYS hold. The rules themselves, with time
-moved past the 5 minutes, are tests/protocol/test_api_hostile_writes.py."""
+are refused, and EUREKA_MAX_INSTANCES / EUREKA_MAX_METADATA_KEYS hold; issue 34, item 5: so does
+EUREKA_MAX_INSTANCE_BYTES, for clients and peers. The rules themselves, with time moved past the 5
+minutes, are tests/protocol/test_api_hostile_writes.py."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def node_server(tmp_path_factory) -> Iterator[LiveServer]:
         "EUREKA_MAX_INSTANCES": "2",
         "EUREKA_MAX_METADATA_KEYS": "4",
         "EUREKA_MAX_LEASE_DURATION_SECONDS": "600",
+        "EUREKA_MAX_INSTANCE_BYTES": "4096",
     }
     with running_server(tmp_path_factory.mktemp("hostile_writes"), limits) as server:
         yield server
@@ -88,3 +90,33 @@ def test_the_instance_and_metadata_limits_from_the_environment_hold(registry):
         "c": "3",
         "d": "4",
     }
+
+
+def test_the_record_size_limit_from_the_environment_holds_for_clients_and_peers(registry):
+    # A 913 KB record in the issue; every field here alone is over the node's 4096 bytes.
+    for field in ("homePageUrl", "vipAddress", "appGroupName"):
+        refused = register(registry, instance_body(app="BIG", host="10.0.0.9", **{field: "x" * 5_000}))
+        assert refused.status_code == 400, (field, refused.status_code)
+        assert "Instance record too large" in refused.text and "at most 4096" in refused.text
+    replicated = registry.post(
+        "apps/BIG",
+        content=json.dumps(instance_body(app="BIG", host="10.0.0.9", vipAddress="x" * 5_000)),
+        headers={"x-netflix-discovery-replication": "true"},
+    )
+    assert replicated.status_code == 400 and "Instance record too large" in replicated.text
+    assert registry.get("apps/BIG/10.0.0.9:big:8080").status_code == 404
+
+    # Registered as a peer's copy, which EUREKA_MAX_INSTANCES never refuses (earlier tests filled it).
+    home = "h" * 3_000
+    copy = registry.post(
+        "apps/BIG",
+        content=json.dumps(instance_body(app="BIG", host="10.0.0.1", homePageUrl=home)),
+        headers={"x-netflix-discovery-replication": "true"},
+    )
+    assert copy.status_code == 204
+    grown = registry.put("apps/BIG/10.0.0.1:big:8080/metadata", params={"note": "n" * 1_200})
+    assert grown.status_code == 400 and "Instance record too large" in grown.text
+    assert "note" not in registry.get("apps/BIG/10.0.0.1:big:8080").json()["instance"]["metadata"]
+    metrics = httpx.get(str(registry.base_url.join("/metrics")), timeout=10).text
+    assert 'eureka_records_too_large_total{origin="client"} 4.0' in metrics
+    assert 'eureka_records_too_large_total{origin="peer"} 1.0' in metrics

@@ -1,7 +1,8 @@
 """Writes a hostile or broken client sends (issue 30, items 1 and 7): no instance taken over for good
 through a lastDirtyTimestamp far in the future, no lease longer than the cap, no app name or id that
-cannot be a path segment, no more instances or metadata than the limits. A refusal is a clear
-plain-text 400 (503 for a full registry) and leaves the registry exactly as it was."""
+cannot be a path segment, no more instances or metadata than the limits, and (issue 34) no record
+larger than its cap, from a client or a peer. A refusal is a clear plain-text 400 (503 for a full
+registry) and leaves the registry exactly as it was."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import json
 
 import pytest
 
+from registry.instances import record_bytes
+from registry.wire.codecs import JSON, decode_instance
 from tests.factories import instance_body
 
-from .api_support import REPLICATION, enc, get_json, registry_state
+from .api_support import AMAZON_DC_CLASS, REPLICATION, enc, get_json, registry_state
 from .api_support import register as post_registration
 
 FIVE_MINUTES = 5 * 60_000
@@ -236,3 +239,136 @@ def test_a_metadata_put_whose_merge_exceeds_the_limits_is_400_and_changes_nothin
     # A peer's copy is not refused: its node accepted the call.
     assert api.put(f"{PAY_1}/metadata?e=5", **REPLICATION).status_code == 200
     assert len(served(api)["metadata"]) == 5
+
+
+# ------------------------------------------------------------------------- the whole record
+
+RECORD_LIMIT = 2_000
+BIG = "x" * RECORD_LIMIT
+
+
+@pytest.fixture
+def record_limit(edit_config):
+    """A small cap on the whole record (the metadata limits stay the defaults); request before ``api``."""
+    edit_config(registry__max_instance_bytes=RECORD_LIMIT)
+
+
+def amazon(**metadata: str) -> dict:
+    return {"@class": AMAZON_DC_CLASS, "name": "Amazon", "metadata": {"instance-id": "pay-1", **metadata}}
+
+
+# Every field the metadata limits do not see, each over the limit alone (issue 34: 913 KB records).
+OVERSIZED = {
+    "homePageUrl": {"homePageUrl": BIG},
+    "statusPageUrl": {"statusPageUrl": BIG},
+    "healthCheckUrl": {"healthCheckUrl": BIG},
+    "secureHealthCheckUrl": {"secureHealthCheckUrl": BIG},
+    "vipAddress": {"vipAddress": BIG},
+    "secureVipAddress": {"secureVipAddress": BIG},
+    "appGroupName": {"appGroupName": BIG},
+    "asgName": {"asgName": BIG},
+    "dataCenterInfo.metadata": {"dataCenterInfo": amazon(**{"ami-id": BIG})},
+    # Several fields, each well under the limit, over it together.
+    "together": {"homePageUrl": "h" * 700, "statusPageUrl": "s" * 700, "metadata": {"m": "v" * 700}},
+}
+
+
+def oversized(what: str, last_dirty: int = 2) -> dict:
+    return pay_1("10.0.0.1", last_dirty=last_dirty, **OVERSIZED[what])
+
+
+@pytest.mark.parametrize("what", OVERSIZED)
+def test_a_registration_whose_record_is_over_max_instance_bytes_is_400_and_changes_nothing(
+    record_limit, api, node, what
+):
+    register(api, pay_1("10.0.0.1", last_dirty=1))
+    before = registry_state(api, node)
+
+    message = refusal(post_registration(api, oversized(what)), 400)
+
+    assert message.startswith("Instance record too large: "), message
+    assert f"at most {RECORD_LIMIT} are allowed" in message
+    assert registry_state(api, node) == before
+    assert node.registry.event_counts().from_clients.too_large == 1
+
+
+def test_a_record_of_exactly_max_instance_bytes_registers_and_one_byte_more_does_not(record_limit, api, node):
+    body = pay_1("10.0.0.1", last_dirty=1)
+    size = record_bytes(decode_instance(json.dumps(body).encode(), JSON, 1, path_app="PAY"))
+    body["instance"]["homePageUrl"] += "x" * (RECORD_LIMIT - size)
+    register(api, body)
+    assert served(api)["homePageUrl"].endswith("x")
+
+    body["instance"]["homePageUrl"] += "x"
+    body["instance"]["lastDirtyTimestamp"] = "2"
+    assert f"{RECORD_LIMIT + 1} bytes" in refusal(post_registration(api, body), 400)
+
+
+def test_a_metadata_put_that_would_grow_the_record_over_the_limit_is_400_and_changes_nothing(
+    record_limit, api, node
+):
+    register(api, pay_1("10.0.0.1", last_dirty=1, homePageUrl="h" * 1_500))
+    before = registry_state(api, node)
+
+    assert "Instance record too large" in refusal(api.put(f"{PAY_1}/metadata?note={'n' * 600}"), 400)
+    # A peer's metadata call is held to the record's size too.
+    assert "Instance record too large" in refusal(
+        api.put(f"{PAY_1}/metadata?note={'n' * 600}", **REPLICATION), 400
+    )
+
+    assert registry_state(api, node) == before
+    assert api.put(f"{PAY_1}/metadata?note=short").status_code == 200
+
+
+def test_a_peers_oversized_record_is_refused_and_counted_alike(record_limit, api, node):
+    """A peer's record is refused for its size (with API accounts off, anyone may send the replication
+    header), as a single registration and as a batch item; the other items of the batch apply."""
+    register(api, pay_1("10.0.0.1", last_dirty=1))
+    before = registry_state(api, node)
+
+    assert "Instance record too large" in refusal(
+        post_registration(api, oversized("vipAddress"), **REPLICATION), 400
+    )
+    items = [
+        {
+            "appName": "PAY",
+            "id": "pay-1",
+            "action": "Register",
+            "instanceInfo": oversized("appGroupName")["instance"],
+        },
+        {"appName": "PAY", "id": "pay-1", "action": "Heartbeat"},
+    ]
+    response = api.post(
+        "/eureka/peerreplication/batch",
+        data=json.dumps({"replicationList": items}),
+        content_type="application/json",
+    )
+    assert response.status_code == 200
+    assert [a["statusCode"] for a in json.loads(response.content)["responseList"]] == [400, 200]
+
+    node.cache.clear()
+    assert get_json(api, PAY_1)["instance"].get("appGroupName") is None
+    assert node.registry.event_counts().from_peers.too_large == 2
+    assert 'eureka_records_too_large_total{origin="peer"} 2.0' in api.get("/metrics").content.decode()
+    assert registry_state(api, node)[0] == before[0]
+
+
+def test_the_default_record_limit_leaves_room_for_a_real_registration_with_all_the_metadata_allowed(
+    api, node
+):
+    """A Spring Cloud or Netflix client's registration holds 1-4 KB of text; with the metadata at its
+    own limit (32 KiB) the record is still well under the default 64 KiB."""
+    metadata = {f"key-{n:03}": "v" * 249 for n in range(128)}  # 128 keys, 32,768 bytes in all
+    body = pay_1(
+        "ip-10-0-0-1.eu-west-1.compute.internal",
+        last_dirty=1,
+        metadata=metadata,
+        statusPageUrl="http://ip-10-0-0-1.eu-west-1.compute.internal:8080/actuator/info",
+        healthCheckUrl="http://ip-10-0-0-1.eu-west-1.compute.internal:8080/actuator/health",
+        dataCenterInfo=amazon(
+            **{k: f"{k}-value-0123456789" for k in ("ami-id", "availability-zone", "local-ipv4")}
+        ),
+    )
+    assert sum(len(k) + len(v) for k, v in metadata.items()) == node.registry.config.max_metadata_bytes
+    register(api, body)
+    assert len(served(api)["metadata"]) == 128

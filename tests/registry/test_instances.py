@@ -7,11 +7,13 @@ tests look at identity, which is what the sharing changes.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import orjson
 
 from registry import constants as c
 from registry.core import Registry, RegistryConfig
-from registry.instances import SHARED_TEXT_FIELDS, InstanceInfo, data_center_info
+from registry.instances import SHARED_TEXT_FIELDS, TEXT_FIELDS, InstanceInfo, data_center_info, record_bytes
 from registry.wire.codecs import JSON, XML, decode_instance
 from tests.factories import instance_body
 
@@ -95,3 +97,37 @@ def test_a_data_center_with_metadata_is_a_record_of_its_own():
     assert amazon is not data_center_info("Amazon", {"instance-id": "i-1"})
     assert data_center_info("MyOwn") is data_center_info("MyOwn", {})
     assert data_center_info("Netflix") is data_center_info("Netflix") and "Netflix" in c.DATA_CENTER_NAMES
+
+
+def test_a_records_size_counts_the_utf8_bytes_of_every_text_it_holds():
+    plain = InstanceInfo(instance_id="i", app="A", host_name="h", ip_addr="1")
+    base = record_bytes(plain)
+    # Every text field counts (a field added to the record later is counted without a change here).
+    for name in TEXT_FIELDS:
+        grown = plain.evolve(**{name: (getattr(plain, name) or "") + "xyz"})
+        assert record_bytes(grown) == base + 3, name
+    assert record_bytes(plain.evolve(metadata={"k": "é"})) == base + 1 + 2
+    amazon = plain.evolve(data_center_info=data_center_info("Amazon", {"instance-id": "i-1"}))
+    assert record_bytes(amazon) == base - len("MyOwn") + len("Amazon") + len("instance-id") + len("i-1")
+
+
+# What a record holds besides text: bounded numbers and flags, and the two mappings counted apart.
+NOT_TEXT = {
+    "port",
+    "port_enabled",
+    "secure_port",
+    "secure_port_enabled",
+    "country_id",
+    "data_center_info",
+    "renewal_interval_secs",
+    "duration_secs",
+    "metadata",
+    "is_coordinating_discovery_server",
+    "last_updated_timestamp",
+    "last_dirty_timestamp",
+}
+
+
+def test_every_field_of_a_record_is_counted_in_its_size_or_holds_no_text():
+    assert {f.name for f in fields(InstanceInfo)} - set(TEXT_FIELDS) == NOT_TEXT
+    assert {"home_page_url", "vip_address", "app_group_name", "asg_name"} <= set(TEXT_FIELDS)
