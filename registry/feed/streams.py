@@ -18,6 +18,7 @@ the worker's SIGTERM handler and ends every stream at once instead of holding th
 
 from __future__ import annotations
 
+import enum
 import logging
 import signal
 import threading
@@ -42,9 +43,10 @@ REFETCH_PATH = "/eureka/apps"
 class Subscription:
     """One open stream's slot: the dispatcher sets ``wake``; the stream waits on it."""
 
-    __slots__ = ("wake",)
+    __slots__ = ("address", "wake")
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "") -> None:
+        self.address = address
         self.wake = threading.Event()
 
     def wait(self, timeout: float) -> bool:
@@ -53,18 +55,36 @@ class Subscription:
         return woke
 
 
-class StreamHub:
-    """The open streams of one node and the dispatcher that wakes them (see the module docstring)."""
+class Refusal(enum.Enum):
+    """Why ``StreamHub.open`` gave no slot."""
 
-    def __init__(self, registry, max_streams: int, coalesce_ms: int):
+    # ``max_streams`` are open, or the node is stopping.
+    FULL = "full"
+    # The client's address holds ``max_per_address`` streams already.
+    ADDRESS_FULL = "address_full"
+
+
+class StreamHub:
+    """The open streams of one node and the dispatcher that wakes them (see the module docstring).
+
+    Streams are capped in all (``max_streams``) and per client address (``max_per_address``, 0: no
+    cap): without the second, one client opening 2,000 streams held every slot, and every other
+    client was refused for the streams' lifetime (30 minutes by default)."""
+
+    def __init__(self, registry, max_streams: int, coalesce_ms: int, max_per_address: int = 0):
         self.registry = registry
         self.max_streams = max_streams
+        self.max_per_address = max_per_address
         self.coalesce_s = coalesce_ms / 1000
         self.stopping = False
-        # Counters for /metrics: streams refused because the hub was full, fan-outs done.
+        # Counters for /metrics: streams refused because the hub was full, because the client's
+        # address held its share, fan-outs done.
         self.refused = 0
+        self.refused_per_address = 0
         self.wakeups = 0
         self._streams: set[Subscription] = set()
+        # Open streams per client address; an address leaves when its last stream ends.
+        self._per_address: dict[str, int] = {}
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._dispatcher: threading.Thread | None = None
@@ -80,22 +100,39 @@ class StreamHub:
     def open_streams(self) -> int:
         return len(self._streams)
 
-    def open(self) -> Subscription | None:
-        """A slot for a new stream; None when ``max_streams`` are open or the node is stopping."""
+    def open(self, address: str = "") -> Subscription | Refusal:
+        """A slot for a new stream from ``address``, or why there is none."""
         with self._lock:
             if self.stopping or len(self._streams) >= self.max_streams:
                 self.refused += 1
-                return None
-            subscription = Subscription()
+                return Refusal.FULL
+            held = self._per_address.get(address, 0)
+            if self.max_per_address and held >= self.max_per_address:
+                self.refused_per_address += 1
+                return Refusal.ADDRESS_FULL
+            subscription = Subscription(address)
             self._streams.add(subscription)
+            self._per_address[address] = held + 1
             if self._dispatcher is None:
                 self._dispatcher = threading.Thread(target=self._dispatch, name="change-streams", daemon=True)
                 self._dispatcher.start()
             return subscription
 
     def release(self, subscription: Subscription) -> None:
+        """Free the slot; more than once is harmless (a stream's generator and its body both call it)."""
         with self._lock:
-            self._streams.discard(subscription)
+            if subscription not in self._streams:
+                return
+            self._streams.remove(subscription)
+            held = self._per_address[subscription.address] - 1
+            if held:
+                self._per_address[subscription.address] = held
+            else:
+                del self._per_address[subscription.address]
+
+    def streams_from(self, address: str) -> int:
+        with self._lock:
+            return self._per_address.get(address, 0)
 
     def _dispatch(self) -> None:
         while not self.stopping:

@@ -17,10 +17,11 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from rest_framework import exceptions
 from rest_framework.views import APIView
 
+from registry.access.clients import client_address
 from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
 from registry.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
-from registry.feed.streams import StreamBody, StreamHub, change_stream, resume_point
+from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
 from registry.runtime.node import Node, get_node
 from registry.wire.http import PassthroughRenderer
 
@@ -43,7 +44,9 @@ def stream_hub(node: Node) -> StreamHub:
         with _hub_lock:
             if node.change_streams is None:
                 options = feed_config(node)
-                node.change_streams = StreamHub(node.registry, options.streams_max, options.coalesce_ms)
+                node.change_streams = StreamHub(
+                    node.registry, options.streams_max, options.coalesce_ms, options.streams_per_address_max
+                )
     return node.change_streams
 
 
@@ -137,10 +140,21 @@ class ChangeStreamView(FeedView):
         options = feed_config(node)
         hub = stream_hub(node)
         cursor, too_old_at = resume_point(node.registry, query)
-        subscription = hub.open()
-        if subscription is None:
+        address = client_address(request)
+        subscription = hub.open(address)
+        if subscription is Refusal.FULL:
             response = error(
                 503, "too_many_streams", f"{hub.max_streams} change streams are open on this node"
+            )
+            response["Retry-After"] = str(RETRY_AFTER_FULL_S)
+            return response
+        if subscription is Refusal.ADDRESS_FULL:
+            # The client's own doing (its share is taken): 429, and the other clients keep their slots.
+            response = error(
+                429,
+                "too_many_streams_from_address",
+                f"{hub.max_per_address} change streams are open from {address} on this node: "
+                "close one before opening another",
             )
             response["Retry-After"] = str(RETRY_AFTER_FULL_S)
             return response

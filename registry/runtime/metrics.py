@@ -264,6 +264,12 @@ class NodeCollector(Collector):
             "Change streams refused: the node held EUREKA_CHANGE_STREAMS_MAX or was stopping.",
             hub.refused if hub else 0,
         )
+        yield _counter(
+            "eureka_change_streams_refused_per_address",
+            "Change streams refused with 429: the client's address held "
+            "EUREKA_CHANGE_STREAMS_PER_ADDRESS_MAX.",
+            hub.refused_per_address if hub else 0,
+        )
         publisher = node.change_publisher
         if publisher is not None:
             yield _counter(

@@ -8,6 +8,7 @@ SIGTERM ends open streams at once instead of holding the graceful stop.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -82,8 +83,12 @@ class SseReader:
         wait_until(lambda: len(self.events) >= count, timeout, lambda: f"events so far: {self.events}")
         return self.events
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Leave at the next line, without waiting for it (``close`` waits)."""
         self._stop.set()
+
+    def close(self) -> None:
+        self.stop()
         self.ended.wait(5)
 
 
@@ -183,6 +188,44 @@ def test_an_id_past_the_retention_window_gets_one_too_old_event_then_the_stream_
     }
     assert events[1]["event"] == "change" and events[1]["data"]["instanceId"] == "a-2"
     assert events[1]["id"] > newest
+
+
+def open_streams(server: LiveServer) -> float:
+    metrics = httpx.get(f"{server.base_url}/metrics", timeout=5).text
+    return float(re.search(r"^eureka_change_streams_open (\S+)$", metrics, re.M).group(1))
+
+
+def test_one_client_holds_at_most_its_share_of_streams_and_another_still_opens_one(server):
+    """Issue 34: one client opening every stream (2,000) left the others 503 for 30 minutes. Through
+    loopback (a trusted proxy by default) each X-Forwarded-For is a client of its own."""
+    share = 16  # EUREKA_CHANGE_STREAMS_PER_ADDRESS_MAX's default
+    hog = {"X-Forwarded-For": "203.0.113.50"}
+    readers = [SseReader(stream_url(server), hog) for _ in range(share)]
+    try:
+        for reader in readers:
+            reader.wait_open()
+        # Streamed: unfixed, the node opens the stream (200) and the test must not read it for 30 minutes.
+        with httpx.stream("GET", stream_url(server), headers=hog, timeout=5) as refused:
+            assert refused.status_code == 429
+            assert refused.headers["Retry-After"] == "5"
+            refused.read()
+        assert refused.json()["error"] == "too_many_streams_from_address"
+        assert "203.0.113.50" in refused.json()["detail"]
+        other = SseReader(stream_url(server), {"X-Forwarded-For": "203.0.113.51"})
+        other.wait_open()
+        register(server, "SHARE", "s-1")
+        assert other.wait_events(1)[0]["data"]["instanceId"] == "s-1"
+        other.close()
+    finally:
+        for reader in readers:
+            reader.stop()
+        for reader in readers:
+            reader.close()
+    # Once the client has gone (the node notices at the next keep-alive write), its share is back.
+    wait_until(lambda: open_streams(server) == 0, 10, "the hog's streams were not released")
+    again = SseReader(stream_url(server), hog)
+    again.wait_open()
+    again.close()
 
 
 def test_sigterm_ends_open_streams_and_the_node_stops_in_seconds(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from registry.feed import streams
 from registry.feed.query import FeedQuery
-from registry.feed.streams import StreamBody, StreamHub, change_stream, resume_point
+from registry.feed.streams import Refusal, StreamBody, StreamHub, Subscription, change_stream, resume_point
 from tests.registry.test_core import SEC, T0, inst, make_registry
 
 EVERYTHING = FeedQuery(since=None, apps=None, actions=None)
@@ -26,7 +26,7 @@ class Reader:
     def __init__(self, hub, query=EVERYTHING, keepalive_s=30.0, max_seconds=30.0):
         self.hub = hub
         self.subscription = hub.open()
-        assert self.subscription is not None
+        assert isinstance(self.subscription, Subscription)
         cursor, too_old_at = resume_point(hub.registry, query)
         self.chunks: list[bytes] = []
         self.body = change_stream(hub, self.subscription, query, cursor, too_old_at, keepalive_s, max_seconds)
@@ -93,7 +93,7 @@ def test_a_waiting_stream_ends_at_once_when_the_hub_stops():
     hub.stop()
     reader.thread.join(2)
     assert not reader.thread.is_alive() and time.monotonic() - started < 1
-    assert hub.open() is None, "a stopping hub opens no new stream"
+    assert hub.open() is Refusal.FULL, "a stopping hub opens no new stream"
 
 
 def test_a_stream_ends_after_its_maximum_duration():
@@ -108,9 +108,38 @@ def test_the_hub_refuses_streams_beyond_its_maximum_and_counts_them():
     registry, _ = make_registry()
     hub = StreamHub(registry, max_streams=2, coalesce_ms=0)
     first, second = hub.open(), hub.open()
-    assert first and second and hub.open() is None and hub.refused == 1
+    assert isinstance(first, Subscription) and isinstance(second, Subscription)
+    assert hub.open() is Refusal.FULL and hub.refused == 1
     hub.release(first)
-    assert hub.open() is not None
+    assert isinstance(hub.open(), Subscription)
+
+
+def test_one_address_holds_at_most_its_share_of_streams_and_others_still_get_theirs():
+    registry, _ = make_registry()
+    hub = StreamHub(registry, max_streams=10, coalesce_ms=0, max_per_address=3)
+    held = [hub.open("203.0.113.9") for _ in range(3)]
+    assert all(isinstance(subscription, Subscription) for subscription in held)
+
+    assert hub.open("203.0.113.9") is Refusal.ADDRESS_FULL
+    assert (hub.refused_per_address, hub.refused) == (1, 0)
+    assert isinstance(hub.open("198.51.100.7"), Subscription)
+    assert (hub.streams_from("203.0.113.9"), hub.open_streams) == (3, 4)
+
+    # A slot freed (twice, as a stream's generator and its body both do) is one slot back.
+    hub.release(held[0])
+    hub.release(held[0])
+    assert hub.streams_from("203.0.113.9") == 2
+    assert isinstance(hub.open("203.0.113.9"), Subscription)
+    for subscription in held[1:]:
+        hub.release(subscription)
+    assert hub.streams_from("203.0.113.9") == 1
+
+
+def test_a_per_address_cap_of_zero_lets_one_address_take_every_stream():
+    registry, _ = make_registry()
+    hub = StreamHub(registry, max_streams=5, coalesce_ms=0, max_per_address=0)
+    assert all(isinstance(hub.open("203.0.113.9"), Subscription) for _ in range(5))
+    assert hub.open("203.0.113.9") is Refusal.FULL
 
 
 def test_a_body_closed_before_it_was_read_frees_its_slot():

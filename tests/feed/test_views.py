@@ -265,6 +265,36 @@ def test_streams_above_the_maximum_get_503_with_retry_after(api, node):
 
 
 @pytest.mark.django_db  # closing a response sends request_finished, whose receivers may use the database
+def test_streams_beyond_an_addresss_share_get_429_and_other_addresses_still_get_theirs(api, node):
+    stream_options(node, streams_max=10, streams_per_address_max=2)
+    from registry.protocol.feed_views import stream_hub
+
+    hub = stream_hub(node)
+    held = [hub.open("203.0.113.66"), hub.open("127.0.0.1")]
+    # Behind a trusted proxy (loopback, by default) the forwarded address is the one counted.
+    behind_proxy = {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "203.0.113.66"}
+    first = api.get(STREAM, **behind_proxy)
+    assert first.status_code == 200
+
+    refused = api.get(STREAM, **behind_proxy)
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "5"
+    body = json.loads(refused.content)
+    assert body["error"] == "too_many_streams_from_address"
+    assert body["detail"].startswith("2 change streams are open from 203.0.113.66")
+    assert hub.refused_per_address == 1
+    neighbour = api.get(STREAM, REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.77")
+    assert neighbour.status_code == 200
+    assert api.get(STREAM, REMOTE_ADDR="198.51.100.7").status_code == 200
+    assert "eureka_change_streams_refused_per_address_total 1.0" in api.get("/metrics").content.decode()
+    # A stream that ends gives its address the slot back.
+    first.close()
+    assert api.get(STREAM, **behind_proxy).status_code == 200
+    for subscription in held:
+        hub.release(subscription)
+
+
+@pytest.mark.django_db  # closing a response sends request_finished, whose receivers may use the database
 def test_a_stream_never_read_frees_its_slot_when_closed(short_streams, api, node):
     response = api.get(STREAM)
     assert node.change_streams.open_streams == 1
