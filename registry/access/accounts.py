@@ -28,7 +28,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from registry.access import roles
 from registry.access.credentials import CredentialCache, Principal, digest
-from registry.access.hashers import off_the_loop
+from registry.access.hashers import HashingBusy, off_the_loop
 from registry.access.throttle import SignInThrottle
 
 logger = logging.getLogger("registry.access")
@@ -48,6 +48,15 @@ class TooManyFailures(Refused):
 
     def __init__(self, retry_after: int, username: str = ""):
         super().__init__(f"too many failed sign-ins, try again in {retry_after} s", username)
+        self.retry_after = retry_after
+
+
+class Busy(Refused):
+    """Too many password checks are waiting already (registry/access/hashers.py): these credentials
+    were not checked, so they are neither remembered nor counted as a failed sign-in."""
+
+    def __init__(self, retry_after: int, username: str = ""):
+        super().__init__("too many password checks are waiting, not checked", username)
         self.retry_after = retry_after
 
 
@@ -229,7 +238,8 @@ def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | Non
 
 def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Principal:
     """The account behind an ``Authorization`` header, or ``Refused`` (``TooManyFailures`` when the
-    client's address or the user name failed too often lately: then no password is checked).
+    client's address or the user name failed too often lately, ``Busy`` when too many checks wait for
+    a hashing slot: in both cases no password is checked).
 
     ``client`` gives the address, asked only for credentials not remembered (not on a heartbeat's way)."""
     cache = credential_cache()
@@ -249,7 +259,10 @@ def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Princip
         if principal is not None:
             return principal
         account = _account(**{get_user_model().USERNAME_FIELD: username})
-        matches = _password_matches(password, account.password if account else None)
+        try:
+            matches = _password_matches(password, account.password if account else None)
+        except HashingBusy as busy:
+            raise Busy(busy.retry_after, username) from None
         now = cache.clock()
         if account is None or not matches or not account.is_active:
             cache.remember(key, None, "", now)
@@ -290,11 +303,12 @@ refusal_log = RefusalLog()
 
 
 # Refused requests by reason since start, read by /metrics at scrape time (eureka_auth_refusals_total).
-REFUSALS = {"unauthenticated": 0, "forbidden": 0, "throttled": 0}
+REFUSALS = {"unauthenticated": 0, "forbidden": 0, "throttled": 0, "busy": 0}
 
 
 def note_refusal(reason: str, detail: str) -> None:
-    """Count and log a refused API request; ``reason`` is "unauthenticated", "forbidden" or "throttled"."""
+    """Count and log a refused API request; ``reason`` is "unauthenticated", "forbidden", "throttled"
+    or "busy"."""
     REFUSALS[reason] += 1
     refusal_log.note(reason, detail)
 

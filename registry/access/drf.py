@@ -35,6 +35,15 @@ def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
 setting_changed.connect(_follow_setting)
 
 
+class SignInBusy(Throttled):
+    """503 with Retry-After: the node had too many password checks waiting to check these credentials
+    (registry/access/hashers.py). A 5xx, not a 4xx: the client is not at fault, and a Eureka client
+    tries the next server of its list."""
+
+    status_code = 503
+    default_detail = "Too many password checks are waiting on this node."
+
+
 NO_CREDENTIALS = EarlyAnswer(401, (("WWW-Authenticate", REALM),))
 
 
@@ -68,6 +77,12 @@ def credentials_open_the_api(environ: dict) -> bool | EarlyAnswer:
         return NO_CREDENTIALS
     try:
         accounts.authenticate(header, lambda: client_address(_EnvironRequest(environ)))
+    except accounts.Busy as busy:
+        # Not checked (too many password checks waiting): answered here, since the view's own check
+        # could pass a moment later and then find the body unread.
+        address = client_address(_EnvironRequest(environ))
+        accounts.note_refusal("busy", f"{busy.reason} for {busy.username!r} from {address}")
+        return EarlyAnswer(503, (("Retry-After", str(busy.retry_after)),))
     except accounts.Refused:
         return False
     return True
@@ -88,6 +103,11 @@ class BasicAccountAuthentication(BaseAuthentication):
             )
             # 429 with Retry-After (registry/wire/http.py): a client backs off instead of retrying.
             raise Throttled(wait=refused.retry_after) from None
+        except accounts.Busy as busy:
+            address = client_address(request)
+            accounts.note_refusal("busy", f"{busy.reason} for {busy.username!r} from {address}")
+            # 503 with Retry-After, no body (registry/wire/http.py handles it as a Throttled).
+            raise SignInBusy(wait=busy.retry_after) from None
         except accounts.Refused as refused:
             who = f" for {refused.username!r}" if refused.username else ""
             accounts.note_refusal("unauthenticated", f"{refused.reason}{who} from {client_address(request)}")

@@ -24,6 +24,11 @@ class RegistryAdminSite(admin.AdminSite):
             # The form says how long to wait; the status and header say it to scripts and proxies.
             response.status_code = 429
             response["Retry-After"] = str(retry_after)
+        busy_retry_after = getattr(form, "busy_retry_after", 0)
+        if busy_retry_after:
+            # Not checked: too many password checks were waiting (registry/access/hashers.py).
+            response.status_code = 503
+            response["Retry-After"] = str(busy_retry_after)
         return response
 
     def __init__(self, name="admin"):

@@ -18,7 +18,7 @@ from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from registry.access.clients import client_address
-from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
+from registry.access.drf import BasicAccountAuthentication, RolePermission, SignInBusy, api_accounts_on
 from registry.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
 from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
@@ -79,6 +79,11 @@ def feed_exception_handler(exc, context):
     if isinstance(exc, exceptions.MethodNotAllowed):
         response = error(405, "method_not_allowed", f"{context['request'].method} is not allowed here")
         response["Allow"] = ", ".join(context["view"].allowed_methods)
+        return response
+    if isinstance(exc, SignInBusy):
+        # Too many password checks were waiting: these credentials were not checked.
+        response = error(503, "busy", str(exc.detail))
+        response["Retry-After"] = str(math.ceil(exc.wait or 1))
         return response
     if isinstance(exc, exceptions.Throttled):
         # Too many failed sign-ins from this address or for this account (registry/access/throttle.py).

@@ -288,7 +288,8 @@ class NodeCollector(Collector):
         refusals = CounterMetricFamily(
             "eureka_auth_refusals",
             "Requests refused by API accounts: unauthenticated (401), forbidden for the account's "
-            "role (403) or throttled after too many failed sign-ins (429).",
+            "role (403), throttled after too many failed sign-ins (429), or busy: not checked while too "
+            "many password checks were waiting (503).",
             labels=["reason"],
         )
         for reason, count in accounts.REFUSALS.items():

@@ -208,3 +208,57 @@ def test_the_console_needs_sign_in_by_default_exactly_when_api_accounts_are_on()
     assert (
         _settings_value("EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_DASHBOARD_LOGIN_REQUIRED="true") == "True"
     )
+
+
+def test_a_flood_of_unseen_wrong_credentials_does_not_hold_a_valid_accounts_first_check(
+    tmp_path,
+    api_accounts_database,  # noqa: F811
+):
+    """Issue 34: 30 wrong credentials sent at once from rotating addresses (so that the failed sign-in
+    throttle cannot refuse them) made a valid account, not verified yet, wait 14 s behind their hashes.
+    The queue now holds a few checks per hashing core (EUREKA_SIGNIN_WAITING_PER_CORE, default 4) and
+    answers the rest 503 with Retry-After at once: the valid account is answered within seconds, at
+    worst after one retry."""
+    shutil.copyfile(api_accounts_database, tmp_path / "db.sqlite3")
+    cores = len(os.sched_getaffinity(0))
+    # Far more checks than the queue holds (slots x 5), on any machine; unfixed, the valid check waits
+    # behind ~24 hashes per slot (seconds even on many cores).
+    wrong = max(30, 24 * max(1, cores - 1))
+    with running_server(tmp_path, AUTH_ENV, accounts=API_ACCOUNTS) as server:
+        apps = f"{server.url}apps/"
+        statuses: list[int] = []
+        start = threading.Barrier(wrong + 1)
+
+        def guess(n: int) -> None:
+            # A name and an address of its own each (the node believes loopback's X-Forwarded-For).
+            headers = {"X-Forwarded-For": f"10.{n // 250}.{n % 250}.1"}
+            with httpx.Client(timeout=120, headers=headers) as client:
+                start.wait()
+                statuses.append(client.get(apps, auth=(f"nobody-{n}", "wrong")).status_code)
+
+        guessers = [threading.Thread(target=guess, args=(n,), daemon=True) for n in range(wrong)]
+        for thread in guessers:
+            thread.start()
+        start.wait()
+        time.sleep(0.3)  # the guesses have reached the node: hashing, waiting or refused
+        account = API_ACCOUNTS["client"]  # not used yet: the node has never checked its password
+        answers = []
+        sent = time.perf_counter()
+        with httpx.Client(timeout=120, headers={"X-Forwarded-For": "192.0.2.1"}) as client:
+            while True:
+                response = client.get(apps, auth=account.auth)
+                answers.append((response.status_code, time.perf_counter() - sent))
+                if response.status_code != 503 or len(answers) > 10:
+                    break
+                time.sleep(int(response.headers["Retry-After"]))
+        for thread in guessers:
+            thread.join(timeout=120)
+        summary = (
+            f"{wrong} wrong credentials on {cores} cores: {statuses.count(503)} refused 503, "
+            f"{statuses.count(401)} checked (401); the valid account's answers (status, s): "
+            + ", ".join(f"({status}, {at:.2f})" for status, at in answers)
+        )
+        print(summary)  # noqa: T201 (the measured numbers, shown with -s)
+        assert answers[0][1] <= 4.0, summary
+        assert answers[-1][0] == 200 and answers[-1][1] <= 8.0, summary
+        assert statuses.count(503) >= 1 and set(statuses) <= {401, 503}, summary
