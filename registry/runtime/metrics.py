@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 from registry import constants as c
 from registry.access import accounts, roles
 from registry.access.clients import client_address
+from registry.runtime import connections
 from registry.runtime.node import get_node
 
 if TYPE_CHECKING:
@@ -162,6 +163,23 @@ class NodeCollector(Collector):
         yield from self._health_checks(node)
         yield from self._loop_watch(node)
         yield from self._remote_regions(node, now)
+        yield from self._connections()
+
+    def _connections(self) -> Iterator[Metric]:
+        """The serving worker's connection admission (registry/runtime/connections.py); nothing
+        outside a gunicorn worker of ours (tests, management commands)."""
+        admission = connections.CURRENT
+        if admission is None:
+            return
+        yield _gauge("eureka_connections_open", "Client connections this worker holds.", admission.open_total)
+        refused = CounterMetricFamily(
+            "eureka_connections_refused",
+            "New connections refused with 503 before any byte was read, by the cap that refused them.",
+            labels=["cap"],
+        )
+        for cap, count in admission.refused.items():
+            refused.add_metric([cap], count)
+        yield refused
 
     def _remote_regions(self, node: Node, now: int) -> Iterator[Metric]:
         """Each remote region's fetches (registry/cluster/regions.py); nothing when none is configured."""

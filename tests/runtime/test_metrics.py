@@ -357,6 +357,25 @@ def test_auth_refusals_are_counted_by_reason(api, node):
         accounts.note_refusal("teapot", "not a reason")
 
 
+def test_the_workers_connections_and_refusals_are_exported(api, node, monkeypatch):
+    from registry.runtime import connections
+
+    assert value(scrape(api), "eureka_connections_open") is None  # no gunicorn worker here
+    admission = connections.ConnectionAdmission(max_per_address=1, max_total=3)
+    monkeypatch.setattr(connections, "CURRENT", admission)
+    admission.admit("10.0.0.1")
+    admission.admit("10.0.0.1")
+    admission.admit("10.0.0.2")
+    admission.admit("10.0.0.3")
+    admission.admit("10.0.0.4")
+
+    samples = scrape(api)
+
+    assert value(samples, "eureka_connections_open") == 3
+    assert value(samples, "eureka_connections_refused_total", cap="per_address") == 1
+    assert value(samples, "eureka_connections_refused_total", cap="total") == 1
+
+
 def protocol_routes():
     for pattern in protocol_urls.urlpatterns:
         assert isinstance(pattern, URLPattern) and not isinstance(pattern, URLResolver)
