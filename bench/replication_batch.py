@@ -29,13 +29,14 @@ BATCH = 250
 SCE_READ_TIMEOUT_MS = 200
 
 
-def batches() -> dict[str, list[dict]]:
-    registers = []
-    for n in range(BATCH):
+def register_items(count: int) -> list[dict]:
+    """``count`` replicated Register items, as a peer sends them (instances of 10 apps)."""
+    items = []
+    for n in range(count):
         app, body = registration(n, 10)
         instance = body["instance"]
         instance["lastDirtyTimestamp"] = "1000"
-        registers.append(
+        items.append(
             {
                 "appName": app,
                 "id": instance["instanceId"],
@@ -45,6 +46,11 @@ def batches() -> dict[str, list[dict]]:
                 "action": "Register",
             }
         )
+    return items
+
+
+def batches() -> dict[str, list[dict]]:
+    registers = register_items(BATCH)
     kept = ("appName", "id", "lastDirtyTimestamp", "status")
     heartbeats = [{key: item[key] for key in kept} | {"action": "Heartbeat"} for item in registers]
     return {"250 Register": registers, "250 Heartbeat": heartbeats}

@@ -32,6 +32,7 @@ from pathlib import Path
 import orjson
 from console_page import registration
 from nodes import HOST, Node
+from replication_batch import register_items
 
 HEARTBEAT_TIMEOUT_S = 5.0
 BATCH_PATH = "/eureka/peerreplication/batch/"
@@ -44,22 +45,7 @@ def bad_cancels(count: int) -> bytes:
 
 
 def registers(count: int) -> bytes:
-    items = []
-    for n in range(count):
-        app, body = registration(n, 10)
-        instance = body["instance"]
-        instance["lastDirtyTimestamp"] = "1000"
-        items.append(
-            {
-                "appName": app,
-                "id": instance["instanceId"],
-                "lastDirtyTimestamp": 1000,
-                "status": instance["status"],
-                "instanceInfo": instance,
-                "action": "Register",
-            }
-        )
-    return orjson.dumps({"replicationList": items})
+    return orjson.dumps({"replicationList": register_items(count)})
 
 
 class Flooder(threading.Thread):
