@@ -28,7 +28,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from registry.access import roles
 from registry.access.credentials import CredentialCache, Principal, digest
-from registry.access.hashers import HashingBusy, off_the_loop
+from registry.access.hashers import HashingBusy, off_the_loop, sign_in_checks
 from registry.access.throttle import SignInThrottle
 
 logger = logging.getLogger("registry.access")
@@ -260,7 +260,8 @@ def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Princip
             return principal
         account = _account(**{get_user_model().USERNAME_FIELD: username})
         try:
-            matches = _password_matches(password, account.password if account else None)
+            with sign_in_checks():
+                matches = _password_matches(password, account.password if account else None)
         except HashingBusy as busy:
             raise Busy(busy.retry_after, username) from None
         now = cache.clock()

@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
@@ -57,10 +58,10 @@ class HashingQueue:
         self._semaphore = semaphore(slots)
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
+    def turn(self, may_shed: bool = True) -> Iterator[None]:
         semaphore = self._semaphore
         if not semaphore.acquire(blocking=False):
-            if self.max_waiting and self.waiting >= self.max_waiting:
+            if may_shed and self.max_waiting and self.waiting >= self.max_waiting:
                 self.shed += 1
                 raise HashingBusy
             self.waiting += 1
@@ -75,6 +76,21 @@ class HashingQueue:
 
 
 _queue: HashingQueue | None = None
+
+# Whether a hash computed now may be refused when the queue is full: only where the caller answers
+# that refusal (an API credential check, the sign-in form: ``sign_in_checks``). Every other hash (a
+# password change in the admin, ``createsuperuser``) waits its turn, however long the queue.
+_may_shed: ContextVar[bool] = ContextVar("password_hash_may_shed", default=False)
+
+
+@contextmanager
+def sign_in_checks() -> Iterator[None]:
+    """Hashes computed inside may be refused with ``HashingBusy`` when too many wait already."""
+    token = _may_shed.set(True)
+    try:
+        yield
+    finally:
+        _may_shed.reset(token)
 
 
 def hashing_queue() -> HashingQueue:
@@ -104,7 +120,7 @@ def off_the_loop(function: Callable[..., T], *args) -> T:
         if monkey.is_module_patched("socket"):
             hub = get_hub_if_exists()
             if hub is not None and hub.main_hub and getcurrent() is not hub:
-                with hashing_queue().turn():
+                with hashing_queue().turn(_may_shed.get()):
                     return hub.threadpool.apply(function, args)
     return function(*args)
 

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 
 from registry.access import accounts
 from registry.access.clients import client_address
-from registry.access.hashers import HashingBusy
+from registry.access.hashers import HashingBusy, sign_in_checks
 
 
 class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
@@ -42,7 +42,8 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
                 self.error_messages["throttled"], code="throttled", params={"seconds": self.retry_after}
             )
         try:
-            cleaned = super().clean()
+            with sign_in_checks():
+                cleaned = super().clean()
         except HashingBusy as busy:
             self.busy_retry_after = busy.retry_after
             raise ValidationError(self.error_messages["busy"], code="busy") from None

@@ -70,6 +70,32 @@ def test_no_waiting_limit_queues_every_check():
     assert sorted(seen) == list(range(20))
 
 
+def test_only_sign_in_checks_are_refused_other_hashes_wait_their_turn(monkeypatch):
+    """A password change in the admin hashes too: refused, it would be a 500 where nothing answers
+    HashingBusy. Only the callers that answer it (API credentials, the sign-in form) may be refused."""
+    from registry.access import hashers
+
+    queue = HashingQueue(slots=1, max_waiting=1, semaphore=BoundedSemaphore)
+    seen, done, greenlets = run_checks(queue, 2)  # one hashing, one waiting: the queue is full
+
+    def hash_outside_sign_in():
+        with queue.turn(hashers._may_shed.get()):
+            return "hashed"
+
+    def hash_in_sign_in():
+        with hashers.sign_in_checks(), queue.turn(hashers._may_shed.get()):
+            return "hashed"
+
+    change = gevent.spawn(hash_outside_sign_in)
+    sign_in = gevent.spawn(hash_in_sign_in)
+    gevent.sleep(0.05)
+    assert isinstance(sign_in.exception, HashingBusy)
+    assert not change.ready() and queue.waiting == 2  # waiting beyond the limit, not refused
+    done.set()
+    gevent.joinall([*greenlets, change], timeout=5)
+    assert change.value == "hashed" and hashers._may_shed.get() is False
+
+
 # --- the callers ---------------------------------------------------------------------------------
 
 FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
