@@ -39,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from console_page import registration as console_page_registration
 from nodes import HOST, Node, rss_mb
 
 ACCOUNT, PASSWORD = "bench-client", "bench-password-not-secret"
@@ -48,24 +49,16 @@ PHASES = {"one": [("127.0.0.2", 10_500)], "five": [(f"127.0.0.{n}", 2_000) for n
 
 
 def registration(index: int) -> bytes:
-    host = f"10.1.{index // 250}.{index % 250}"
-    return json.dumps(
-        {
-            "instance": {
-                "instanceId": f"i-{index}",
-                "hostName": host,
-                "app": APP,
-                "ipAddr": host,
-                "status": "UP",
-                "port": {"$": 8080, "@enabled": "true"},
-                "dataCenterInfo": {
-                    "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                    "name": "MyOwn",
-                },
-                "leaseInfo": {"renewalIntervalInSecs": 1, "durationInSecs": 30},
-            }
-        }
-    ).encode()
+    """Instance ``index`` of the fleet (console_page's registration, renamed into one app), with a
+    lease a missed second of heartbeats would not end but a stopped fleet would within 30 s."""
+    _, body = console_page_registration(index, 1)
+    body["instance"] |= {
+        "instanceId": f"i-{index}",
+        "app": APP,
+        "status": "UP",
+        "leaseInfo": {"renewalIntervalInSecs": 1, "durationInSecs": 30},
+    }
+    return json.dumps(body).encode()
 
 
 def instance_address(index: int) -> str:

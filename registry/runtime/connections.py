@@ -25,8 +25,6 @@ from collections.abc import Callable
 
 # Above this share of the total cap, idle kept-alive connections are given less time.
 PRESSURE_SHARE = 0.8
-# Addresses whose exemption was decided; a fleet is thousands of addresses, a scan could be millions.
-REMEMBERED_ADDRESSES = 65536
 
 PER_ADDRESS = "per_address"
 TOTAL = "total"
@@ -42,8 +40,8 @@ class ConnectionAdmission:
     def __init__(self, max_per_address: int, max_total: int, exempt: Callable[[str], bool] = lambda a: False):
         self.max_per_address = max_per_address
         self.max_total = max_total
+        # Asked once per connection; EUREKA_TRUSTED_PROXIES' answer keeps its own cache per address.
         self._exempt = exempt
-        self._exemptions: dict[str, bool] = {}
         self._pressure_at = int(max_total * PRESSURE_SHARE) if max_total else 0
         self.open_total = 0
         self.open_by_address: dict[str, int] = {}
@@ -57,7 +55,7 @@ class ConnectionAdmission:
             self.refused[TOTAL] += 1
             return False, TOTAL
         ticket = UNCOUNTED_ADDRESS
-        if address and self.max_per_address and not self.is_exempt(address):
+        if address and self.max_per_address and not self._exempt(address):
             held = self.open_by_address.get(address, 0)
             if held >= self.max_per_address:
                 self.refused[PER_ADDRESS] += 1
@@ -75,14 +73,6 @@ class ConnectionAdmission:
                 self.open_by_address[ticket] = held
             else:
                 self.open_by_address.pop(ticket, None)
-
-    def is_exempt(self, address: str) -> bool:
-        answer = self._exemptions.get(address)
-        if answer is None:
-            if len(self._exemptions) >= REMEMBERED_ADDRESSES:
-                self._exemptions.clear()
-            answer = self._exemptions[address] = bool(self._exempt(address))
-        return answer
 
     @property
     def under_pressure(self) -> bool:

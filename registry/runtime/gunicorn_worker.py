@@ -439,8 +439,7 @@ class RegistryWorker(GeventWorker):
         """Ends the waits past their time (``wait_limits``), looking every quarter of the shorter
         one or every second, whichever is sooner."""
         while self.alive:
-            first_s, next_s = self.wait_limits()
-            gevent.sleep(min(1.0, first_s / 4))
+            gevent.sleep(min(1.0, self.wait_limits()[0] / 4))
             first_s, next_s = self.wait_limits()
             now = time.monotonic()
             for greenlet, wait in list(self.waiting.items()):

@@ -117,15 +117,13 @@ def buffer_body(environ: dict, limit: int, deadlines: BodyDeadlines = NO_DEADLIN
     limit is not read: Django refuses it, unread, when a view asks for it.
     """
     chunked = has_unsized_body(environ)
-    if not chunked:
-        length = _content_length(environ)
-        if length <= 0 or length > limit:
-            return
+    # A chunked body one byte past the limit (to know it is longer); a sized one to its length.
+    wanted = limit + 1 if chunked else _content_length(environ)
+    if not chunked and not 0 < wanted <= limit:
+        return
     stream = environ["wsgi.input"]
     parts: list[bytes] = []
     size = 0
-    # A chunked body one byte past the limit (to know it is longer); a sized one to its length.
-    wanted = limit + 1 if chunked else _content_length(environ)
     try:
         with _within(deadlines, environ.get("gunicorn.socket")):
             # wsgi.input may answer a read with fewer bytes than asked for: read until the end or enough.
