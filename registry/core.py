@@ -859,27 +859,49 @@ class Registry:
         2. leases keep their renewal times, so an instance that died before the restart expires
            when it would have;
         3. the node opens for traffic at once, counting the saved expected clients and carrying the
-           last minute's renews over, so self-preservation neither fires nor waits on the restart.
+           last minute's renews over, so self-preservation neither fires nor waits on the restart;
+        4. leases already expired at ``now`` are dropped, by eviction's rule (``expired_among``, with
+           the node's lease timing; none while those numbers put the node in self-preservation,
+           which evicts nothing), each taken off the expected clients as an eviction would: served
+           until the first eviction run, they listed instances whose clients had stopped renewing
+           (``Restored.expired`` counts them).
 
         An instance the map already holds is kept as it is (it was written after the snapshot).
         """
         saved = SavedState.parse(state, now, max_age_ms)
         with self._lock:
+            leases = [
+                lease
+                for lease in saved.leases
+                if lease.instance.instance_id not in self._apps.get(lease.instance.app, ())
+            ]
+            preservation = self._preservation
+            preservation.restore(max(saved.expected_clients, len(leases)), saved.renews_last_minute, now)
+            expired: set[int] = set()
+            if preservation.lease_expiration_enabled(now):
+                expired = {
+                    id(lease)
+                    for _, lease in expired_among(
+                        [(None, lease) for lease in leases], now, self.config.eureka_timing
+                    )
+                }
+            dropped_ids = set()
             restored = 0
-            for lease in saved.leases:
+            for lease in leases:
                 instance = lease.instance
-                app_leases = self._apps.setdefault(instance.app, {})
-                if instance.instance_id in app_leases:
+                if id(lease) in expired:
+                    dropped_ids.add(instance.instance_id)
+                    preservation.client_removed()
                     continue
-                app_leases[instance.instance_id] = lease
+                self._apps.setdefault(instance.app, {})[instance.instance_id] = lease
                 self._size += 1
                 self._status_counts[instance.status] += 1
                 restored += 1
             for instance_id, status, last_access, actor in saved.overrides:
-                self._overrides.setdefault(instance_id, [status, last_access, actor])
-            self._preservation.restore(max(saved.expected_clients, restored), saved.renews_last_minute, now)
+                if instance_id not in dropped_ids:
+                    self._overrides.setdefault(instance_id, [status, last_access, actor])
             self.changes.restore(saved.changes)
-            self.restored = Restored(restored, saved.saved_at, now)
+            self.restored = Restored(restored, saved.saved_at, now, expired=len(expired))
             return restored
 
     # -------------------------------------------------------------------------------- reads

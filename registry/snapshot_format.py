@@ -58,6 +58,8 @@ class Restored:
     instances: int
     saved_at: int
     restored_at: int
+    # Leases of the snapshot already expired when it was restored: dropped (``Registry.restore_state``).
+    expired: int = 0
 
     @property
     def age_ms(self) -> int:

@@ -315,12 +315,14 @@ class WarmRestart:
         self.restored = count
         restored = self.registry.restored
         age_ms = restored.age_ms if restored is not None else 0
+        expired = restored.expired if restored is not None else 0
         logger.info(
-            "warm restart: restored %d instances from %s, saved %d ms ago",
+            "warm restart: restored %d instances from %s, saved %d ms ago; %d leases already expired dropped",
             count,
             where,
             age_ms,
-            extra={"event": "snapshot_restored", "instances": count, "age_ms": age_ms},
+            expired,
+            extra={"event": "snapshot_restored", "instances": count, "age_ms": age_ms, "expired": expired},
         )
         return count
 
@@ -450,6 +452,7 @@ class WarmRestart:
             "store": self.store.describe(),
             "restored_instances": restored.instances if restored is not None else None,
             "restored_snapshot_age_ms": restored.age_ms if restored is not None else None,
+            "restored_expired_dropped": restored.expired if restored is not None else None,
             "refused": self.refused,
             "last_write_ms_ago": None if last is None else now - last.at,
             "last_write_bytes": None if last is None else last.bytes,

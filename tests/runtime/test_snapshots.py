@@ -677,3 +677,52 @@ def test_the_loop_waits_the_stretched_interval(tmp_path):
     keeper._stop = StopAfterOneWait()
     keeper._loop()
     assert waits == [40.0]
+
+
+def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
+    """Issue 35, point 4: a restarted node listed leases its snapshot held already expired (9 of them
+    in the fault test) until its first eviction run; the restore drops them by eviction's rule."""
+    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry.register(inst("ORDERS", 1, duration=6), T0)
+    registry.register(inst("ORDERS", 2, duration=6), T0)
+    registry.set_status_override("ORDERS", "host2:orders:8080", c.OUT_OF_SERVICE, T0)
+    registry.renew("ORDERS", "host1:orders:8080", T0 + 5 * SEC)  # host2 stops renewing at T0
+    state = round_trip(registry.export_state(T0 + 5 * SEC))
+
+    # Restored 2 s after host2's lease ran out (T0 + 6 s), host1's still has 3 s to go.
+    restored = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 8 * SEC)
+    assert restored.restore_state(state, T0 + 8 * SEC) == 1
+    assert [view.instance.instance_id for _, views in restored.snapshot().apps for view in views] == [
+        "host1:orders:8080"
+    ]
+    assert restored.restored.expired == 1 and restored.size() == 1
+    assert restored.overrides() == {} and restored.expected_clients == 1
+    assert restored.renew("ORDERS", "host2:orders:8080", T0 + 8 * SEC).outcome is Renew.NOT_FOUND
+
+
+def test_a_restore_in_self_preservation_keeps_expired_leases_as_eviction_would():
+    registry = renewing_fleet(10, T0 + 3 * MIN)
+    now = T0 + 3 * MIN + 5 * SEC
+    state = round_trip(registry.export_state(now))
+    # Restored after every lease ran out, with renews carried over that keep leases expiring: dropped.
+    late = now + 2 * MIN
+    fresh = Registry(RegistryConfig(**FAST), late)
+    assert fresh.restore_state(state, late, max_age_ms=None) == 0 and fresh.restored.expired == 10
+    # The same snapshot with renews below the threshold (self-preservation): eviction keeps them all.
+    state["renews_last_minute"] = 0
+    preserving = Registry(RegistryConfig(**FAST), late)
+    assert preserving.restore_state(state, late) == 10 and preserving.restored.expired == 0
+
+
+def test_the_restore_log_line_counts_the_expired_leases_dropped(tmp_path, caplog):
+    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry.register(inst("ORDERS", 1, duration=6), T0)
+    registry.register(inst("ORDERS", 2, duration=60), T0)
+    store = FileStore(tmp_path / FILE_NAME)
+    store.save(encode(registry.export_state(T0)))
+    fresh = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 10 * SEC)
+    keeper = WarmRestart(fresh, store, lambda: T0 + 10 * SEC, 5_000, 90_000)
+    with caplog.at_level(logging.INFO, logger="registry.runtime.snapshots"):
+        assert keeper.restore() == 1
+    assert "restored 1 instances" in caplog.text and "1 leases already expired dropped" in caplog.text
+    assert keeper.status(T0 + 10 * SEC)["restored_expired_dropped"] == 1
