@@ -306,7 +306,7 @@ CELERY_BEAT_SCHEDULE = {
     # says when (registry/runtime/jobs.py, fetch_remote_regions), and only if there are regions.
     if interval and (job != "fetch_remote_regions" or EUREKA.remote_regions.urls)
 }
-if EUREKA.cluster.peers:
+if EUREKA.cluster.clustered:
     # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick
     # the node sends when an outbox fills was lost (registry/cluster/redis_outbox.py).
     CELERY_BEAT_SCHEDULE["eureka-replication-drain"] = {

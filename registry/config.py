@@ -18,8 +18,11 @@ from registry.endpoints import (
     BadPeerUrl,
     BadRegionConfig,
     Peer,
+    PeerDns,
     Whitelist,
+    parse_nameserver,
     parse_networks,
+    parse_peer_dns,
     parse_peer_urls,
     parse_region_urls,
     parse_whitelist,
@@ -60,6 +63,11 @@ class ClusterConfig:
     """Peers and replication (README "Clusters"). ``peers`` are parsed once, credentials kept."""
 
     peers: tuple[Peer, ...] = ()
+    # Names whose DNS records list peers (registry/cluster/discovery.py), looked up at start and every
+    # peer_dns_interval_ms; ``dns_nameservers`` ("ip" or "ip:port") instead of the system's resolver.
+    peer_dns: tuple[PeerDns, ...] = ()
+    peer_dns_interval_ms: int = 30_000
+    dns_nameservers: tuple[str, ...] = ()
     self_url: str = ""
     self_app_name: str = ""
     # Start-up sync (Eureka's syncUp): tries after the first, while no peer had any instance.
@@ -80,6 +88,11 @@ class ClusterConfig:
     @property
     def peer_urls(self) -> tuple[str, ...]:
         return tuple(peer.url for peer in self.peers)
+
+    @property
+    def clustered(self) -> bool:
+        """Peers are configured: static ones, or names whose DNS records list them."""
+        return bool(self.peers or self.peer_dns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +291,18 @@ class EurekaConfig:
         }
 
 
+def _nameservers(env: _Environment) -> tuple[str, ...]:
+    """``EUREKA_DNS_NAMESERVERS``: ``ip``, ``ip:port`` or ``[ipv6]:port`` entries, checked here."""
+    servers = []
+    for entry in env.list("EUREKA_DNS_NAMESERVERS"):
+        try:
+            address, port = parse_nameserver(entry)
+        except ValueError as exc:
+            raise BadSetting("EUREKA_DNS_NAMESERVERS", str(exc)) from None
+        servers.append(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+    return tuple(servers)
+
+
 class _Environment:
     """Typed reads of one variable each; a bad value raises BadSetting naming it."""
 
@@ -388,8 +413,15 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         peers = tuple(parse_peer_urls(env.list("EUREKA_PEER_URLS")))
     except BadPeerUrl as exc:
         raise BadSetting("EUREKA_PEER_URLS", str(exc)) from None
+    try:
+        peer_dns = parse_peer_dns(env.list("EUREKA_PEER_DNS"))
+    except BadPeerUrl as exc:
+        raise BadSetting("EUREKA_PEER_DNS", str(exc)) from None
     cluster = ClusterConfig(
         peers=peers,
+        peer_dns=peer_dns,
+        peer_dns_interval_ms=1000 * env.int("EUREKA_PEER_DNS_INTERVAL_SECONDS", 30, minimum=1),
+        dns_nameservers=_nameservers(env),
         self_url=env.str("EUREKA_SELF_URL", ""),
         self_app_name=env.str("EUREKA_SELF_APP_NAME", ""),
         sync_retries=env.int("EUREKA_REGISTRY_SYNC_RETRIES", DEFAULT_SYNC_RETRIES, minimum=0),

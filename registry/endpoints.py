@@ -88,6 +88,118 @@ def parse_peer_urls(urls: list[str] | tuple[str, ...]) -> list[Peer]:
     return list(peers.values())
 
 
+# A DNS name as EUREKA_PEER_DNS gives it: labels of letters, digits, '-' and '_' (SRV names start with
+# ``_service._proto``), dot-separated, at most 253 characters.
+_DNS_NAME = re.compile(
+    r"(?=.{1,253}\Z)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.)*"
+    r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z"
+)
+DEFAULT_PEER_PORT = 8761
+
+
+@dataclass(frozen=True)
+class PeerDns:
+    """A name whose DNS records list peers (``EUREKA_PEER_DNS``): each address of ``name`` (A and
+    AAAA records) becomes a peer ``scheme://[credentials@]address:port/path``; with ``srv``, each
+    target of ``name``'s SRV records does, with the record's port. Credentials are kept (Basic auth)
+    and never shown."""
+
+    name: str
+    port: int = DEFAULT_PEER_PORT
+    scheme: str = "http"
+    userinfo: str = ""
+    path: str = "/eureka/"
+
+    @property
+    def srv(self) -> bool:
+        return self.name.startswith("_")
+
+    @property
+    def display(self) -> str:
+        where = self.name if self.srv else f"{self.name}:{self.port}"
+        return f"{self.scheme}://{where}{self.path}" + (" (SRV)" if self.srv else "")
+
+    def peer_at(self, address: str, port: int | None = None) -> Peer:
+        """The peer at ``address`` (an IP address or a host name), on ``port`` (an SRV record's) or
+        this entry's own."""
+        host = f"[{address}]" if ":" in address else address
+        credentials = f"{self.userinfo}@" if self.userinfo else ""
+        port = self.port if port is None else port
+        return Peer(f"{self.scheme}://{credentials}{host}:{port}{self.path}")
+
+    def could_give(self, display_url: str) -> Peer | None:
+        """The peer (credentials included) this entry gives for an address, when ``display_url``, a
+        peer's URL without credentials, could have come from it; else None. A Celery worker rebuilds
+        the node's DNS peers this way, without credentials ever passing through Redis."""
+        try:
+            parts = urlsplit(display_url)
+            port = parts.port
+        except ValueError:
+            return None
+        if parts.scheme != self.scheme or parts.path != self.path or not parts.hostname:
+            return None
+        if port is None or (not self.srv and port != self.port):
+            return None
+        return self.peer_at(parts.hostname, port)
+
+
+def parse_peer_dns(entries: Iterable[str]) -> tuple[PeerDns, ...]:
+    """``name:port`` (A/AAAA, http, path /eureka/; port 8761 when left out), ``_service._proto.name``
+    (SRV), or a service URL whose host is the name (``http://user:pw@name:8761/eureka/``; scheme,
+    credentials and path kept). Raises BadPeerUrl naming the entry."""
+    found: dict[tuple, PeerDns] = {}
+    for raw in entries:
+        text = raw.strip()
+        if not text:
+            continue
+        shown = scrub_credentials(text)
+        url = text if "://" in text else f"http://{text}/eureka/"
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise BadPeerUrl(f"{shown!r}: {exc}") from None
+        name = (parts.hostname or "").rstrip(".")
+        if parts.scheme not in ("http", "https") or not name or not _DNS_NAME.match(name):
+            raise BadPeerUrl(
+                f"{shown!r}: expected name:port, _service._proto.name or http(s)://name:port/eureka/"
+            )
+        if name.startswith("_") and port is not None:
+            raise BadPeerUrl(f"{shown!r}: an SRV name takes its ports from its records; leave the port out")
+        if port is None:
+            port = DEFAULT_PEER_PORT if "://" not in text else (443 if parts.scheme == "https" else 80)
+        userinfo = parts.netloc.rpartition("@")[0]
+        path = parts.path if parts.path.endswith("/") else parts.path + "/"
+        entry = PeerDns(name.lower(), port, parts.scheme, userinfo, path)
+        found.setdefault((entry.name, entry.port, entry.scheme, entry.path), entry)
+    return tuple(found.values())
+
+
+def parse_nameserver(entry: str) -> tuple[str, int]:
+    """``ip``, ``ip:port`` or ``[ipv6]:port`` → (address, port); port 53 when left out. Raises
+    ValueError naming the entry."""
+    text = entry.strip()
+    address, port = text, 53
+    if text.startswith("["):
+        address, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{text!r}: expected [ipv6]:port")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        address, _, port_text = text.partition(":")
+    else:
+        port_text = ""
+    try:
+        ipaddress.ip_address(address)
+        if port_text:
+            port = int(port_text)
+    except ValueError:
+        raise ValueError(f"{text!r}: expected an IP address, ip:port or [ipv6]:port") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"{text!r}: port out of range")
+    return address, port
+
+
 class BadRegionConfig(ValueError):
     """A remote-region setting that cannot be used; the message names the entry."""
 

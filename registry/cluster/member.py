@@ -1,8 +1,12 @@
 """This node as a member of its cluster: who the peers are, and the machinery that keeps them level.
 
-Built from the node's options (``EUREKA_PEER_URLS`` and friends, see the settings) and started once
-the server knows which addresses it listens on, so that its own URL can be left out of the peers by
-host **and** port. In embedded mode the outboxes are in-process queues sent by this process's
+Built from the node's options (``EUREKA_PEER_URLS``, ``EUREKA_PEER_DNS`` and friends, see the
+settings) and started once the server knows which addresses it listens on, so that its own URL can be
+left out of the peers by host **and** port. Peers named by DNS (discovery.py) are looked up at start and
+every ``EUREKA_PEER_DNS_INTERVAL_SECONDS``: an address that appears becomes a peer (an outbox, a sender,
+a line on the console), one that is gone stops being one (its queue discarded); static peers stay.
+
+In embedded mode the outboxes are in-process queues sent by this process's
 threads; in production mode they are Redis lists that Celery workers send (``redis_outbox.py``), and
 this process's threads only send what Redis could not take.
 
@@ -21,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from registry.cluster.discovery import PeerDiscovery, PeerResolver
 from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
@@ -59,6 +64,18 @@ class ClusterMember:
                 peer_set.remove(peer.url)
             else:
                 peers.append(peer)
+        self.static_keys = frozenset(peer.key for peer in peers)
+        self.discovery = (
+            PeerDiscovery(config.cluster.peer_dns, PeerResolver(config.cluster.dns_nameservers))
+            if config.cluster.peer_dns
+            else None
+        )
+        self._listening: list[tuple[str, int]] = []
+        # Whether a URL is this node's own, by URL (asked again at every lookup otherwise).
+        self._own: dict[str, bool] = {}
+        # Lookups change the peers from their own thread; one change at a time.
+        self._peers_lock = threading.Lock()
+        self._redis_client = redis_client
         self.transport = transport or PeerTransport(
             timeout_s=config.cluster.peer_timeout_ms / 1000,
             max_answer_bytes=config.cluster.peer_max_answer_bytes,
@@ -90,7 +107,7 @@ class ClusterMember:
         self.self_registration: SelfRegistration | None = None
         self.synced: int | None = None
         self._stop = threading.Event()
-        if peers:
+        if peers or self.discovery is not None:
             registry.set_replication_listener(self.replicator.record)
 
     @property
@@ -98,14 +115,19 @@ class ClusterMember:
         return list(self.replicator.peers.values())
 
     def start(self, listening: list[tuple[str, int]]) -> None:
+        self._listening = list(listening)
         for peer in self.peers:
-            if is_own_url(peer, self.self_url, listening):
+            if self._is_own(peer):
                 logger.info("peer %s is this node: left out", peer.display_url)
                 self.replicator.remove_peer(peer.key)
-        if not self.peers:
+        self.static_keys = frozenset(self.replicator.peers)
+        if self.discovery is not None:
+            self.update_peers(self.discovery.lookup())
+        if not self.peers and self.discovery is None:
             self.registry.set_replication_listener(None)
             return
-        logger.info("cluster: replicating to %s", ", ".join(p.display_url for p in self.peers))
+        if self.peers:
+            logger.info("cluster: replicating to %s", ", ".join(p.display_url for p in self.peers))
         self.drivers = EmbeddedReplication(
             self.replicator,
             self.clock,
@@ -122,6 +144,71 @@ class ClusterMember:
                 self.peers, self.transport, self_instance(app, host, ip, port), SELF_HEARTBEAT_MS
             )
             self.self_registration.start()
+        if self.discovery is not None:
+            threading.Thread(target=self._rediscover, name="peer-dns", daemon=True).start()
+
+    def _is_own(self, peer: Peer) -> bool:
+        own = self._own.get(peer.display_url)
+        if own is None:
+            own = self._own[peer.display_url] = is_own_url(peer, self.self_url, self._listening)
+        return own
+
+    def update_peers(self, found: list[Peer]) -> tuple[list[Peer], list[Peer]]:
+        """Make DNS's answer the node's peers (this node's own addresses and static peers aside):
+        replication starts to each new one and stops to each one gone, whose queue is discarded.
+        Returns (added, removed)."""
+        wanted = {peer.key: peer for peer in found if not self._is_own(peer)}
+        added: list[Peer] = []
+        removed: list[Peer] = []
+        with self._peers_lock:
+            for key, peer in wanted.items():
+                if self.replicator.add_peer(peer):
+                    added.append(peer)
+                    if self.drivers is not None:
+                        self.drivers.add_sender(key)
+            for key in list(self.replicator.peers):
+                if key in wanted or key in self.static_keys:
+                    continue
+                if self.drivers is not None:
+                    self.drivers.remove_sender(key)
+                gone = self.replicator.remove_peer(key, discard_queue=True)
+                if gone is not None:
+                    removed.append(gone)
+            if self.self_registration is not None:
+                self.self_registration.peers = self.peers
+            if added or removed:
+                self._publish_peers()
+        for peer in added:
+            logger.info(
+                "peer %s found through DNS: replicating to it",
+                peer.display_url,
+                extra={"event": "peer_added", "peer": peer.display_url},
+            )
+        for peer in removed:
+            logger.warning(
+                "peer %s no longer in DNS: replication to it stopped, its queue discarded",
+                peer.display_url,
+                extra={"event": "peer_removed", "peer": peer.display_url},
+            )
+        return added, removed
+
+    def _publish_peers(self) -> None:
+        """Production mode: tell the Celery workers which peers the node has now, by key and URL
+        without credentials (they rebuild the credentials from the same settings)."""
+        if not self.production or self._redis_client is None:
+            return
+        from registry.cluster.redis_outbox import publish_peers
+
+        publish_peers(self._redis_client, self.config.redis.namespace, self.peers)
+
+    def _rediscover(self) -> None:
+        assert self.discovery is not None
+        interval_s = self.config.cluster.peer_dns_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            try:
+                self.update_peers(self.discovery.lookup())
+            except Exception:
+                logger.exception("peer DNS lookup failed")
 
     def _own_address(self, listening: list[tuple[str, int]]) -> tuple[str, int]:
         """The host and port peers know this node by: EUREKA_SELF_URL, else where it listens."""
@@ -166,7 +253,8 @@ class ClusterMember:
     ) -> None:
         """A Celery worker's account of one batch it sent to peer ``key`` (production mode)."""
         outbox = self.replicator.outboxes.get(key)
-        if outbox is None:
+        peer = self.replicator.peers.get(key)
+        if outbox is None or peer is None:  # not a peer (any more: DNS no longer lists it)
             return
         if self.production:  # its outboxes are in Redis (NodeOutbox)
             outbox.queued_in_redis = queued
@@ -175,13 +263,11 @@ class ClusterMember:
             self.replicator.apply_follow_ups(key, follow_ups, now)
         if error:
             self.replicator.counters[key].failures += 1
-            self.replicator.peer_set.record_failure(self.replicator.peers[key].url, now, error)
+            self.replicator.peer_set.record_failure(peer.url, now, error)
             if self.drivers is not None:
                 # This node's sender probes the peer from now on, and starts a drain when it answers.
                 self.drivers.nudge(key)
-        self.replicator.peer_set.set_queued(
-            self.replicator.peers[key].url, len(outbox), self.replicator.lag_ms(key, now)
-        )
+        self.replicator.peer_set.set_queued(peer.url, len(outbox), self.replicator.lag_ms(key, now))
 
     def status(self, now: int) -> dict[str, Any]:
         """For /readyz: how replication runs and each peer's numbers (URLs without credentials)."""
@@ -192,14 +278,17 @@ class ClusterMember:
             if self.production and outbox.redis_down_since is not None
         ]
         peers = []
-        for key, peer in self.replicator.peers.items():
-            counters = self.replicator.counters[key]
+        for key, peer in list(self.replicator.peers.items()):
+            counters = self.replicator.counters.get(key)
+            outbox = self.replicator.outboxes.get(key)
+            if counters is None or outbox is None:  # removed meanwhile
+                continue
             state = states.get(peer.display_url)
             peers.append(
                 {
                     "url": peer.display_url,
                     "available": bool(state and state.available(now)),
-                    "queued": len(self.replicator.outboxes[key]),
+                    "queued": len(outbox),
                     "lag_ms": self.replicator.lag_ms(key, now),
                     "sent": counters.sent,
                     "refused": counters.refused,
@@ -223,6 +312,8 @@ class ClusterMember:
             "dropped_before_queue": self.replicator.buffer.dropped,
             "synced_at_start": self.synced,
             "peers": peers,
+            # Each EUREKA_PEER_DNS name: its last good answer, and why its latest lookup failed.
+            "dns": self.discovery.status() if self.discovery is not None else None,
         }
 
     def stop(self) -> None:

@@ -33,6 +33,21 @@ def _addresses_of(host: str) -> set[str]:
         return set()
 
 
+def _interface_addresses() -> set[str]:
+    """Every address of this host's network interfaces (a pod's own IP among them)."""
+    import psutil
+
+    try:
+        return {
+            entry.address.split("%")[0]
+            for entries in psutil.net_if_addrs().values()
+            for entry in entries
+            if entry.family in (socket.AF_INET, socket.AF_INET6)
+        }
+    except OSError:
+        return set()
+
+
 def _is_local_address(address: str) -> bool:
     try:
         ip = ipaddress.ip_address(address)
@@ -40,7 +55,7 @@ def _is_local_address(address: str) -> bool:
         return False
     if ip.is_loopback:
         return True
-    return address in _addresses_of(socket.gethostname())
+    return address in _interface_addresses() or address in _addresses_of(socket.gethostname())
 
 
 def is_own_url(peer: Peer, self_url: str | None, listening: list[tuple[str, int]]) -> bool:
@@ -158,6 +173,11 @@ class PeerSet:
 
     def set_queued(self, url: str, queued: int, lag_ms: int = 0) -> None:
         self._update(url, queued_events=queued, lag_ms=lag_ms if queued else 0)
+
+    def add(self, url: str) -> None:
+        clean = scrub_credentials(url)
+        with self._lock:
+            self._peers.setdefault(clean, PeerState(clean))
 
     def remove(self, url: str) -> None:
         with self._lock:

@@ -63,6 +63,31 @@ def queue_key(namespace: str, peer: Peer) -> str:
     return f"{namespace}:replication:{peer.key}"
 
 
+def peers_key(namespace: str) -> str:
+    return f"{namespace}:replication-peers"
+
+
+def publish_peers(client: Redis, namespace: str, peers: list[Peer]) -> None:
+    """The node's peers now, as {key: URL without credentials}, replacing what was there."""
+    key = peers_key(namespace)
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(key)
+    if peers:
+        pipe.hset(key, mapping={peer.key: peer.display_url for peer in peers})
+    try:
+        pipe.execute()
+    except RedisError as exc:
+        # Workers then know only the static peers until the next change; the node's own sender
+        # thread sends what Redis refuses, so nothing is lost.
+        logger.warning("could not publish the peers to Redis: %s", scrub_text(str(exc)))
+
+
+def published_peers(client: Redis, namespace: str) -> dict[str, str]:
+    """What ``publish_peers`` last wrote: {key: URL without credentials}."""
+    raw = client.hgetall(peers_key(namespace))
+    return {key.decode(): url.decode() for key, url in raw.items()}
+
+
 class RedisQueue:
     """One peer's list: entries are ``[enqueued_ms, item]`` as JSON."""
 
@@ -91,6 +116,13 @@ class RedisQueue:
     def oldest_at(self) -> int | None:
         head = self.client.lindex(self.key, 0)
         return None if head is None else int(orjson.loads(head)[0])
+
+    def discard(self) -> int:
+        """Delete the list; returns how many items it held. Raises RedisError."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.llen(self.key)
+        pipe.delete(self.key)
+        return int(pipe.execute()[0])
 
 
 class NodeOutbox:
@@ -141,6 +173,16 @@ class NodeOutbox:
 
     def __len__(self) -> int:
         return len(self.local) + self.queued_in_redis
+
+    def discard(self) -> int:
+        dropped = self.local.discard()
+        try:
+            dropped += self.queue.discard()
+        except RedisError as exc:
+            # A list left behind is never drained (no worker knows the peer any more): only memory.
+            logger.warning("could not delete %s from Redis: %s", self.queue.key, scrub_text(str(exc)))
+        self.queued_in_redis = 0
+        return dropped
 
     def oldest_at(self) -> int | None:
         local = self.local.oldest_at()

@@ -62,6 +62,7 @@ class Outbox(Protocol):
     def ack(self, count: int) -> None: ...
     def __len__(self) -> int: ...
     def oldest_at(self) -> int | None: ...
+    def discard(self) -> int: ...  # drops every item (a peer that left); returns how many
 
 
 class MemoryOutbox:
@@ -96,6 +97,12 @@ class MemoryOutbox:
     def oldest_at(self) -> int | None:
         with self._lock:
             return self._items[0][0] if self._items else None
+
+    def discard(self) -> int:
+        with self._lock:
+            count = len(self._items)
+            self._items.clear()
+            return count
 
 
 @dataclass
@@ -165,20 +172,40 @@ class Replicator:
         buffer_capacity: int = DEFAULT_OUTBOX_CAPACITY,
     ):
         self.registry = registry
-        self.peers = {peer.key: peer for peer in peers}
         self.peer_set = peer_set
         self.buffer = ReplicationBuffer(buffer_capacity)
-        self.outboxes: dict[str, Outbox] = {peer.key: outbox_factory(peer) for peer in peers}
+        self.outbox_factory = outbox_factory
         self.transport = transport
-        self.counters = {peer.key: PeerCounters() for peer in peers}
+        self.peers: dict[str, Peer] = {}
+        self.outboxes: dict[str, Outbox] = {}
+        self.counters: dict[str, PeerCounters] = {}
+        for peer in peers:
+            self.add_peer(peer)
 
-    def remove_peer(self, key: str) -> None:
-        """Forget a peer (it turned out to be this node itself)."""
+    def add_peer(self, peer: Peer) -> bool:
+        """Start replicating to ``peer`` (from the next flush on); False if it is a peer already."""
+        if peer.key in self.peers:
+            return False
+        # Outbox and counters first: whoever finds the key in ``peers`` finds them too.
+        self.outboxes[peer.key] = self.outbox_factory(peer)
+        self.counters[peer.key] = PeerCounters()
+        self.peer_set.add(peer.url)
+        self.peers[peer.key] = peer
+        return True
+
+    def remove_peer(self, key: str, discard_queue: bool = False) -> Peer | None:
+        """Forget a peer (it is this node itself, or DNS no longer lists it). ``discard_queue``: its
+        queued items go too (in Redis as well): no one will send them. Returns the peer, if known."""
         peer = self.peers.pop(key, None)
-        self.outboxes.pop(key, None)
+        outbox = self.outboxes.pop(key, None)
         self.counters.pop(key, None)
         if peer is not None:
             self.peer_set.remove(peer.url)
+        if discard_queue and outbox is not None:
+            dropped = outbox.discard()
+            if dropped and peer is not None:
+                logger.info("replication queue of %s discarded: %d items", peer.display_url, dropped)
+        return peer
 
     # ------------------------------------------------------------------ from writes to outboxes
 
@@ -192,18 +219,20 @@ class Replicator:
         if not events:
             return 0
         items = [encode(event) for event in events]
-        for key, outbox in self.outboxes.items():
+        # A copy: peers come and go (DNS) while a push to Redis waits on the network.
+        for key, outbox in list(self.outboxes.items()):
             self._push(key, outbox, items, now)
         return len(items)
 
     def _push(self, key: str, outbox: Outbox, items: list[dict[str, Any]], now: int) -> None:
         dropped = outbox.push(items, now)
+        peer = self.peers.get(key)
+        if peer is None:  # it left while the items were pushed
+            return
         if dropped:
             self.counters[key].dropped += dropped
-            logger.warning(
-                "replication queue of %s full: %d oldest items dropped", self.peers[key].display_url, dropped
-            )
-        self.peer_set.set_queued(self.peers[key].url, len(outbox), self.lag_ms(key, now))
+            logger.warning("replication queue of %s full: %d oldest items dropped", peer.display_url, dropped)
+        self.peer_set.set_queued(peer.url, len(outbox), self.lag_ms(key, now))
 
     # ------------------------------------------------------------------------------- sending
 
@@ -300,7 +329,8 @@ class Replicator:
             logger.warning("peer's newer copy of an instance refused: %s", exc)
 
     def lag_ms(self, key: str, now: int) -> int:
-        oldest = self.outboxes[key].oldest_at()
+        outbox = self.outboxes.get(key)
+        oldest = outbox.oldest_at() if outbox is not None else None
         return 0 if oldest is None else max(0, now - oldest)
 
     def peer_keys(self) -> list[str]:
@@ -377,24 +407,49 @@ class EmbeddedReplication:
         self.replicator = replicator
         self.clock = clock
         self.flush_ms = flush_ms
+        self.on_recovered = on_recovered
         self._stop = threading.Event()
-        keys = replicator.peer_keys()
-        self._wake = {key: threading.Event() for key in keys}
-        self.senders = {key: PeerSender(replicator, key, clock, on_recovered) for key in keys}
+        self._wake: dict[str, threading.Event] = {}
+        self.senders: dict[str, PeerSender] = {}
         self._threads: list[threading.Thread] = []
+        self._started = False
+        for key in replicator.peer_keys():
+            self.add_sender(key)
 
     def start(self) -> None:
-        self._threads = [threading.Thread(target=self._flush_loop, name="replication-flush", daemon=True)]
-        self._threads += [
+        self._started = True
+        self._spawn(threading.Thread(target=self._flush_loop, name="replication-flush", daemon=True))
+        for key in list(self.senders):
+            self._spawn_sender(key)
+
+    def add_sender(self, key: str) -> None:
+        """A sender for a peer the replicator has just been given (started now if the drivers run)."""
+        if key in self.senders:
+            return
+        self._wake[key] = threading.Event()
+        self.senders[key] = PeerSender(self.replicator, key, self.clock, self.on_recovered)
+        if self._started:
+            self._spawn_sender(key)
+
+    def remove_sender(self, key: str) -> None:
+        """Stop the peer's sender (the replicator has forgotten the peer); it ends after its step."""
+        self.senders.pop(key, None)
+        event = self._wake.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def _spawn_sender(self, key: str) -> None:
+        self._spawn(
             threading.Thread(target=self._send_loop, args=(key,), name=f"replication-{key}", daemon=True)
-            for key in self.replicator.peer_keys()
-        ]
-        for thread in self._threads:
-            thread.start()
+        )
+
+    def _spawn(self, thread: threading.Thread) -> None:
+        self._threads.append(thread)
+        thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        for event in self._wake.values():
+        for event in list(self._wake.values()):
             event.set()
 
     def nudge(self, key: str) -> None:
@@ -407,7 +462,7 @@ class EmbeddedReplication:
         while not self._stop.wait(self.flush_ms / 1000):
             try:
                 if self.replicator.flush(self.clock()):
-                    for event in self._wake.values():
+                    for event in list(self._wake.values()):
                         event.set()
             except Exception:
                 logger.exception("replication flush failed")
@@ -415,13 +470,17 @@ class EmbeddedReplication:
     def _send_loop(self, key: str) -> None:
         wake = self._wake[key]
         sender = self.senders[key]
-        while not self._stop.is_set():
+        # Until stopped, or until the peer is removed (its sender replaced or gone).
+        while not self._stop.is_set() and self.senders.get(key) is sender:
             # Cleared before the step: items flushed while it runs wake the next wait at once.
             wake.clear()
             try:
                 wait_ms = sender.step()
             except Exception:
-                logger.exception("replication to %s failed", self.replicator.peers[key].display_url)
+                peer = self.replicator.peers.get(key)
+                if peer is None:
+                    return  # removed while it sent: nothing more to do for it
+                logger.exception("replication to %s failed", peer.display_url)
                 wait_ms = UNEXPECTED_ERROR_RETRY_MS
             if wait_ms is None:
                 wake.wait(IDLE_TICK_MS / 1000)

@@ -331,7 +331,7 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         builder.remote = remote_regions
         builder.remote_fallback = remote_regions.fallback
     peers = PeerSet(list(config.cluster.peer_urls))
-    cluster = _cluster_member(registry, peers, config, clock) if config.cluster.peers else None
+    cluster = _cluster_member(registry, peers, config, clock) if config.cluster.clustered else None
     return Node(
         registry=registry,
         cache=cache,

@@ -55,6 +55,7 @@ def _replication_context():
     from registry.cluster.transport import PeerTransport
 
     cluster = settings.EUREKA.cluster
+    # The static peers; those found through DNS are looked up by ``_peer`` as the node publishes them.
     peers = {peer.key: peer for peer in cluster.peers}
     client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
     transport = PeerTransport(
@@ -65,15 +66,36 @@ def _replication_context():
     return peers, client, transport, _control_client()
 
 
+def _peer(peer_key: str):
+    """The peer behind a key: a static one, or one the node found through DNS and published in Redis
+    (its URL without credentials; the credentials come from this process's EUREKA_PEER_DNS)."""
+    from registry.cluster.discovery import peer_for
+    from registry.cluster.redis_outbox import published_peers
+
+    peers, client, _, _ = _replication_context()
+    peer = peers.get(peer_key)
+    if peer is not None:
+        return peer
+    cluster = settings.EUREKA.cluster
+    if not cluster.peer_dns:
+        return None
+    url = published_peers(client, settings.EUREKA.redis.namespace).get(peer_key)
+    peer = peer_for(url, cluster.peer_dns) if url else None
+    return peer if peer is not None and peer.key == peer_key else None
+
+
 @shared_task(name="registry.tasks.drain_replication_outbox", ignore_result=True)
 def drain_replication_outbox(peer_key: str) -> int:
     """Send one peer's outbox (under its lock, so never twice) and report to the node."""
     from registry.cluster.redis_outbox import RedisQueue, drain, queue_key
 
-    peers, client, transport, control = _replication_context()
-    peer = peers.get(peer_key)
+    _, client, transport, control = _replication_context()
+    peer = _peer(peer_key)
     if peer is None:
-        logger.warning("no peer has the key %s (does EUREKA_PEER_URLS differ from the node's?)", peer_key)
+        # A DNS peer the node dropped since the kick, or settings that differ from the node's.
+        logger.info(
+            "no peer has the key %s now (EUREKA_PEER_URLS / EUREKA_PEER_DNS as the node's?)", peer_key
+        )
         return 0
     config = settings.EUREKA
     queue = RedisQueue(client, queue_key(config.redis.namespace, peer), config.cluster.replication_queue_size)
@@ -97,8 +119,13 @@ def drain_replication_outbox(peer_key: str) -> int:
 @shared_task(name="registry.tasks.drain_replication_outboxes", ignore_result=True)
 def drain_replication_outboxes() -> None:
     """Beat's safety net: a drain per peer each second, whether or not a kick was lost."""
-    peers, _, _, _ = _replication_context()
-    for key in peers:
+    from registry.cluster.redis_outbox import published_peers
+
+    peers, client, _, _ = _replication_context()
+    keys = set(peers)
+    if settings.EUREKA.cluster.peer_dns:
+        keys |= set(published_peers(client, settings.EUREKA.redis.namespace))
+    for key in sorted(keys):
         drain_replication_outbox.apply_async((key,), expires=5)
 
 

@@ -226,3 +226,42 @@ def test_a_new_node_process_drops_what_an_earlier_one_left_in_redis(redis_proces
     second = build_node(eureka_options, clock=FakeClock())
     assert not client.exists("restart-test:ro:apps:json:0:")
     assert second.cache.read_only.get(key) is None
+
+
+def test_a_peer_gone_from_dns_takes_its_redis_list_with_it(client):
+
+    peer = Peer("http://10.0.0.4:8761/eureka/")
+    outbox = NodeOutbox(RedisQueue(client, queue_key("test", peer), 100), lambda: None, 100)
+    outbox.push(items(3), 1_000)
+    assert client.llen(queue_key("test", peer)) == 3
+    assert outbox.discard() == 3
+    assert not client.exists(queue_key("test", peer)) and len(outbox) == 0
+
+
+def test_workers_learn_the_nodes_dns_peers_from_redis_with_credentials_from_their_own_settings(
+    client, settings
+):
+    from registry.cluster.redis_outbox import publish_peers, published_peers
+    from registry.config import parse_config
+    from registry.runtime import tasks
+
+    settings.EUREKA = parse_config(
+        {
+            "EUREKA_PEER_DNS": "http://peer:secret@eureka-headless:8761/eureka/",
+            "EUREKA_REDIS_NAMESPACE": "test",
+        }
+    )
+    dns_peer = settings.EUREKA.cluster.peer_dns[0].peer_at("10.0.0.4")
+    publish_peers(client, "test", [dns_peer])
+    assert published_peers(client, "test") == {dns_peer.key: "http://10.0.0.4:8761/eureka/"}
+    tasks._replication_context.cache_clear()
+    settings.REDIS_URL = f"redis://127.0.0.1:{client.connection_pool.connection_kwargs['port']}/0"
+    try:
+        # The Redis hash holds no credentials; the worker's peer has them (from EUREKA_PEER_DNS).
+        assert b"secret" not in b"".join(client.hvals("test:replication-peers"))
+        assert tasks._peer(dns_peer.key) == dns_peer
+        assert tasks._peer("unknown") is None
+        publish_peers(client, "test", [])
+        assert tasks._peer(dns_peer.key) is None
+    finally:
+        tasks._replication_context.cache_clear()
