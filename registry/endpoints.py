@@ -115,9 +115,16 @@ class PeerDns:
         return self.name.startswith("_")
 
     @property
+    def txt(self) -> bool:
+        """Eureka's own DNS layout (``useDnsForFetchingServiceUrls``): ``txt.<region>.<domain>`` holds
+        the region's zone names, each zone's ``txt.<zone>`` its servers' host names."""
+        return self.name.startswith("txt.")
+
+    @property
     def display(self) -> str:
         where = self.name if self.srv else f"{self.name}:{self.port}"
-        return f"{self.scheme}://{where}{self.path}" + (" (SRV)" if self.srv else "")
+        kind = " (SRV)" if self.srv else " (TXT)" if self.txt else ""
+        return f"{self.scheme}://{where}{self.path}{kind}"
 
     def peer_at(self, address: str, port: int | None = None) -> Peer:
         """The peer at ``address`` (an IP address or a host name), on ``port`` (an SRV record's) or
@@ -145,7 +152,8 @@ class PeerDns:
 
 def parse_peer_dns(entries: Iterable[str]) -> tuple[PeerDns, ...]:
     """``name:port`` (A/AAAA, http, path /eureka/; port 8761 when left out), ``_service._proto.name``
-    (SRV), or a service URL whose host is the name (``http://user:pw@name:8761/eureka/``; scheme,
+    (SRV), ``txt.<region>.<domain>[:port]`` (Eureka's TXT records), or a service URL whose host is
+    the name (``http://user:pw@name:8761/eureka/``; scheme,
     credentials and path kept). Raises BadPeerUrl naming the entry."""
     found: dict[tuple, PeerDns] = {}
     for raw in entries:

@@ -87,7 +87,35 @@ class PeerResolver:
             raise LookupFailed("no SRV target has an address")
         return list(dict.fromkeys(found))
 
+    def texts(self, name: str) -> list[str]:
+        """The words of ``name``'s TXT records (Eureka writes ``"host1 host2"``, quoted or not)."""
+        try:
+            answer = self.resolver.resolve(name, "TXT", search=True)
+        except (dns.exception.DNSException, OSError) as exc:
+            raise LookupFailed(_reason(exc)) from None
+        words: list[str] = []
+        for record in answer:
+            text = b" ".join(record.strings).decode("ascii", "replace").strip().strip('"')
+            words += text.split()
+        return list(dict.fromkeys(words))
+
+    def eureka_txt_hosts(self, name: str) -> list[str]:
+        """Eureka's layout: ``name`` (``txt.<region>.<domain>``) lists zone names ``<zone>.<domain>``,
+        and each ``txt.<zone>.<domain>`` its servers' host names. A zone that gives none is left out."""
+        hosts: list[str] = []
+        for zone in sorted(self.texts(name)):
+            try:
+                hosts += self.texts(f"txt.{zone.rstrip('.')}")
+            except LookupFailed as exc:
+                logger.info("peer DNS: zone %s of %s left out: %s", zone, name, exc)
+        if not hosts:
+            raise LookupFailed("no zone lists a server")
+        return list(dict.fromkeys(host.rstrip(".") for host in hosts))
+
     def peers(self, entry: PeerDns) -> list[Peer]:
+        if entry.txt:
+            # Host names, as Eureka's clients use them (the transport resolves them).
+            return [entry.peer_at(host) for host in self.eureka_txt_hosts(entry.name)]
         if entry.srv:
             return [entry.peer_at(address, port) for address, port in self.services(entry.name)]
         return [entry.peer_at(address) for address in self.addresses(entry.name)]

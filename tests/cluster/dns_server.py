@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from dnslib import AAAA, QTYPE, RCODE, RR, SRV, A, DNSRecord
+from dnslib import AAAA, QTYPE, RCODE, RR, SRV, TXT, A, DNSRecord
 from dnslib.server import BaseResolver, DNSServer
 
 from tests.integration.conftest import free_port
@@ -49,6 +49,8 @@ def _rdata(qtype: str, value):
         return A(value)
     if qtype == "AAAA":
         return AAAA(value)
+    if qtype == "TXT":
+        return TXT(value)
     if qtype == "SRV":
         priority, weight, port, target = value
         return SRV(priority, weight, port, target)

@@ -258,3 +258,24 @@ def test_status_names_each_dns_name_and_its_answer(member):
     assert status["dns"] == {
         f"http://{HEADLESS}:8761/eureka/": {"peers": ["http://127.0.0.3:8761/eureka/"], "failing": None}
     }
+
+
+def test_eurekas_txt_layout_gives_the_servers_of_every_zone_of_the_region(dns):
+    # As Eureka's useDnsForFetchingServiceUrls reads it: the region's record lists zones, each zone's
+    # record lists its servers' host names (one TXT string with spaces, as Route 53 users write it).
+    dns.set("txt.us-east-1.eureka.example", "TXT", ["us-east-1a.eureka.example us-east-1b.eureka.example"])
+    dns.set("txt.us-east-1a.eureka.example", "TXT", ["node-1.example node-2.example"])
+    dns.set("txt.us-east-1b.eureka.example", "TXT", ['"node-3.example"'])
+    entries = parse_peer_dns(["http://u:p@txt.us-east-1.eureka.example:8761/eureka/"])
+    assert entries[0].txt and "(TXT)" in entries[0].display
+    discovery = PeerDiscovery(entries, PeerResolver([dns.nameserver]))
+    assert [peer.url for peer in discovery.lookup()] == [
+        "http://u:p@node-1.example:8761/eureka/",
+        "http://u:p@node-2.example:8761/eureka/",
+        "http://u:p@node-3.example:8761/eureka/",
+    ]
+    # A zone that no longer answers is left out; the region failing keeps the last good answer.
+    dns.fail("txt.us-east-1b.eureka.example")
+    assert len(discovery.lookup()) == 2
+    dns.fail("txt.us-east-1.eureka.example")
+    assert len(discovery.lookup()) == 2
