@@ -1,0 +1,470 @@
+"""The Helm chart (deploy/helm/eureka) and its plain rendering (deploy/kubernetes/eureka.yaml), offline.
+
+helm v4 and the ServiceMonitor CRD are built from the Go module proxy into var/tools/ once
+(deploy/helm/tools.py); without Go these tests skip, and fail under EUREKA_REQUIRE_ALL_SUITES=1 (CI).
+Rendered manifests are validated against the Kubernetes API's JSON schemas bundled by PyPI's
+kubernetes-validate, strictly (an unknown field fails), at the oldest release the chart supports
+(native sidecars: 1.29) and the newest the package has; the ServiceMonitor against the CRD schema
+controller-gen generates from prometheus-operator's Go API types. Then what the manifests mean:
+probes, the headless Service, peers through DNS, the stop's timing, the security context.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.interop.conftest import require_toolchain
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("helm_tools", ROOT / "deploy" / "helm" / "tools.py")
+tools = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tools)
+
+KUBERNETES_VERSIONS = ["1.29.0", "1.37.0"]
+PROMETHEUS_OPERATOR = ["--set", "metrics.serviceMonitor.enabled=true"]
+
+# Every optional part on at least once, so that each template is rendered and validated.
+VARIANTS: dict[str, list[str]] = {
+    "defaults": [],
+    "readers, ServiceMonitor": ["--set", "readers.enabled=true", *PROMETHEUS_OPERATOR],
+    "emptyDir, no Redis data kept": [
+        "--set", "persistence.enabled=false", "--set", "redis.keepDataAcrossRestarts=false",
+    ],
+    "external Redis and PostgreSQL": [
+        "--set", "redis.external.enabled=true",
+        "--set", "redis.external.url=redis://:pw@redis.infra:6379",
+        "--set", "redis.external.databaseOffset=2",
+        "--set", "database.url=postgres://eureka:pw@db.infra:5432/eureka",
+    ],
+    "API accounts, narrowed hosts, existing secret": [
+        "--set", "apiAuth.enabled=true",
+        "--set", "apiAuth.accounts[0].name=orders", "--set", "apiAuth.accounts[0].role=client",
+        "--set", "apiAuth.accountsSecret=eureka-accounts",
+        "--set", "secrets.existingSecret=eureka-keys",
+        "--set", "allowedHosts[0]=eureka.example.com",
+        "--set", "peers.staticUrls[0]=http://outside:8761/eureka/",
+        "--set", "peers.nameservers[0]=10.96.0.10",
+    ],
+    "embedded mode": ["--set", "productionMode=false", "--set", "metrics.tokenEnabled=false"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        return tools.helm()
+    except tools.ToolUnavailable as exc:
+        require_toolchain("helm (built with go)", False, str(exc))
+    except tools.ToolFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def servicemonitor_schema(helm) -> dict:
+    try:
+        crd = yaml.safe_load(tools.servicemonitor_crd_path().read_text())
+    except tools.ToolUnavailable as exc:
+        require_toolchain("controller-gen (built with go)", False, str(exc))
+    except tools.ToolFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+def _closed(schema: dict) -> dict:
+    """An OpenAPI structural schema that refuses unknown fields, as `kubectl apply` (strict field
+    validation) and the API server do: additionalProperties false wherever properties are listed."""
+    if isinstance(schema, dict):
+        for value in schema.values():
+            if isinstance(value, dict | list):
+                _closed(value)
+        listed = "properties" in schema and "additionalProperties" not in schema
+        if listed and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        for item in schema:
+            _closed(item)
+    return schema
+
+
+def render(*args: str) -> list[dict]:
+    try:
+        text = tools.render(*args)
+    except tools.ToolFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+@pytest.fixture(scope="session")
+def rendered(helm) -> dict[str, list[dict]]:
+    return {name: render(*args) for name, args in VARIANTS.items()}
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
+    return found[0]
+
+
+def statefulset(docs: list[dict]) -> dict:
+    return one(docs, "StatefulSet")
+
+
+def all_containers(pod: dict) -> list[dict]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {entry["name"]: entry for entry in container.get("env", [])}
+
+
+# ------------------------------------------------------------------------------------- lint, schemas
+
+
+def test_helm_lint_strict_is_clean_for_every_variant(helm):
+    for name, args in VARIANTS.items():
+        done = tools._run([str(helm), "lint", "--strict", str(tools.CHART), *args])
+        assert "0 chart(s) failed" in done.stdout, f"{name}: {done.stdout}"
+        assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, f"{name}: {done.stdout}"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_rendered_manifests_match_the_kubernetes_api_schemas(rendered, servicemonitor_schema, version):
+    kinds = set()
+    for name, docs in rendered.items():
+        for doc in docs:
+            kinds.add(doc["kind"])
+            where = f"{name}: {doc['kind']} {doc['metadata']['name']}"
+            if doc["apiVersion"] == "monitoring.coreos.com/v1":
+                try:
+                    jsonschema.validate(doc, servicemonitor_schema)
+                except jsonschema.ValidationError as exc:
+                    pytest.fail(
+                        f"{where} (prometheus-operator {tools.PROMETHEUS_OPERATOR_VERSION}): {exc.message}"
+                    )
+                continue
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{where} (Kubernetes {version}): {exc.message} at {list(exc.path)}")
+    assert kinds == {
+        "StatefulSet", "Service", "Secret", "PodDisruptionBudget", "ServiceAccount", "ServiceMonitor",
+    }  # fmt: skip
+
+
+def test_the_servicemonitor_schema_refuses_unknown_fields(servicemonitor_schema, rendered):
+    monitor = one(rendered["readers, ServiceMonitor"], "ServiceMonitor")
+    broken = copy.deepcopy(monitor)
+    broken["spec"]["endpoints"][0]["bearerTokenSecrett"] = {"name": "x", "key": "y"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, servicemonitor_schema)
+
+
+def test_a_misspelt_field_fails_the_kubernetes_schema(rendered):
+    broken = copy.deepcopy(statefulset(rendered["defaults"]))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_the_plain_manifest_is_the_chart_rendered(helm):
+    assert tools.MANIFEST.exists(), "deploy/kubernetes/eureka.yaml is missing: run `make kubernetes`"
+    assert tools.MANIFEST.read_text() == tools.manifest(), (
+        "deploy/kubernetes/eureka.yaml is not what the chart renders: run `make kubernetes`"
+    )
+    docs = [d for d in yaml.safe_load_all(tools.MANIFEST.read_text()) if d]
+    assert not [d for d in docs if d["kind"] == "Secret"], "the committed manifest must hold no keys"
+
+
+def test_values_are_checked_by_the_schema(helm):
+    with pytest.raises(tools.ToolFailed, match="replicaCount"):
+        tools.render("--set", "replicaCount=0")
+    with pytest.raises(tools.ToolFailed, match="podManagementPolicy"):
+        tools.render("--set", "podManagementPolicy=Sometimes")
+    with pytest.raises(tools.ToolFailed, match="each node needs a Redis database"):
+        tools.render("--set", "redis.external.enabled=true", "--set", "redis.external.url=redis://r:6379",
+                     "--set", "replicaCount=17")  # fmt: skip
+
+
+def test_every_value_is_commented_and_listed_in_the_chart_readme():
+    values = yaml.safe_load((tools.CHART / "values.yaml").read_text())
+    readme = (tools.CHART / "README.md").read_text()
+    lines = (tools.CHART / "values.yaml").read_text().splitlines()
+
+    def leaves(node, prefix=""):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and value and not path.endswith(("resources", "SecurityContext")):
+                yield from leaves(value, path + ".")
+            else:
+                yield path
+
+    for path in leaves(values):
+        if ".resources." in path or "ecurityContext." in path:
+            continue
+        assert f"`{path}`" in readme, f"{path} is not in deploy/helm/eureka/README.md"
+    # A key with a value (not a parent of other keys) has a comment right above it, unless it is inside
+    # resources or a securityContext (Kubernetes' own fields, described once for the block).
+    stack: list[tuple[int, str]] = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z]\w*):(.*)$", line)
+        if not match:
+            continue
+        indent, key, rest = len(match.group(1)), match.group(2), match.group(3).strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        inside = [name for _, name in stack]
+        stack.append((indent, key))
+        if not rest or any(
+            n in ("resources", "podSecurityContext", "containerSecurityContext") for n in inside
+        ):
+            continue
+        assert lines[number - 1].strip().startswith("#"), (
+            f"values.yaml line {number + 1} ({line.strip()}) has no comment"
+        )
+
+
+# ------------------------------------------------------------------------------------- what it means
+
+
+def test_the_statefulset_probes_are_readyz_and_healthz(rendered):
+    pod = statefulset(rendered["defaults"])["spec"]["template"]["spec"]
+    (registry,) = [c for c in pod["containers"] if c["name"] == "registry"]
+    assert registry["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert registry["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert registry["startupProbe"]["httpGet"]["path"] == "/healthz"
+    startup = registry["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "a first start with migrations"
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert registry[probe]["httpGet"]["port"] == "http"
+    assert {"name": "http", "containerPort": 8761, "protocol": "TCP"} in registry["ports"]
+
+
+def _graceful_timeout() -> int:
+    text = (ROOT / "deploy" / "gunicorn.conf.py").read_text()
+    return int(re.search(r"^graceful_timeout = (\d+)$", text, re.M).group(1))
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_grace_period_covers_prestop_graceful_stop_and_the_last_snapshot(rendered, variant):
+    pod = statefulset(rendered[variant])["spec"]["template"]["spec"]
+    snapshot_margin = 10
+    for container in pod["containers"]:
+        pre_stop = container.get("lifecycle", {}).get("preStop")
+        sleep = int(pre_stop["exec"]["command"][1]) if pre_stop else 0
+        assert pod["terminationGracePeriodSeconds"] >= sleep + _graceful_timeout() + snapshot_margin, (
+            container["name"]
+        )
+    (registry,) = [c for c in pod["containers"] if c["name"] == "registry"]
+    assert registry["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+    assert int(registry["lifecycle"]["preStop"]["exec"]["command"][1]) >= 3, "time to leave the endpoints"
+
+
+def test_the_headless_service_publishes_not_ready_addresses_and_peers_use_it(rendered):
+    docs = rendered["defaults"]
+    headless = one(docs, "Service", "eureka-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    client = one(docs, "Service", "eureka")
+    assert client["spec"].get("publishNotReadyAddresses") in (None, False)
+    sts = statefulset(docs)
+    assert sts["spec"]["serviceName"] == "eureka-headless"
+    selector = sts["spec"]["selector"]["matchLabels"]
+    assert headless["spec"]["selector"] == selector == client["spec"]["selector"]
+    for container in sts["spec"]["template"]["spec"]["containers"]:
+        env = env_of(container)
+        assert env["EUREKA_PEER_DNS"]["value"] == "eureka-headless.eureka.svc.cluster.local:8761"
+        assert env["EUREKA_PEER_DNS_INTERVAL_SECONDS"]["value"] == "10"
+
+
+def test_with_api_accounts_peers_replicate_with_a_peer_account(rendered):
+    pod = statefulset(rendered["API accounts, narrowed hosts, existing secret"])["spec"]["template"]["spec"]
+    (registry,) = [c for c in pod["containers"] if c["name"] == "registry"]
+    env = env_of(registry)
+    names = [e["name"] for e in registry["env"]]
+    assert env["EUREKA_PEER_DNS"]["value"] == (
+        "http://eureka-peer:$(EUREKA_PEER_PASSWORD)@eureka-headless.eureka.svc.cluster.local:8761/eureka/"
+    )
+    assert names.index("EUREKA_PEER_PASSWORD") < names.index("EUREKA_PEER_DNS"), (
+        "$(VAR) expands earlier vars only"
+    )
+    assert env["EUREKA_PEER_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "eureka-keys"
+    script = registry["command"][2]
+    assert "eureka_account eureka-peer --role peer --password-file" in script.replace('"', "")
+    assert (
+        "eureka_account orders --role client --password-file /etc/eureka/accounts/orders"
+        in script.replace('"', "")
+    )
+    assert script.index("eureka_account") < script.index("exec gunicorn")
+    hosts = env["ALLOWED_HOSTS"]["value"].split(",")
+    assert {"eureka.example.com", "$(POD_IP)", "127.0.0.1", "eureka.eureka.svc"} <= set(hosts)
+    assert names.index("POD_IP") < names.index("ALLOWED_HOSTS")
+    assert env["EUREKA_PEER_URLS"]["value"] == "http://outside:8761/eureka/"
+    assert env["EUREKA_DNS_NAMESERVERS"]["value"] == "10.96.0.10"
+
+
+def test_no_container_runs_as_root_or_writes_its_root_filesystem(rendered):
+    for name, docs in rendered.items():
+        pod = statefulset(docs)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["enableServiceLinks"] is False, "EUREKA_PORT and the like would reach the node's settings"
+        for container in all_containers(pod):
+            context = container["securityContext"]
+            where = f"{name}: {container['name']}"
+            assert context["runAsNonRoot"] is True and context["runAsUser"] != 0, where
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            mounts = {m["mountPath"] for m in container["volumeMounts"]}
+            assert {"/tmp", "/data"} <= mounts, where
+
+
+def test_the_uid_is_the_dockerfile_user():
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    values = yaml.safe_load((tools.CHART / "values.yaml").read_text())
+    uid = values["podSecurityContext"]["runAsUser"]
+    assert re.search(rf"useradd .*--uid {uid}\b", dockerfile)
+    assert re.search(rf"^USER {uid}(:{uid})?$", dockerfile, re.M)
+    assert values["containerSecurityContext"]["runAsUser"] == uid
+
+
+def test_each_node_pairs_with_its_own_redis_worker_and_beat(rendered):
+    pod = statefulset(rendered["defaults"])["spec"]["template"]["spec"]
+    names = [c["name"] for c in pod["containers"]]
+    assert names == ["registry", "celery-worker", "celery-beat"]
+    (redis,) = pod["initContainers"]
+    assert redis["name"] == "redis" and redis["restartPolicy"] == "Always", "a native sidecar, stopped last"
+    script = redis["command"][2]
+    assert (
+        "--bind 127.0.0.1" in script
+        and "--shutdown-on-sigterm save" in script
+        and "--dir /data/redis" in script
+    )
+    for container in pod["containers"]:
+        env = env_of(container)
+        assert env["REDIS_URL"]["value"] == "redis://127.0.0.1:6379/0", container["name"]
+        assert env["EUREKA_CONTROL_URL"]["value"] == "http://127.0.0.1:8761", container["name"]
+        assert env["EUREKA_DATA_DIR"]["value"] == "/data"
+        assert env["SECRET_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "SECRET_KEY"
+        assert env["EUREKA_CONTROL_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "EUREKA_CONTROL_SECRET"
+    commands = {c["name"]: c["command"][2] for c in pod["containers"]}
+    assert "celery -A eureka_site beat" in commands["celery-beat"]
+    assert "--schedule=/tmp/celerybeat-schedule" in commands["celery-beat"]
+    assert "celery -A eureka_site worker" in commands["celery-worker"]
+    assert (
+        "migrate --noinput" in commands["registry"]
+        and "gunicorn -c deploy/gunicorn.conf.py" in commands["registry"]
+    )
+    assert not [d for d in rendered["defaults"] if d["kind"] == "Deployment"], "no worker shared by the nodes"
+
+
+def test_an_external_redis_gives_each_node_a_database_of_its_own(rendered):
+    pod = statefulset(rendered["external Redis and PostgreSQL"])["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    for container in pod["containers"]:
+        env = env_of(container)
+        assert "REDIS_URL" not in env
+        assert env["EUREKA_REDIS_BASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "REDIS_URL"
+        assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "DATABASE_URL"
+        script = container["command"][2]
+        assert 'ordinal="${POD_NAME##*-}"' in script, container["name"]
+        assert 'export REDIS_URL="${EUREKA_REDIS_BASE_URL%/}/$(( ordinal + 2 ))"' in script, container["name"]
+
+
+def test_the_prelude_computes_the_database_of_each_ordinal(rendered):
+    import subprocess
+
+    pod = statefulset(rendered["external Redis and PostgreSQL"])["spec"]["template"]["spec"]
+    script = pod["containers"][1]["command"][2].replace("exec celery", 'echo "$REDIS_URL" #')
+    for pod_name, expected in (("eureka-0", "redis://:pw@h:6379/2"), ("eureka-11", "redis://:pw@h:6379/13")):
+        env = {"POD_NAME": pod_name, "EUREKA_REDIS_BASE_URL": "redis://:pw@h:6379/", "PATH": "/bin:/usr/bin"}
+        done = subprocess.run(
+            ["sh", "-c", script],
+            env=env,
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert done.stdout.strip() == expected
+
+
+def test_persistence_is_a_claim_per_node_or_an_empty_dir(rendered):
+    sts = statefulset(rendered["defaults"])
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "data" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    sts = statefulset(rendered["emptyDir, no Redis data kept"])
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["data"]
+    assert (
+        "--shutdown-on-sigterm nosave" in sts["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
+    )
+
+
+def test_readers_run_beside_each_node_and_the_client_service_offers_them(rendered):
+    docs = rendered["readers, ServiceMonitor"]
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    (reader,) = [c for c in pod["containers"] if c["name"] == "reader"]
+    env = env_of(reader)
+    assert env["EUREKA_READER_NODE_URL"]["value"] == "http://127.0.0.1:8761"
+    assert env["WEB_CONCURRENCY"]["value"] == "2"
+    assert reader["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "reader"}
+    client = one(docs, "Service", "eureka")
+    assert {p["name"]: p["port"] for p in client["spec"]["ports"]} == {"http": 8761, "reader": 8780}
+
+
+def test_the_servicemonitor_scrapes_the_headless_service_with_the_token(rendered):
+    docs = rendered["readers, ServiceMonitor"]
+    monitor = one(docs, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    matching = [
+        d for d in docs if d["kind"] == "Service" and selector.items() <= d["metadata"]["labels"].items()
+    ]
+    assert [d["metadata"]["name"] for d in matching] == ["eureka-headless"], "one scrape per node"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
+    assert endpoint["authorization"]["credentials"] == {"name": "eureka", "key": "EUREKA_METRICS_TOKEN"}
+    registry = statefulset(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert (
+        env_of(registry)["EUREKA_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "EUREKA_METRICS_TOKEN"
+    )
+
+
+def test_the_generated_secret_holds_what_the_pods_read(rendered):
+    secret = one(rendered["defaults"], "Secret", "eureka")
+    assert set(secret["data"]) == {"SECRET_KEY", "EUREKA_CONTROL_SECRET", "EUREKA_METRICS_TOKEN"}
+    pod = statefulset(rendered["defaults"])["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        for entry in container["env"]:
+            ref = entry.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                assert ref["name"] == "eureka" and ref["key"] in secret["data"], entry["name"]
+
+
+def test_the_pdb_and_the_rolling_update(rendered):
+    docs = rendered["defaults"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    sts = statefulset(docs)
+    assert pdb["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    assert sts["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert sts["spec"]["replicas"] == 3
+
+
+def test_embedded_mode_is_one_container(rendered):
+    pod = statefulset(rendered["embedded mode"])["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["registry"]
+    assert "initContainers" not in pod
+    assert "REDIS_URL" not in env_of(pod["containers"][0])
