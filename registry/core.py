@@ -209,6 +209,14 @@ def resolve_status(
     return status
 
 
+def copy_was_cancelled(last_dirty: int, last_updated: int, cancel_dirty: int, cancelled_at: int) -> bool:
+    """Whether a copy of an instance (its ``lastDirtyTimestamp`` and ``lastUpdatedTimestamp``) is the one
+    a cancel (the cancelled record's dirty timestamp and the cancel's time) removed, or older: a copy
+    re-registered since has a newer dirty timestamp (a new client process) or was written after the
+    cancel (a client's re-registration on 404 keeps its dirty timestamp)."""
+    return last_dirty <= cancel_dirty and last_updated <= cancelled_at
+
+
 def reconcile_hashcode(counts: Mapping[str, int]) -> str:
     """``STATUS_count_`` per status present, alphabetically (``Applications.getReconcileHashCode``)."""
     return "".join(f"{status}_{counts[status]}_" for status in sorted(counts) if counts[status] > 0)
@@ -270,6 +278,9 @@ class Registry:
         self.changes = ChangeLog(now, config.delta_retention_ms)
         # Set by a warm restart (``restore_state``); None for a node that started empty.
         self.restored: Restored | None = None
+        # True from the node's start until its start-up sync from peers is done or has given up
+        # (``await_start_up_sync``): no registry read is served meanwhile (``allows_reads``).
+        self.awaiting_sync = False
         self.open_for_traffic(0, now)
 
     @property
@@ -293,6 +304,17 @@ class Registry:
         """Start serving after the startup sync copied ``synced_count`` instances from peers."""
         with self._lock:
             self._preservation.open_for_traffic(synced_count, now, restored=self.restored is not None)
+            self.awaiting_sync = False
+
+    def await_start_up_sync(self) -> None:
+        """Serve no read until ``start_up_sync_done`` or ``open_for_traffic``: what the map holds before
+        the start-up sync (a warm restart's snapshot, or nothing) is not what the cluster holds. Writes
+        are accepted meanwhile."""
+        self.awaiting_sync = True
+
+    def start_up_sync_done(self) -> None:
+        """The start-up sync has merged what its peers hold, or has given up: reads are served."""
+        self.awaiting_sync = False
 
     @property
     def expected_clients(self) -> int:
@@ -320,8 +342,9 @@ class Registry:
             return self._preservation.report(now)
 
     def allows_reads(self, now: int) -> bool:
-        """Eureka's read gate: closed for a while after a startup sync that found no instances."""
-        return self._preservation.allows_reads(now)
+        """Closed until the start-up sync is done (``await_start_up_sync``), then Eureka's read gate:
+        closed for a while after a startup sync that found no instances."""
+        return not self.awaiting_sync and self._preservation.allows_reads(now)
 
     # ------------------------------------------------------------------------- override map
 
@@ -585,6 +608,34 @@ class Registry:
             None,
         )
         return True
+
+    def recent_cancel(self, app: str, instance_id: str) -> tuple[int, int] | None:
+        """(last dirty timestamp, cancelled at) of the id's cancel or eviction when that is its latest
+        entry in the delta queue (the retention window); None otherwise."""
+        with self._lock:
+            lease = self._delta.latest(app, instance_id)
+            if lease is None or lease.eviction_ts <= 0 or lease.instance.action_type != c.DELETED:
+                return None
+            return lease.instance.last_dirty_timestamp, lease.instance.last_updated_timestamp
+
+    def cancel_if_not_newer(
+        self, app: str, instance_id: str, last_dirty: int, cancelled_at: int, now: int
+    ) -> bool:
+        """Cancel (as a peer's cancel: never sent on) the id's lease if a peer cancelled that copy of
+        it: one whose dirty timestamp is not after ``last_dirty`` and that was not written after
+        ``cancelled_at``. A lease registered again since (a newer copy, or written here later) stays."""
+        with self._lock:
+            lease = self._apps.get(app, {}).get(instance_id)
+            if lease is None or not copy_was_cancelled(
+                lease.instance.last_dirty_timestamp,
+                lease.instance.last_updated_timestamp,
+                last_dirty,
+                cancelled_at,
+            ):
+                return False
+            self._cancel(app, instance_id, now, CAUSE_CANCEL)
+            self._counters.writes[True].cancels += 1
+            return True
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
         """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""

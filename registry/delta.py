@@ -61,6 +61,11 @@ class DeltaQueue:
         entries[instance_id] = (seq, lease)
         self._app_versions[app] = seq
 
+    def latest(self, app: str, instance_id: str) -> Lease | None:
+        """The id's lease as of its latest entry in the queue (a cancelled lease stays cancelled)."""
+        entry = self._by_app.get(app, {}).get(instance_id)
+        return entry[1] if entry is not None else None
+
     def prune(self, now: int, retention_ms: int) -> int:
         """Drop the entries older than ``retention_ms``; returns how many. An app whose part lost an
         instance gets a new version; an app left with none leaves the delta."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from registry import constants as c
 from registry.cluster.transport import PeerTransport, PeerUnreachable
-from registry.core import LimitExceeded, Registry
+from registry.core import LimitExceeded, Registry, copy_was_cancelled
 from registry.endpoints import Peer
 from registry.wire.codecs import BadInput, build_instance, instances_in
 
@@ -44,23 +44,53 @@ def sync_from_peers(
     """Copy the peers' registries into this node; returns how many instances were registered. A peer
     whose registry is over this node's limits (transport.py ``AnswerLimits``) is told to ``on_failure``
     with the reason: the console then shows the peer failing (a peer not up yet is the replication
-    probes' to report). Nothing of such an answer is registered."""
+    probes' to report). Nothing of such an answer is registered.
+
+    Each round:
+
+    1. ``GET apps`` from every peer, then ``GET apps/delta`` from those that answered: the cancels
+       (``DELETED``) the deltas list, the newest per instance;
+    2. every instance of the registries is registered as a replicated write, except a copy a peer
+       cancelled (``copy_was_cancelled``, against the peers' cancels and this node's own recent ones):
+       one peer's cancel not yet replicated to another must not bring the instance back, nor carry
+       it from node to node through a rolling restart;
+    3. what this node held before (a warm restart's snapshot) and a peer cancelled since goes too;
+    4. once a peer answered, the node serves reads (``Registry.start_up_sync_done``).
+
+    Rounds go on, every ``wait_ms``, while nothing was registered, at most ``retries`` more times; the
+    sync gives up at once when every peer answered 503 (each is starting too: a whole cluster
+    restarting must not wait on itself)."""
     stop = stop or threading.Event()
-    count = 0
+    count = dropped = skipped = 0
     for attempt in range(retries + 1):
         if attempt and stop.wait(wait_ms / 1000):
             break
+        documents: list[tuple[Peer, Any]] = []
+        starting = 0
         for peer in peers:
             try:
-                document = transport.fetch_apps(peer)
+                documents.append((peer, transport.fetch_apps(peer)))
             except PeerUnreachable as exc:
+                if exc.status == 503:
+                    starting += 1
                 if not exc.over_limit:
                     logger.info("start-up sync: %s not reachable (%s)", peer.display_url, exc)
                     continue
                 logger.warning("start-up sync: %s: %s", peer.display_url, exc)
                 if on_failure is not None:
                     on_failure(peer, f"start-up sync: {exc}")
+        cancels: dict[tuple[str, str], tuple[int, int]] = {}
+        for peer, _ in documents:
+            try:
+                delta = transport.fetch_delta(peer)
+            except PeerUnreachable as exc:
+                logger.info("start-up sync: no delta from %s (%s)", peer.display_url, exc)
                 continue
+            if delta is not None:
+                for key, cancel in cancels_in(delta, clock()).items():
+                    if key not in cancels or cancels[key][1] < cancel[1]:
+                        cancels[key] = cancel
+        for peer, document in documents:
             for raw in instances_in(document):
                 now = clock()
                 try:
@@ -68,16 +98,74 @@ def sync_from_peers(
                 except BadInput as exc:
                     logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
                     continue
+                if _cancelled_copy(registry, instance, raw, cancels):
+                    skipped += 1
+                    continue
                 try:
                     registry.register(instance, now, is_replication=True)
                 except LimitExceeded as exc:
                     logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
                     continue
                 count += 1
+        for (app, instance_id), (last_dirty, cancelled_at) in cancels.items():
+            if registry.cancel_if_not_newer(app, instance_id, last_dirty, cancelled_at, clock()):
+                dropped += 1
+        if documents:
+            registry.start_up_sync_done()
         if count:
             break
-    logger.info("start-up sync: %d instances from %d peers", count, len(peers))
+        if not documents and peers and starting == len(peers):
+            logger.info("start-up sync: every peer is starting too (503); giving up")
+            break
+    logger.info(
+        "start-up sync: %d instances from %d peers; %d copies a peer had cancelled skipped, "
+        "%d instances held here that a peer had cancelled dropped",
+        count,
+        len(peers),
+        skipped,
+        dropped,
+    )
     return count
+
+
+def cancels_in(document: Any, now: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """The cancels (and evictions) a ``GET apps/delta`` document lists: (app, instance id) ->
+    (the cancelled record's lastDirtyTimestamp, its lastUpdatedTimestamp: when it was cancelled)."""
+    cancels: dict[tuple[str, str], tuple[int, int]] = {}
+    for raw in instances_in(document):
+        if raw.get("actionType") != c.DELETED:
+            continue
+        cancelled_at = _timestamp(raw.get("lastUpdatedTimestamp"))
+        if cancelled_at is None or _timestamp(raw.get("lastDirtyTimestamp")) is None:
+            continue
+        try:
+            instance = build_instance(raw, now)
+        except BadInput:
+            continue
+        cancels[instance.app, instance.instance_id] = (instance.last_dirty_timestamp, cancelled_at)
+    return cancels
+
+
+def _cancelled_copy(
+    registry: Registry, instance: Any, raw: dict[str, Any], cancels: dict[tuple[str, str], tuple[int, int]]
+) -> bool:
+    """Whether a peer's copy is one a peer's delta, or this node since it started, says was cancelled."""
+    key = (instance.app, instance.instance_id)
+    updated = _timestamp(raw.get("lastUpdatedTimestamp")) or 0
+    return any(
+        cancel is not None and copy_was_cancelled(instance.last_dirty_timestamp, updated, *cancel)
+        for cancel in (cancels.get(key), registry.recent_cancel(*key))
+    )
+
+
+def _timestamp(value: Any) -> int | None:
+    """A timestamp as Eureka writes it (a number, or a string of one); None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def self_instance(app: str, host: str, ip: str, port: int) -> dict[str, Any]:

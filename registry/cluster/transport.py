@@ -44,12 +44,16 @@ _large_answer_turn = threading.Lock()
 class PeerUnreachable(Exception):
     """Transport error, timeout or 5xx: the same request may succeed later. ``congested`` is a 503 or
     a timeout, after which Eureka waits longer before the next try. ``over_limit``: the answer broke
-    one of this node's limits (``AnswerLimits``), which says something is wrong at the peer."""
+    one of this node's limits (``AnswerLimits``), which says something is wrong at the peer.
+    ``status``: the peer's HTTP status when it answered (a node of ours not yet open answers 503)."""
 
-    def __init__(self, reason: str, congested: bool = False, over_limit: bool = False):
+    def __init__(
+        self, reason: str, congested: bool = False, over_limit: bool = False, status: int | None = None
+    ):
         super().__init__(reason)
         self.congested = congested
         self.over_limit = over_limit
+        self.status = status
 
 
 class PeerRefused(Exception):
@@ -220,7 +224,7 @@ class PeerTransport:
             # Congested: the peer is asked again later than after a plain failure, as after a timeout.
             raise PeerUnreachable(f"{method} {path}: {exc}", congested=True, over_limit=True) from None
         if status >= 500:
-            raise PeerUnreachable(f"HTTP {status}", congested=status == 503)
+            raise PeerUnreachable(f"HTTP {status}", congested=status == 503, status=status)
         return status, body
 
     def post_batch(self, peer: Peer, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -251,6 +255,17 @@ class PeerTransport:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise PeerUnreachable(f"unreadable registry: {exc}") from None
+
+    def fetch_delta(self, peer: Peer) -> dict[str, Any] | None:
+        """The peer's ``GET apps/delta`` (JSON): its recent changes, cancels (``DELETED``) among them, as
+        the start-up sync reads them; None when the peer serves no delta (403: disabled)."""
+        status, body = self._send(peer, "GET", "apps/delta")
+        if status != 200:
+            return None
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise PeerUnreachable(f"unreadable delta: {exc}") from None
 
     def register(self, peer: Peer, app: str, instance: dict[str, Any]) -> int:
         status, _ = self._send(

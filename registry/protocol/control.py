@@ -177,6 +177,8 @@ class ReadyView(NodeView):
         body = {
             "status": status,
             "open_for_traffic": open_for_reads,
+            # True until the start-up sync from peers is done or has given up (reads answer 503).
+            "start_up_sync_pending": node.registry.awaiting_sync,
             "jobs_driver": node.config.redis.jobs_driver,
             "read_only_cache": "redis" if redis is not None else "in-process",
             "redis": redis,

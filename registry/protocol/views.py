@@ -121,11 +121,30 @@ def _status_param(value: str | None, required: bool) -> str | None:
     return value
 
 
+# Seconds a client is told to wait (Retry-After) before reading again from a node whose start-up sync
+# is under way; Eureka clients ignore it and go on to their next service URL at once.
+STARTING_RETRY_AFTER_S = 1
+
+
+def _starting() -> HttpResponse | None:
+    """503 (no body, Retry-After) for a registry read while the node's start-up sync is under way: what
+    the map holds then (a warm restart's snapshot) is not what the cluster holds. Every client takes a
+    503 as "try the next service URL" and keeps its cached registry meanwhile; a 403, the Java server's
+    answer while it does not allow access, is taken by the Java client as a refused delta (it then
+    asks this same node for the full registry) and by eureka-js-client as final (no retry)."""
+    if not get_node().registry.awaiting_sync:
+        return None
+    response = empty(503)
+    response["Retry-After"] = str(STARTING_RETRY_AFTER_S)
+    return response
+
+
 def _cached(request, entity: str, name: str = "") -> HttpResponse:
     node = get_node()
     now = node.now()
     if not node.registry.allows_reads(now):
-        return empty(403)
+        # Eureka's own gate (EUREKA_WAIT_TIME_IN_MS_WHEN_SYNC_EMPTY) answers 403, as the Java server.
+        return _starting() or empty(403)
     regions: tuple[str, ...] = ()
     if entity in (APPS, DELTA):
         remote = node.remote_regions
@@ -202,6 +221,9 @@ class InstanceView(EurekaView):
     """``GET`` (live lookup), ``PUT`` (renew) and ``DELETE`` (cancel) on ``apps/{app}/{id}``."""
 
     def get(self, request, app, instance_id):
+        starting = _starting()
+        if starting is not None:
+            return starting
         node = get_node()
         view = node.registry.get_instance(app.upper(), instance_id, node.now())
         if view is None and node.remote_regions is not None and node.remote_regions.fallback:
@@ -272,6 +294,9 @@ class InstanceByIdView(EurekaView):
     """``GET instances/{id}``: the first app holding that id."""
 
     def get(self, request, instance_id):
+        starting = _starting()
+        if starting is not None:
+            return starting
         node = get_node()
         view = node.registry.find_instance(instance_id, node.now())
         if view is None and node.remote_regions is not None and node.remote_regions.fallback:

@@ -30,6 +30,11 @@ def evict(node: JobTarget, now: int) -> object:
 
 
 def sync_response_cache(node: JobTarget, now: int) -> object:
+    if node.registry.awaiting_sync:
+        # Nothing is published (nor confirmed) before the start-up sync: readers would serve it (a
+        # warm restart's snapshot) as fresh. Their copies age past their staleness limit meanwhile,
+        # and they forward to the node, which answers 503 until it serves.
+        return 0
     return node.cache.sync(now)
 
 

@@ -257,7 +257,14 @@ class Node:
             # Probes never reach the node itself (an address 0.0.0.0 binds to is an interface's anyway).
             self.health_policy.add_own(host for host, _ in listening)
         if self.cluster is not None:
+            # No read is served before the start-up sync is done or has given up (Registry.
+            # await_start_up_sync; the member opens the node when its sync ends). Set before the
+            # worker serves: this runs in post_worker_init.
+            self.registry.await_start_up_sync()
             self.cluster.start(listening)
+            if not self.cluster.peers:
+                # Every peer listed was this node: no sync runs, the node opens at once.
+                self.registry.start_up_sync_done()
 
     def start_loop_watch(self) -> None:
         """Under gevent, in the serving thread: log and count every stall of the event loop longer

@@ -646,9 +646,16 @@ def test_own_url_is_the_same_host_and_port_not_the_host_alone():
 
 
 class FetchingTransport:
-    def __init__(self, documents):
+    def __init__(self, documents, deltas=None):
         self.documents = documents  # peer display url -> list of answers, one per attempt
+        self.deltas = deltas or {}  # peer display url -> its GET apps/delta (None: no delta)
         self.calls = 0
+
+    def fetch_delta(self, peer):
+        answer = self.deltas.get(peer.display_url)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def fetch_apps(self, peer):
         self.calls += 1
