@@ -73,7 +73,8 @@ system-deps:
 # helm v4 and the ServiceMonitor CRD (controller-gen), built from the Go module proxy into var/tools/
 # once (deploy/helm/tools.py); without Go the chart's tests skip (fail under CI).
 helm-tools: install
-	@if command -v go >/dev/null 2>&1; then $(BIN)/python deploy/helm/tools.py build >/dev/null; \
+	@if command -v go >/dev/null 2>&1; then $(BIN)/python deploy/helm/tools.py build >/dev/null \
+		|| echo "building helm or the ServiceMonitor CRD failed: tests/deploy/test_helm_chart.py will say why"; \
 	else echo "go not found: the Helm chart's tests will be skipped (install Go 1.24+)"; fi
 
 # deploy/kubernetes/eureka.yaml: the Helm chart rendered with its defaults (README "Kubernetes").
