@@ -55,24 +55,23 @@ def sync_from_peers(
        one peer's cancel not yet replicated to another must not bring the instance back, nor carry
        it from node to node through a rolling restart;
     3. what this node held before (a warm restart's snapshot) and a peer cancelled since goes too;
-    4. once a peer answered, the node serves reads (``Registry.start_up_sync_done``).
+    4. the node serves reads (``Registry.start_up_sync_done``): it has what every peer that answered
+       holds, and a peer that did not (down, partitioned, or starting too: a node of ours answers 503
+       until its own sync is done) has nothing to give now. A first node, or a whole cluster
+       restarting, does not wait on the retries below.
 
-    Rounds go on, every ``wait_ms``, while nothing was registered, at most ``retries`` more times; the
-    sync gives up at once when every peer answered 503 (each is starting too: a whole cluster
-    restarting must not wait on itself)."""
+    Rounds go on, every ``wait_ms``, while nothing was registered, at most ``retries`` more times
+    (Eureka's ``syncUp``: the count the node opens with is for self-preservation)."""
     stop = stop or threading.Event()
     count = dropped = skipped = 0
     for attempt in range(retries + 1):
         if attempt and stop.wait(wait_ms / 1000):
             break
         documents: list[tuple[Peer, Any]] = []
-        starting = 0
         for peer in peers:
             try:
                 documents.append((peer, transport.fetch_apps(peer)))
             except PeerUnreachable as exc:
-                if exc.status == 503:
-                    starting += 1
                 if not exc.over_limit:
                     logger.info("start-up sync: %s not reachable (%s)", peer.display_url, exc)
                     continue
@@ -110,12 +109,8 @@ def sync_from_peers(
         for (app, instance_id), (last_dirty, cancelled_at) in cancels.items():
             if registry.cancel_if_not_newer(app, instance_id, last_dirty, cancelled_at, clock()):
                 dropped += 1
-        if documents:
-            registry.start_up_sync_done()
+        registry.start_up_sync_done()
         if count:
-            break
-        if not documents and peers and starting == len(peers):
-            logger.info("start-up sync: every peer is starting too (503); giving up")
             break
     logger.info(
         "start-up sync: %d instances from %d peers; %d copies a peer had cancelled skipped, "
