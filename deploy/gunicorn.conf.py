@@ -54,6 +54,16 @@ def on_starting(server):
         )
 
 
+def pre_fork(server, worker):
+    # Connections are refused, not queued in the kernel's backlog, until the worker can answer them:
+    # a client then goes on to its next service URL at once (registry/runtime/listening.py). Before
+    # every fork: the first worker's, and a new one's after a worker died (its queued connections are
+    # reset). The worker listens again at the end of post_worker_init.
+    from registry.runtime.listening import stop_listening
+
+    stop_listening(server.LISTENERS)
+
+
 def post_worker_init(worker):
     # The node leaves its own URL out of EUREKA_PEER_URLS by host and port, so it needs to know where
     # it listens before it starts replicating (and syncing from its peers).
@@ -99,6 +109,11 @@ def post_worker_init(worker):
         set_pause(gevent_pause())
         # Stalls of the loop, logged with the code that held it (registry/runtime/loop_watch.py).
         node.start_loop_watch()
+
+    # Ready to answer: accept connections again (pre_fork took the sockets out of LISTEN).
+    from registry.runtime.listening import listen_again
+
+    listen_again(worker.sockets, worker.cfg.backlog)
 
 
 def worker_exit(server, worker):
