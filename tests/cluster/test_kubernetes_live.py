@@ -13,17 +13,19 @@ No Kubernetes runs here, so the test plays its parts with real processes:
   only ``EUREKA_PEER_DNS=<name>:<port>`` (no static peer URL) and ``EUREKA_DNS_NAMESERVERS`` naming the
   test's server, re-resolving every ``RESOLVE_S`` seconds. Each pod keeps its files (SQLite database,
   warm-restart snapshot, logs) in a directory of its own across restarts, as with a PersistentVolume;
-- the client Service and its endpoints controller (``ClientService``): a prober reads each pod's
-  ``/readyz`` every second and keeps the ones answering 200; a pod is taken out the moment its SIGTERM
-  is sent, as the endpoints controller does with a terminating pod (requests already on their way to
-  it may still fail);
-- the clients (``Fleet``): 500 instances (10 apps x 50) on a ``LEASE_S`` lease renewed every
-  ``RENEW_S`` seconds, from one asyncio loop with kept-alive httpx connections. Like kube-proxy (one
-  endpoint per connection) and a Eureka client (which keeps the server it talks to until a request to
-  it fails, and reconnects now and then), each instance keeps the ready pod it was given for a session
-  of ``SESSION_S`` seconds and moves to another ready pod at once when a request fails (transport error
-  or 5xx, as a client with several service URLs does) or its pod leaves the Service. A renew answered
-  404 registers again. Every answer is recorded: time, instance, pod, status.
+- the client Service and its endpoints controller: a prober reads each pod's ``/readyz`` every second
+  (timeout 1 s; unready after 3 failures in a row, Kubernetes' defaults) and keeps the ready ones; a
+  pod is taken out the moment its SIGTERM is sent, as the endpoints controller does with a terminating
+  pod (requests already on their way to it may still fail);
+- the clients: 500 instances (10 apps x 50) on a ``LEASE_S`` lease renewed every ``RENEW_S`` seconds,
+  from one asyncio loop with kept-alive connections. They and the endpoints run in a process of their
+  own (``Fleet``, tests/cluster/kube_fleet.py), so the test's own threads never delay them. Like
+  kube-proxy (one endpoint per connection) and a Eureka client (which keeps the server it talks to
+  until a request to it fails, and reconnects now and then), each instance keeps the ready pod it was
+  given for a session of ``SESSION_S`` seconds and moves to another ready pod at once when a request
+  fails (transport error or 5xx, as a client with several service URLs does) or its pod leaves the
+  Service. A renew answered 404 registers again. Every answer is recorded: time, instance, pod,
+  status.
 
 Observers: ``Sampler`` reads each running pod's served ``GET /eureka/apps`` (JSON) every second. A pod
 is complete from its first sample that lists every instance, and must list every one at every later
@@ -42,14 +44,14 @@ fail at once), and a pod learns only the instances whose clients happen to talk 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import random
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -92,15 +94,19 @@ LEASE_S = 15
 RENEW_S = 3.0
 SESSION_S = (20.0, 40.0)
 ATTEMPTS = 3
-CONNECTIONS_PER_POD = 12
+CONNECTIONS_PER_POD = 64
+REQUEST_TIMEOUT_S = 5.0
 
 # Every pod lists every live instance within this of each step (issue 35).
 COMPLETE_LIMIT_S = 30.0
 # Samples of each pod's served registry, and how long a step is watched once its pods are complete.
 SAMPLE_EVERY_S = 1.0
 WATCH_S = 8.0
-# Readiness probe of the client Service (Kubernetes' periodSeconds), and the peer-list poll.
+# Readiness probe of the client Service (Kubernetes' periodSeconds, timeoutSeconds and failureThreshold,
+# at their defaults), and the peer-list poll.
 PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 1.0
+PROBE_FAILURES = 3
 PEER_POLL_S = 0.25
 # A pod that stays gone: nothing may reach its address in this window once every peer list dropped it.
 QUIET_S = 5.0
@@ -112,6 +118,8 @@ TEST_LIMIT_S = 170.0
 WATCHDOG_GRACE_S = 10.0
 
 JSON = {"Accept": "application/json"}
+CANARY_APP = "KUBE-CANARY"
+CANARY_ID = "canary-never-renewed"
 
 
 # ------------------------------------------------------------------------------------------- time
@@ -400,53 +408,10 @@ def console_replicas(pod: Pod) -> set[str]:
     return set(re.findall(r'<a href="([^"]+)"', block.group(1)))
 
 
-# ---------------------------------------------------------------------------------------- Service
-
-
-class ClientService:
-    """The client Service's endpoints: the pods whose ``/readyz`` answered 200 at the last probe (every
-    ``PROBE_EVERY_S``), never one that is terminating."""
-
-    def __init__(self, pods: list[Pod]):
-        self.pods = pods
-        self._ready: tuple[str, ...] = ()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="endpoints", daemon=True)
-
-    def ready(self) -> tuple[str, ...]:
-        return self._ready
-
-    def remove(self, pod: Pod) -> None:
-        """The pod's SIGTERM is being sent: out of the endpoints at once."""
-        with self._lock:
-            pod.terminating = True
-            self._ready = tuple(host for host in self._ready if host != pod.host)
-
-    def _run(self) -> None:
-        with httpx.Client() as client:
-            while not self._stop.wait(PROBE_EVERY_S):
-                probed = {}
-                for pod in self.pods:
-                    if pod.running and not pod.terminating:
-                        answer = readyz(client, pod, timeout=1.0)
-                        probed[pod.host] = answer is not None and answer[0] == 200
-                with self._lock:
-                    self._ready = tuple(
-                        pod.host
-                        for pod in self.pods
-                        if probed.get(pod.host) and not pod.terminating and pod.running
-                    )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
 # ------------------------------------------------------------------------------------------ fleet
+
+
+FLEET_SCRIPT = Path(__file__).with_name("kube_fleet.py")
 
 
 @dataclass(frozen=True)
@@ -454,29 +419,21 @@ class Answer:
     at: float
     instance: str
     op: str
-    pod: str
-    status: int | None
+    pod: str  # the pod's address; '' when no pod was ready
+    status: int | None  # None: a transport error
     error: str = ""
-
-
-@dataclass
-class Member:
-    app: str
-    instance_id: str
-    body: bytes
-    registered: bool = False
-    pod: str | None = None
-    session_end: float = 0.0
+    took: float = 0.0
 
 
 class Fleet:
-    """500 instances heartbeating through the client Service from one asyncio loop in a thread."""
+    """The 500 instances and the client Service's endpoints, run by tests/cluster/kube_fleet.py in a
+    process of their own (see there); this is the test's side of it."""
 
-    def __init__(self, service: ClientService, port: int, apps: int = APPS, per_app: int = PER_APP):
-        self.service = service
-        self.port = port
-        self.members: list[Member] = []
+    def __init__(self, workdir: Path, port: int, apps: int = APPS, per_app: int = PER_APP):
+        self.workdir = workdir
+        self.answers_path = workdir / "answers.tsv"
         now = time.time_ns() // 1_000_000
+        members = []
         for k in range(apps * per_app):
             app = f"KUBE-APP-{k % apps}"
             instance_id = f"kube-{k % apps}-{k // apps:03d}"
@@ -488,117 +445,110 @@ class Fleet:
                 last_dirty=now,
                 ipAddr=f"10.{k // 250}.{k % 250}.7",
             )
-            body["instance"]["leaseInfo"] = {
-                "renewalIntervalInSecs": int(RENEW_S),
-                "durationInSecs": LEASE_S,
-            }
-            self.members.append(Member(app, instance_id, json.dumps(body).encode()))
-        self.answers: list[Answer] = []
-        self._rng = random.Random(35)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="fleet", daemon=True)
+            body["instance"]["leaseInfo"] = {"renewalIntervalInSecs": int(RENEW_S), "durationInSecs": LEASE_S}
+            members.append([app, instance_id, json.dumps(body)])
+        self.ids = frozenset(member[1] for member in members)
+        self.size = len(members)
+        self.config_path = workdir / "fleet.json"
+        self.config_path.write_text(
+            json.dumps(
+                {
+                    "port": port,
+                    "renew_s": RENEW_S,
+                    "session_s": list(SESSION_S),
+                    "attempts": ATTEMPTS,
+                    "probe_every_s": PROBE_EVERY_S,
+                    "probe_timeout_s": PROBE_TIMEOUT_S,
+                    "probe_failures": PROBE_FAILURES,
+                    "request_timeout_s": REQUEST_TIMEOUT_S,
+                    "connections_per_pod": CONNECTIONS_PER_POD,
+                    "members": members,
+                    "answers": str(self.answers_path),
+                }
+            )
+        )
+        self.status: dict = {}
+        self.process: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
 
-    @property
-    def ids(self) -> frozenset[str]:
-        return frozenset(member.instance_id for member in self.members)
+    def start(self, hosts: Iterable[str]) -> None:
+        with (self.workdir / "fleet.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(FLEET_SCRIPT), str(self.config_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self._reader = threading.Thread(target=self._read, name="fleet-status", daemon=True)
+        self._reader.start()
+        for host in hosts:
+            self.created(host)
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            with contextlib.suppress(ValueError):
+                self.status = json.loads(line)
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self.process is None or self.process.poll() is not None:
+                return
+            with contextlib.suppress(OSError):
+                assert self.process.stdin is not None
+                self.process.stdin.write(line + "\n")
+                self.process.stdin.flush()
+
+    def created(self, host: str) -> None:
+        """A pod (re)started at ``host``: probed from now on, in the Service once ready."""
+        self._send(f"created {host}")
+
+    def terminating(self, host: str) -> None:
+        """Its SIGTERM is about to be sent: out of the Service at once."""
+        self._send(f"terminating {host}")
 
     def registered(self) -> int:
-        return sum(1 for member in self.members if member.registered)
+        return int(self.status.get("registered", 0))
 
-    def start(self) -> None:
-        self._thread.start()
-        assert self._started.wait(10), "the fleet's loop did not start"
+    def ready(self) -> list[str]:
+        return list(self.status.get("ready", []))
+
+    def probe_failures(self) -> int:
+        return int(self.status.get("probe_failures", 0))
+
+    def answers(self) -> list[Answer]:
+        """Every answer so far (flushed by the fleet every half second)."""
+        try:
+            text = self.answers_path.read_text()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            parts = line.split("\t")
+            if len(parts) != 7:
+                continue  # a line being written
+            at, instance, op, pod, status, error, took = parts
+            out.append(
+                Answer(float(at), instance, op, pod, int(status) if status else None, error, float(took))
+            )
+        return out
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=15)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        limits = httpx.Limits(
-            max_connections=CONNECTIONS_PER_POD, max_keepalive_connections=CONNECTIONS_PER_POD
-        )
-        timeout = httpx.Timeout(5.0, pool=10.0)
-        clients = {
-            host: httpx.AsyncClient(
-                base_url=f"http://{host}:{self.port}/eureka/", limits=limits, timeout=timeout, headers=JSON
-            )
-            for host in HOSTS
-        }
-        self._started.set()
-        tasks = [
-            asyncio.create_task(self._member(k, member, clients)) for k, member in enumerate(self.members)
-        ]
+        if self.process is None:
+            return
+        self._send("stop")
         try:
-            await self._stop.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for client in clients.values():
-                await client.aclose()
-
-    async def _member(self, k: int, member: Member, clients: dict[str, httpx.AsyncClient]) -> None:
-        loop = asyncio.get_running_loop()
-        # Spread the fleet evenly over one renewal interval.
-        await asyncio.sleep(k * RENEW_S / len(self.members))
-        while True:
-            began = loop.time()
-            if member.registered:
-                status = await self._send(member, "renew", clients)
-                if status == 404:
-                    # Unknown at that pod: register again at once, as a Eureka client does.
-                    member.registered = False
-                    continue
-            else:
-                status = await self._send(member, "register", clients)
-                member.registered = status == 204
-            await asyncio.sleep(max(0.0, RENEW_S - (loop.time() - began)))
-
-    def _pick(self, member: Member, tried: set[str]) -> str | None:
-        ready = self.service.ready()
-        now = time.monotonic()
-        if member.pod in ready and member.pod not in tried and now < member.session_end:
-            return member.pod
-        choices = [host for host in ready if host not in tried]
-        if not choices:
-            return None
-        member.pod = self._rng.choice(choices)
-        member.session_end = now + self._rng.uniform(*SESSION_S)
-        return member.pod
-
-    async def _send(self, member: Member, op: str, clients: dict[str, httpx.AsyncClient]) -> int | None:
-        tried: set[str] = set()
-        status: int | None = None
-        for _ in range(ATTEMPTS):
-            host = self._pick(member, tried)
-            if host is None:
-                return status
-            client = clients[host]
-            error = ""
-            try:
-                if op == "register":
-                    response = await client.post(
-                        f"apps/{member.app}",
-                        content=member.body,
-                        headers={"Content-Type": "application/json"},
-                    )
-                else:
-                    response = await client.put(f"apps/{member.app}/{member.instance_id}")
-                status = response.status_code
-            except httpx.HTTPError as exc:
-                status, error = None, type(exc).__name__
-            self.answers.append(Answer(time.monotonic(), member.instance_id, op, host, status, error))
-            if status is not None and status < 500:
-                return status
-            # A failed request: the next ready pod, as a client with several service URLs does.
-            tried.add(host)
-            member.pod = None
-        return status
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
 
 
 # -------------------------------------------------------------------------------------- observers
@@ -613,6 +563,7 @@ class Sampler:
         self.expected = expected
         self.complete_at: dict[tuple[str, int], float] = {}
         self.violations: list[str] = []
+        self.first_missing: str | None = None
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -636,6 +587,8 @@ class Sampler:
                             what = "did not answer" if ids is None else f"lacked {len(missing)}"
                             example = "" if not missing else f" (e.g. {sorted(missing)[:3]})"
                             self.violations.append(f"{pod.name} {what}{example} at t={at:.1f}")
+                            if missing and self.first_missing is None:
+                                self.first_missing = min(missing)
                     elif ids is not None and not missing:
                         self.complete_at[key] = at
                 self._stop.wait(max(0.0, SAMPLE_EVERY_S - (time.monotonic() - began)))
@@ -740,12 +693,16 @@ class Listener:
 class Kube:
     """The StatefulSet, its DNS, the client Service, the fleet and the observers of one test."""
 
-    def __init__(self, root: Path, dns_server: HeadlessDns, replicas: int, peer_dns: str | None = None):
+    def __init__(
+        self, name: str, root: Path, dns_server: HeadlessDns, replicas: int, peer_dns: str | None = None
+    ):
         require_toolchain(
             "loopback addresses 127.0.0.2-127.0.0.6",
             loopback_aliases_work(),
             "these tests bind 127.0.0.2 ... 127.0.0.6 (Linux routes all of 127/8 to lo)",
         )
+        self.name = name
+        self.root = root
         self.dns = dns_server
         self.deadline = Deadline(TEST_LIMIT_S)
         self.port = common_port(HOSTS[:replicas])
@@ -755,7 +712,6 @@ class Kube:
             workdir = root / f"eureka-{ordinal}"
             workdir.mkdir(parents=True, exist_ok=True)
             self.pods.append(Pod(ordinal, host, self.port, workdir, pod_env(dns_server.port, peer_dns)))
-        self.service = ClientService(self.pods)
         self.peers = PeerWatch(self.pods)
         self.fleet: Fleet | None = None
         self.sampler: Sampler | None = None
@@ -793,6 +749,8 @@ class Kube:
         pod.terminating = False
         pod.context = running_server(pod.workdir, pod.env, host=pod.host, port=pod.port)
         pod.server = pod.context.__enter__()
+        if self.fleet is not None:
+            self.fleet.created(pod.host)
         return pod
 
     def wait_ready(self, ordinal: int, timeout: float = START_TIMEOUT_S) -> float:
@@ -821,7 +779,9 @@ class Kube:
         ``STOP_TIMEOUT_S``). Returns (when the SIGTERM was sent, seconds until the exit)."""
         pod = self.pods[ordinal]
         assert pod.server is not None and pod.context is not None
-        self.service.remove(pod)
+        pod.terminating = True
+        if self.fleet is not None:
+            self.fleet.terminating(pod.host)
         sent = time.monotonic()
         process = pod.server.process
         process.send_signal(signal.SIGTERM)
@@ -860,10 +820,10 @@ class Kube:
     # -- clients and observers
 
     def start_fleet(self) -> Fleet:
-        self.fleet = Fleet(self.service, self.port)
+        self.fleet = Fleet(self.root, self.port)
         self.sampler = Sampler(self.pods, self.fleet.ids)
         self.sampler.start()
-        self.fleet.start()
+        self.fleet.start(pod.host for pod in self.live())
         return self.fleet
 
     def wait_registered(self, timeout: float = 60.0) -> float:
@@ -871,9 +831,9 @@ class Kube:
         assert self.fleet is not None
         began = time.monotonic()
         wait_for(
-            lambda: self.fleet.registered() == len(self.fleet.members),
+            lambda: self.fleet.registered() == self.fleet.size,
             timeout,
-            lambda: f"the fleet registered ({self.fleet.registered()} of {len(self.fleet.members)})",
+            lambda: f"the fleet registered ({self.fleet.registered()} of {self.fleet.size})",
             self.deadline,
             interval=0.2,
         )
@@ -910,8 +870,30 @@ class Kube:
         if self.sampler is not None:
             assert not self.sampler.violations, (
                 f"{len(self.sampler.violations)} samples of a complete pod lacked instances: "
-                f"{self.sampler.violations[:10]}"
+                f"{self.sampler.violations[:10]}; {self.story(self.sampler.first_missing)}"
             )
+
+    def story(self, instance_id: str | None) -> str:
+        """What the fleet saw of one instance lately, and the pods' log lines naming it (for failures)."""
+        if instance_id is None or self.fleet is None:
+            return ""
+        began = self.deadline.started
+        answers = [
+            (round(a.at - began, 2), a.op, a.pod, a.status or a.error, round(a.took, 2))
+            for a in self.fleet.answers()
+            if a.instance == instance_id
+        ]
+        lines = [
+            f"{pod.name}: {line[:300]}"
+            for pod in self.pods
+            if pod.log_path.exists()
+            for line in pod.log_path.read_text(errors="replace").splitlines()
+            if instance_id in line
+        ]
+        return (
+            f"{instance_id}'s last answers (s since the test began): {answers[-12:]}; "
+            f"log lines: {lines[-10:]}"
+        )
 
     def wait_peers(
         self, observers: Iterable[Pod], expected: Callable[[Pod], set[str]], since: float, what: str
@@ -945,28 +927,63 @@ class Kube:
     def server_errors(self) -> list[Answer]:
         assert self.fleet is not None
         return [
-            answer
-            for answer in list(self.fleet.answers)
-            if answer.status is not None and answer.status >= 500
+            answer for answer in self.fleet.answers() if answer.status is not None and answer.status >= 500
+        ]
+
+    def register_canary(self) -> None:
+        """One instance on a 1 s lease that never renews, at the first pod: its eviction must show in the
+        logs, or the eviction check below would be looking at nothing."""
+        body = instance_body(app=CANARY_APP, host="canary.pods.test", instance_id=CANARY_ID)
+        body["instance"]["leaseInfo"] = {"renewalIntervalInSecs": 1, "durationInSecs": 1}
+        response = httpx.post(f"{self.pods[0].url}apps/{CANARY_APP}", json=body, headers=JSON, timeout=5)
+        assert response.status_code == 204, response.text
+
+    def canary_evicted(self) -> list[str]:
+        canary = f"{CANARY_APP}/{CANARY_ID}"
+        return [
+            pod.name
+            for pod in self.pods
+            if any(canary in e.get("instances", []) for e in pod.events("eviction"))
         ]
 
     def evictions(self) -> dict[str, int]:
-        return {pod.name: sum(int(e.get("evicted", 1)) for e in pod.events("eviction")) for pod in self.pods}
+        """Instances of the fleet each pod evicted (its log, every lifetime), the canary left out."""
+        canary = f"{CANARY_APP}/{CANARY_ID}"
+        return {
+            pod.name: sum(
+                int(e.get("evicted", 1)) - (canary in e.get("instances", [])) for e in pod.events("eviction")
+            )
+            for pod in self.pods
+        }
 
-    def summary(self, test: str) -> None:
-        answers = list(self.fleet.answers) if self.fleet is not None else []
+    def summary(self, passed: bool) -> None:
+        answers = self.fleet.answers() if self.fleet is not None else []
         self.report.setdefault("answers", len(answers))
-        self.report.setdefault("transport_errors", sum(1 for a in answers if a.status is None))
+        self.report.setdefault("transport_errors", sum(1 for a in answers if a.status is None and a.pod))
+        self.report.setdefault("no_ready_endpoint", sum(1 for a in answers if not a.pod))
         self.report.setdefault("5xx", sum(1 for a in answers if a.status is not None and a.status >= 500))
+        took = sorted(a.took for a in answers if a.pod)
+        if took:
+            self.report["answer_ms"] = {
+                "p50": round(1000 * took[len(took) // 2]),
+                "p99": round(1000 * took[min(len(took) - 1, int(len(took) * 0.99))]),
+                "max": round(1000 * took[-1]),
+            }
+        slowest: dict[str, float] = {}
+        for a in answers:
+            if a.pod:
+                slowest[a.pod] = max(slowest.get(a.pod, 0.0), round(a.took, 2))
+        self.report["slowest_answer_s_by_pod"] = slowest
+        if self.fleet is not None:
+            self.report["probe_failures"] = self.fleet.probe_failures()
         self.report["duration_s"] = round(time.monotonic() - self.deadline.started, 1)
         line = json.dumps(self.report, sort_keys=True)
-        logger.warning("K8S %s: %s", test, line)
+        logger.warning("K8S %s (%s): %s", self.name, "passed" if passed else "failed", line)
 
     # -- lifecycle
 
     def __enter__(self) -> Kube:
         self._watchdog.start()
-        self.service.start()
         self.peers.start()
         return self
 
@@ -974,7 +991,8 @@ class Kube:
         self._watchdog.cancel()
         if self.fleet is not None:
             self.fleet.stop()
-        for observer in (self.sampler, self.peers, self.service):
+        self.summary(exc_info[0] is None)
+        for observer in (self.sampler, self.peers):
             if observer is not None:
                 observer.stop()
         # Every pod at once (each would otherwise wait for its peers' connections in turn).
@@ -1003,7 +1021,7 @@ class Kube:
 def test_scaling_3_to_5_to_3_through_dns_loses_no_instance(tmp_path, headless_dns):
     """Scale 3 -> 5 -> 3 by changing the headless answer and starting and stopping pods, none restarted:
     every pod lists every live instance within 30 s of each step and at every sample after it."""
-    with Kube(tmp_path, headless_dns, replicas=5) as kube:
+    with Kube("scale 3->5->3", tmp_path, headless_dns, replicas=5) as kube:
         pods = kube.pods
         report = kube.report
 
@@ -1017,6 +1035,7 @@ def test_scaling_3_to_5_to_3_through_dns_loses_no_instance(tmp_path, headless_dn
 
         fleet_began = time.monotonic()
         kube.start_fleet()
+        kube.register_canary()
         report["registered_s"] = round(kube.wait_registered(), 2)
         report["step1_register_complete_s"] = kube.wait_complete(
             three, fleet_began, "500 registered at 3 pods"
@@ -1093,9 +1112,12 @@ def test_scaling_3_to_5_to_3_through_dns_loses_no_instance(tmp_path, headless_dn
         report["samples"] = kube.sampler.samples
         evictions = kube.evictions()
         report["evictions"] = evictions
-        kube.summary("scale 3->5->3")
+        report["canary_evicted_at"] = kube.canary_evicted()
         kube.assert_no_violation()
         assert not any(evictions.values()), f"live instances evicted: {evictions}"
+        assert report["canary_evicted_at"], (
+            "the canary's eviction is in no log: the eviction check sees nothing"
+        )
         # No pod was restarted; a 5xx could only come from a pod being stopped.
         stray = [a for a in errors if a.pod not in {p.host for p in pods[3:]}]
         assert not stray, f"5xx from pods not being stopped: {stray[:10]}"
@@ -1113,7 +1135,7 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
     start again on the same address, wait for ready, next pod. No client sees a 5xx but from the pod
     being stopped, nothing live is evicted anywhere, and each pod lists everything within 30 s of its
     restart."""
-    with Kube(tmp_path, headless_dns, replicas=3) as kube:
+    with Kube("rolling upgrade", tmp_path, headless_dns, replicas=3) as kube:
         pods = kube.pods
         report = kube.report
         began = kube.publish([0, 1, 2])
@@ -1124,6 +1146,7 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
         kube.wait_peers(pods, lambda p: kube.others(p, pods), began, "3 pods")
         fleet_began = time.monotonic()
         kube.start_fleet()
+        kube.register_canary()
         report["registered_s"] = round(kube.wait_registered(), 2)
         report["register_complete_s"] = kube.wait_complete(pods, fleet_began, "500 registered at 3 pods")
         kube.watch(3.0)
@@ -1154,23 +1177,28 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
 
         report["5xx_by_pod"] = _count_by_pod(errors)
         report["5xx_outside_stop"] = sum(1 for a in errors if not stopping(a))
-        report["transport_errors_by_pod"] = _count_by_pod(a for a in kube.fleet.answers if a.status is None)
+        report["transport_errors_by_pod"] = _count_by_pod(
+            a for a in kube.fleet.answers() if a.status is None and a.pod
+        )
         evictions = kube.evictions()
         report["evictions"] = evictions
+        report["canary_evicted_at"] = kube.canary_evicted()
         report["samples"] = kube.sampler.samples
-        kube.summary("rolling upgrade")
         kube.assert_no_violation()
         assert not any(evictions.values()), f"live instances evicted: {evictions}"
+        assert report["canary_evicted_at"], (
+            "the canary's eviction is in no log: the eviction check sees nothing"
+        )
         stray = [a for a in errors if not stopping(a)]
         assert not stray, f"5xx from pods not being stopped: {stray[:10]}"
-        assert kube.fleet.registered() == len(kube.fleet.members)
+        assert kube.fleet.registered() == kube.fleet.size
 
 
 def test_a_pod_that_stays_gone_is_dropped_from_every_peer_list_and_gets_nothing_after(tmp_path, headless_dns):
     """Scale 3 -> 2 for good: eureka-2's record goes and it stops. Every other pod drops it from its
     peers within one re-resolve interval (+ ``PEER_SLACK_S``), and then nothing connects to its address,
     while the fleet keeps writing at the others."""
-    with Kube(tmp_path, headless_dns, replicas=3) as kube:
+    with Kube("pod gone for good", tmp_path, headless_dns, replicas=3) as kube:
         pods = kube.pods
         report = kube.report
         began = kube.publish([0, 1, 2])
@@ -1215,7 +1243,6 @@ def test_a_pod_that_stays_gone_is_dropped_from_every_peer_list_and_gets_nothing_
             name: received_after[name] - received_before[name] for name in received_after
         }
         report["churned_writes"] = extra.writes
-        kube.summary("pod gone for good")
         assert not listener.connections, (
             f"connections to {gone.name}'s address after it was dropped: {listener.connections[:5]}"
         )
@@ -1257,7 +1284,7 @@ class NodeWriter:
 def test_srv_records_let_two_pods_find_each_other_and_replicate(tmp_path, headless_dns):
     """``EUREKA_PEER_DNS=_eureka._tcp.<headless name>``: the SRV answer names each pod's host name and
     port, the host names resolve through the same server, and the two pods replicate to each other."""
-    with Kube(tmp_path, headless_dns, replicas=2, peer_dns=SRV_NAME) as kube:
+    with Kube("SRV", tmp_path, headless_dns, replicas=2, peer_dns=SRV_NAME) as kube:
         pods = kube.pods
         targets = [f"eureka-{pod.ordinal}.{HEADLESS}" for pod in pods]
         for pod, target in zip(pods, targets, strict=True):
@@ -1302,7 +1329,6 @@ def test_srv_records_let_two_pods_find_each_other_and_replicate(tmp_path, headle
             for pod in pods
         }
         kube.report["sent"] = sent
-        kube.summary("SRV")
         for pod in pods:
             (other,) = [p for p in pods if p is not pod]
             assert sent[pod.name][other.url] >= 1, sent
