@@ -16,8 +16,10 @@ CONFIG: ``port``, ``lease_s`` (unused here, in the bodies), ``renew_s``, ``sessi
 The endpoints: a pod named on stdin (``created HOST``) is probed (``GET /readyz``) every
 ``probe_every_s`` with a timeout of ``probe_timeout_s``; it is ready from its first 200 and unready after
 ``probe_failures`` failures in a row, as Kubernetes' readiness probe with its defaults. ``terminating
-HOST`` takes it out at once (its SIGTERM is about to be sent); ``created HOST`` again when it is started
-anew. ``stop`` ends the process.
+HOST`` takes it out at once (its SIGTERM is about to be sent): no new connection goes to it, but a
+member whose kept-alive connection was routed there keeps using it until it fails (kube-proxy's
+conntrack keeps established connections); ``created HOST`` again when it is started anew. ``stop``
+ends the process.
 
 The members: each keeps the ready pod it was given for a session of ``session_s`` seconds (kube-proxy
 balances connections, not requests, and a Eureka client keeps its server until a request fails) and
@@ -68,10 +70,13 @@ class Pool:
             writer.close()
         self.idle.clear()
 
-    async def request(self, method: str, path: str, body: bytes = b"") -> int:
+    async def request(self, method: str, path: str, body: bytes = b"", reuse_only: bool = False) -> int:
+        """One request on an idle kept-alive connection, or on a new one unless ``reuse_only``."""
         async with self.slots:
             if self.idle:
                 reader, writer = self.idle.pop()
+            elif reuse_only:
+                raise Closed("no kept-alive connection left, and no new one routed to a terminating pod")
             else:
                 reader, writer = await asyncio.open_connection(self.host, self.port)
             try:
@@ -133,6 +138,7 @@ class Fleet:
         # Per pod: ready, failures in a row; and the pods that are terminating.
         self.probed: dict[str, tuple[bool, int]] = {}
         self.ready: tuple[str, ...] = ()
+        self.terminating: set[str] = set()
         self.probe_failures = 0
         self.rng = random.Random(35)
         self.out = open(config["answers"], "a", buffering=1 << 16)  # noqa: SIM115 (closed in run)
@@ -188,11 +194,12 @@ class Fleet:
             command, host = words[0], words[1]
             if command == "terminating":
                 self.probed.pop(host, None)
+                self.terminating.add(host)
                 self._update_ready()
-                # Its idle connections go with it (the pod closes them at its SIGTERM anyway).
-                self.pool(host).drop()
             elif command == "created":
                 self.probed[host] = (False, 0)
+                self.terminating.discard(host)
+                self.pool(host).drop()
                 self._update_ready()
 
     async def status(self) -> None:
@@ -212,8 +219,14 @@ class Fleet:
 
     def _pick(self, member: Member, tried: set[str]) -> str | None:
         now = time.monotonic()
-        if member.pod in self.ready and member.pod not in tried and now < member.session_end:
-            return member.pod
+        if member.pod is not None and member.pod not in tried and now < member.session_end:
+            if member.pod in self.ready:
+                return member.pod
+            # Out of the endpoints because it is terminating: a connection kube-proxy routed to it before
+            # stays routed (conntrack), so a client keeps sending on its kept-alive connection until that
+            # fails; new connections go elsewhere.
+            if member.pod in self.terminating and self.pool(member.pod).idle:
+                return member.pod
         choices = [host for host in self.ready if host not in tried]
         if not choices:
             return None
@@ -233,12 +246,12 @@ class Fleet:
             sent = time.monotonic()
             error = ""
             try:
+                pool, reuse_only = self.pool(host), host in self.terminating
                 if op == "register":
-                    request = self.pool(host).request("POST", f"/eureka/apps/{member.app}", member.body)
+                    request = pool.request("POST", f"/eureka/apps/{member.app}", member.body, reuse_only)
                 else:
-                    request = self.pool(host).request(
-                        "PUT", f"/eureka/apps/{member.app}/{member.instance_id}"
-                    )
+                    path = f"/eureka/apps/{member.app}/{member.instance_id}"
+                    request = pool.request("PUT", path, b"", reuse_only)
                 status = await asyncio.wait_for(request, self.config["request_timeout_s"])
             except (TimeoutError, OSError, Closed, ValueError, IndexError) as exc:
                 status, error = None, type(exc).__name__

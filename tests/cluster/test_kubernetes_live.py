@@ -501,6 +501,11 @@ class Fleet:
                 self.process.stdin.write(line + "\n")
                 self.process.stdin.flush()
 
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / "fleet.log").read_text(errors="replace")[-2000:]
+        return ""
+
     def created(self, host: str) -> None:
         """A pod (re)started at ``host``: probed from now on, in the Service once ready."""
         self._send(f"created {host}")
@@ -833,7 +838,10 @@ class Kube:
         wait_for(
             lambda: self.fleet.registered() == self.fleet.size,
             timeout,
-            lambda: f"the fleet registered ({self.fleet.registered()} of {self.fleet.size})",
+            lambda: (
+                f"the fleet registered ({self.fleet.registered()} of {self.fleet.size}); "
+                f"its log: {self.fleet.log_tail()}"
+            ),
             self.deadline,
             interval=0.2,
         )
@@ -1177,9 +1185,9 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
 
         report["5xx_by_pod"] = _count_by_pod(errors)
         report["5xx_outside_stop"] = sum(1 for a in errors if not stopping(a))
-        report["transport_errors_by_pod"] = _count_by_pod(
-            a for a in kube.fleet.answers() if a.status is None and a.pod
-        )
+        failed = [a for a in kube.fleet.answers() if a.status is None and a.pod]
+        report["transport_errors_by_pod"] = _count_by_pod(failed)
+        report["transport_errors_outside_stop"] = sum(1 for a in failed if not stopping(a))
         evictions = kube.evictions()
         report["evictions"] = evictions
         report["canary_evicted_at"] = kube.canary_evicted()
@@ -1191,6 +1199,9 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
         )
         stray = [a for a in errors if not stopping(a)]
         assert not stray, f"5xx from pods not being stopped: {stray[:10]}"
+        # Nor did a pod that was not being stopped fail a request any other way.
+        stray = [a for a in failed if not stopping(a)]
+        assert not stray, f"requests failed at pods not being stopped: {stray[:10]}"
         assert kube.fleet.registered() == kube.fleet.size
 
 
