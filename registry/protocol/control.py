@@ -198,4 +198,8 @@ class ReadyView(NodeView):
             if node.change_publisher is not None
             else None,
         }
-        return _json(body, 200 if open_for_reads else 503)
+        response = _json(body, 200 if open_for_reads else 503)
+        # Not ready is a state a probe asks about every few seconds (every start-up with peers goes
+        # through it), not an error to log per request.
+        response._has_been_logged = True
+        return response

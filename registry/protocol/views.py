@@ -136,6 +136,9 @@ def _starting() -> HttpResponse | None:
         return None
     response = empty(503)
     response["Retry-After"] = str(STARTING_RETRY_AFTER_S)
+    # Expected while the node starts, and said by /readyz and the sync's own log lines: not an ERROR
+    # line per read from Django's handler (a fleet polls every few seconds).
+    response._has_been_logged = True
     return response
 
 
