@@ -181,6 +181,11 @@ class PeerDiscovery:
             extra={"event": "peer_dns_failed", "dns_name": entry.name, "error": reason},
         )
 
+    @property
+    def answered(self) -> bool:
+        """Some name has given a good answer (one listing only this node too: a first node)."""
+        return bool(self._last_good)
+
     def status(self) -> dict[str, object]:
         """For /readyz: each name, its last good answer and whether its latest lookup failed."""
         return {

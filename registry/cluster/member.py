@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SELF_HEARTBEAT_MS = 30_000
+# A node whose peer names gave no DNS answer at start asks again this often, this many times, before
+# its start-up sync (reads wait meanwhile): a DNS hiccup must not open a node with an empty registry.
+DNS_WAIT_AT_START_MS = 1_000
+DNS_WAIT_AT_START_TRIES = 15
 
 
 class ClusterMember:
@@ -223,6 +227,19 @@ class ClusterMember:
     def _sync(self) -> None:
         retries = self.config.cluster.sync_retries
         wait_ms = self.config.cluster.sync_retry_wait_ms
+        if self.discovery is not None and not self.discovery.answered:
+            # No name answered at start (DNS down, or the pod's record not published yet): syncing from
+            # nobody would open the node with an empty registry. Ask again for a while first.
+            for _ in range(DNS_WAIT_AT_START_TRIES):
+                if self._stop.wait(DNS_WAIT_AT_START_MS / 1000):
+                    return
+                self.update_peers(self.discovery.lookup())
+                if self.discovery.answered:
+                    break
+            else:
+                logger.warning(
+                    "start-up sync: no DNS answer for the peers; syncing from the static ones only"
+                )
         try:
             count = sync_from_peers(
                 self.registry,

@@ -262,8 +262,9 @@ class Node:
             # worker serves: this runs in post_worker_init.
             self.registry.await_start_up_sync()
             self.cluster.start(listening)
-            if not self.cluster.peers:
-                # Every peer listed was this node: no sync runs, the node opens at once.
+            if not self.cluster.peers and self.cluster.discovery is None:
+                # Every peer listed was this node: no sync runs, the node opens at once. (With peers
+                # from DNS the sync runs: it first waits for a DNS answer if there was none.)
                 self.registry.start_up_sync_done()
 
     def start_loop_watch(self) -> None:

@@ -279,3 +279,51 @@ def test_eurekas_txt_layout_gives_the_servers_of_every_zone_of_the_region(dns):
     assert len(discovery.lookup()) == 2
     dns.fail("txt.us-east-1.eureka.example")
     assert len(discovery.lookup()) == 2
+
+
+class PeerRegistries:
+    """A transport whose peers each hold one instance (the start-up sync's reads)."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def fetch_apps(self, peer):
+        self.asked.append(peer.display_url)
+        body = instance_body(app="SYNCED", instance_id=peer.address[0])["instance"]
+        return {"applications": {"application": [{"name": "SYNCED", "instance": [body]}]}}
+
+    def fetch_delta(self, peer):
+        return None
+
+
+def test_a_node_whose_dns_gives_no_answer_at_start_waits_for_one_before_it_syncs_and_serves(
+    member, monkeypatch
+):
+    from registry.cluster import member as member_module
+    from registry.cluster.discovery import LookupFailed
+
+    member, answers, clock = member
+    monkeypatch.setattr(member_module, "DNS_WAIT_AT_START_MS", 10)
+    member.transport = PeerRegistries()
+    member.replicator.transport = member.transport
+    member.registry.await_start_up_sync()
+    tries = []
+
+    def flaky(entry):
+        tries.append(entry)
+        if len(tries) < 3:
+            raise LookupFailed("timed out")
+        return [entry.peer_at("127.0.0.3")]
+
+    answers.peers = flaky
+    member.update_peers(member.discovery.lookup())  # as start() does: no answer
+    assert not member.discovery.answered and not member.registry.allows_reads(clock())
+    member._sync()
+    assert len(tries) == 3
+    # It synced from the peer DNS gave it (and the static one), and serves.
+    assert sorted(member.transport.asked) == [
+        "http://127.0.0.3:8761/eureka/",
+        "http://static-peer:8761/eureka/",
+    ]
+    assert member.registry.lease("SYNCED", "127.0.0.3") is not None
+    assert member.registry.allows_reads(clock())
