@@ -84,22 +84,26 @@ class DnsServer:
 
     def set(self, name: str, qtype: str, values: list) -> None:
         with self.answers.lock:
-            self.answers.failing.discard(name.lower())
-            self.answers.records.setdefault(name.lower(), {})[qtype] = list(values)
+            self.answers.failing.discard(_key(name))
+            self.answers.records.setdefault(_key(name), {})[qtype] = list(values)
 
     def fail(self, name: str) -> None:
         with self.answers.lock:
-            self.answers.failing.add(name.lower())
+            self.answers.failing.add(_key(name))
 
     def asked(self, name: str, qtype: str) -> int:
         with self.answers.lock:
-            return self.answers.questions[(name.lower(), qtype)]
+            return self.answers.questions[(_key(name), qtype)]
 
     def __enter__(self) -> DnsServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _key(name: str) -> str:
+    return name.rstrip(".").lower()
 
 
 class _Quiet:

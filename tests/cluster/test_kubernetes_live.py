@@ -4,7 +4,7 @@ Service, and no instance is lost.
 
 No Kubernetes runs here, so the test plays its parts with real processes:
 
-- the headless Service's DNS: a dnslib server on 127.0.0.1 (UDP and TCP; ``headless_dns``) answering A
+- the headless Service's DNS: tests/cluster/dns_server.py on 127.0.0.1 (UDP and TCP; ``headless_dns``) answering A
   records for ``eureka-headless.ns.svc.cluster.local`` (and SRV for ``_eureka._tcp.`` that name), TTL
   1 s. The test changes the answer as the StatefulSet controller's pods come and go: a pod's record
   appears when the pod is created, before it is ready (``publishNotReadyAddresses``), and goes when
@@ -64,9 +64,8 @@ import dns.rdatatype
 import httpx
 import psutil
 import pytest
-from dnslib import QTYPE, RCODE, RR, SRV, A
-from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
+from tests.cluster.dns_server import DnsServer
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, free_port, require_toolchain, running_server
 
@@ -78,7 +77,6 @@ HEADLESS = "eureka-headless.ns.svc.cluster.local"
 SRV_NAME = f"_eureka._tcp.{HEADLESS}"
 # The StatefulSet's pods eureka-0 ... eureka-4, one loopback address each (Linux routes all of 127/8 to lo).
 HOSTS = tuple(f"127.0.0.{k}" for k in range(2, 7))
-DNS_TTL_S = 1
 
 # Re-resolve period of the pods' peer DNS. A change of the answer shows in every pod's peer list within
 # one period, plus this much for a busy two-core machine (the resolve itself, the quarter-second poll of
@@ -165,89 +163,14 @@ def wait_for(
 # -------------------------------------------------------------------------------------------- DNS
 
 
-def fqdn(name: str) -> str:
-    return name.lower().rstrip(".") + "."
-
-
-class HeadlessDns(BaseResolver):
-    """The cluster DNS for the test's names, on 127.0.0.1:``port`` over UDP and TCP.
-
-    ``set_a`` and ``set_srv`` replace a name's answer (under a lock: the servers answer from their own
-    threads). A known name with no record of the asked type gets an empty answer, an unknown one
-    NXDOMAIN. Every query is remembered (time, name, type, transport).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._a: dict[str, tuple[str, ...]] = {}
-        self._srv: dict[str, tuple[tuple[int, str], ...]] = {}
-        self.queries: list[tuple[float, str, str, str]] = []
-        self.port = 0
-        self._servers: list[DNSServer] = []
-
-    def set_a(self, name: str, addresses: Iterable[str]) -> None:
-        with self._lock:
-            self._a[fqdn(name)] = tuple(addresses)
-
-    def set_srv(self, name: str, records: Iterable[tuple[int, str]]) -> None:
-        """``records``: (port, target) pairs, answered with priority 0 and weight 10."""
-        with self._lock:
-            self._srv[fqdn(name)] = tuple((port, fqdn(target)) for port, target in records)
-
-    def resolve(self, request, handler):
-        question = request.q
-        name = str(question.qname).lower()
-        qtype = QTYPE.get(question.qtype, str(question.qtype))
-        reply = request.reply()
-        with self._lock:
-            self.queries.append((time.monotonic(), name, qtype, getattr(handler, "protocol", "?")))
-            known = name in self._a or name in self._srv
-            if qtype == "A":
-                for address in self._a.get(name, ()):
-                    reply.add_answer(RR(name, QTYPE.A, rdata=A(address), ttl=DNS_TTL_S))
-            elif qtype == "SRV":
-                for port, target in self._srv.get(name, ()):
-                    reply.add_answer(RR(name, QTYPE.SRV, rdata=SRV(0, 10, port, target), ttl=DNS_TTL_S))
-        if not known:
-            reply.header.rcode = RCODE.NXDOMAIN
-        return reply
-
-    def queried(self, name: str, qtype: str) -> int:
-        with self._lock:
-            return sum(1 for _, n, t, _ in self.queries if n == fqdn(name) and t == qtype)
-
-    def start(self) -> None:
-        quiet = DNSLogger(logf=lambda _line: None)
-        for _ in range(20):
-            port = free_port()
-            try:
-                servers = [
-                    DNSServer(self, address="127.0.0.1", port=port, tcp=tcp, logger=quiet)
-                    for tcp in (False, True)
-                ]
-            except OSError:
-                continue
-            self.port, self._servers = port, servers
-            for server in servers:
-                server.start_thread()
-            return
-        raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
-
-    def stop(self) -> None:
-        for server in self._servers:
-            server.stop()
-            server.server.server_close()
-        self._servers = []
-
-
 @pytest.fixture
-def headless_dns() -> Iterator[HeadlessDns]:
-    """The test's DNS server, checked over both transports before the test uses it."""
-    server = HeadlessDns()
+def headless_dns() -> Iterator[DnsServer]:
+    """The test's DNS server (tests/cluster/dns_server.py), checked over both transports first."""
+    server = DnsServer()
     server.start()
     try:
         probe = "probe.ns.svc.cluster.local"
-        server.set_a(probe, ["127.0.0.9"])
+        server.set(probe, "A", ["127.0.0.9"])
         query = dns.message.make_query(probe, dns.rdatatype.A)
         for ask in (dns.query.udp, dns.query.tcp):
             answer = ask(query, "127.0.0.1", port=server.port, timeout=2)
@@ -699,7 +622,7 @@ class Kube:
     """The StatefulSet, its DNS, the client Service, the fleet and the observers of one test."""
 
     def __init__(
-        self, name: str, root: Path, dns_server: HeadlessDns, replicas: int, peer_dns: str | None = None
+        self, name: str, root: Path, dns_server: DnsServer, replicas: int, peer_dns: str | None = None
     ):
         require_toolchain(
             "loopback addresses 127.0.0.2-127.0.0.6",
@@ -739,7 +662,7 @@ class Kube:
                 self.unpublished.pop(host, None)
         for host in before - set(hosts):
             self.unpublished[host] = now
-        self.dns.set_a(HEADLESS, hosts)
+        self.dns.set(HEADLESS, "A", hosts)
         return now
 
     # -- pods
@@ -1299,9 +1222,9 @@ def test_srv_records_let_two_pods_find_each_other_and_replicate(tmp_path, headle
         pods = kube.pods
         targets = [f"eureka-{pod.ordinal}.{HEADLESS}" for pod in pods]
         for pod, target in zip(pods, targets, strict=True):
-            headless_dns.set_a(target, [pod.host])
-        headless_dns.set_srv(
-            SRV_NAME, [(pod.port, target) for pod, target in zip(pods, targets, strict=True)]
+            headless_dns.set(target, "A", [pod.host])
+        headless_dns.set(
+            SRV_NAME, "SRV", [(0, 10, pod.port, target) for pod, target in zip(pods, targets, strict=True)]
         )
         began = time.monotonic()
         for pod in pods:
@@ -1311,8 +1234,8 @@ def test_srv_records_let_two_pods_find_each_other_and_replicate(tmp_path, headle
         kube.report["peers_after_first_launch_s"] = kube.wait_peers(
             pods, lambda p: kube.others(p, pods), began, "SRV peers"
         )
-        assert headless_dns.queried(SRV_NAME, "SRV") >= 2
-        assert all(headless_dns.queried(target, "A") >= 1 for target in targets)
+        assert headless_dns.asked(SRV_NAME, "SRV") >= 2
+        assert all(headless_dns.asked(target, "A") >= 1 for target in targets)
 
         travel = {}
         with httpx.Client(headers=JSON, timeout=5) as client:
