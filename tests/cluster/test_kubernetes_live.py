@@ -4,11 +4,11 @@ Service, and no instance is lost.
 
 No Kubernetes runs here, so the test plays its parts with real processes:
 
-- the headless Service's DNS: tests/cluster/dns_server.py on 127.0.0.1 (UDP and TCP; ``headless_dns``) answering A
-  records for ``eureka-headless.ns.svc.cluster.local`` (and SRV for ``_eureka._tcp.`` that name), TTL
-  1 s. The test changes the answer as the StatefulSet controller's pods come and go: a pod's record
-  appears when the pod is created, before it is ready (``publishNotReadyAddresses``), and goes when
-  the pod is deleted;
+- the headless Service's DNS: tests/cluster/dns_server.py on 127.0.0.1 (UDP and TCP;
+  ``headless_dns``) answering A records for ``eureka-headless.ns.svc.cluster.local`` (and SRV for
+  ``_eureka._tcp.`` that name), TTL 1 s. The test changes the answer as the StatefulSet
+  controller's pods come and go: a pod's record appears when the pod is created, before it is ready
+  (``publishNotReadyAddresses``), and goes when the pod is deleted;
 - the pods: gunicorn nodes in embedded mode on 127.0.0.2 ... 127.0.0.6, all on one port, each given
   only ``EUREKA_PEER_DNS=<name>:<port>`` (no static peer URL) and ``EUREKA_DNS_NAMESERVERS`` naming the
   test's server, re-resolving every ``RESOLVE_S`` seconds. Each pod keeps its files (SQLite database,
