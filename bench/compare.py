@@ -1,27 +1,41 @@
 """Side by side: one node of this registry and a stock Spring Cloud Eureka Server (SCE), same machine.
 
 Run through ``bench/compare.sh``, which builds the load generator and the SCE jar first and passes the
-jar here (``--sce-jar``), or why SCE is skipped (``--sce-skipped``). For each round, SCE and then our
-node are started fresh and put through the same phases, one server at a time, so that machine noise
-(this is a shared two-core machine) falls on both sides alike:
+jar here (``--sce-jar``), or why SCE is skipped (``--sce-skipped``).
+
+A production SCE runs for weeks with its JIT warm, so one round against a JVM started seconds before
+says little. Each server is started **once** and kept for the whole run:
 
   cold start   spawn -> first 200 on GET /eureka/apps (no Accept header: see wait_first_200)
   RSS idle     a few seconds after that first 200
-  register     --n instances over --apps apps, once each, -c connections (16); then RSS
+  round 1      "cold": the phases below, right after start (a JVM still interpreting and compiling)
+  warm-up      --warm-up seconds (60) of the same mixed load, recorded nowhere: renew, full, delta
+  rounds 2..   "warm": the phases again, --rounds - 1 times
+
+and in each round, servers taking turns (SCE, then ours) so that machine noise falls on both alike:
+
+  register     --n instances over --apps apps, once each (again in later rounds: a re-registration
+               is a change, so the delta below is full again), -c connections (16); then RSS
+  delta        GET apps/delta (gzip JSON), closed loop, right after: it lists every instance
   renew        closed loop (as fast as possible), -c connections
-  renew@RATE   paced at --rate requests/s in total: achieved rate and latency from scheduled start
+  renew@RATE   paced at each --rates rate in total (3000 and 6000): achieved rate and latency from
+               scheduled start
   full         GET apps/ (gzip JSON), closed loop
-  delta        GET apps/delta (gzip JSON), closed loop; then RSS at the end
+  empty delta  GET apps/delta once the delta queue has drained (both servers are given a delta
+               retention of --delta-retention seconds, 60, on their command lines, instead of 3 min,
+               and the same response-cache auto-expiration: SCE serves its last built delta until
+               that expires): the steady state of a fleet whose clients poll the delta every 30 s
 
 The load comes from bench/bin/loadgen, which also reports the server's CPU (``-server-pid``: every
-process of the server's tree). The table shows every round's value and the ratio of the medians.
+process of the server's tree). The table has the cold round and the warm rounds apart, every round's
+value, and the ratios of the medians (ours/SCE), cold and warm.
 
 SCE runs with ``java -Xmx1g -jar`` (``--sce-heap``) and Spring Cloud's documented standalone settings,
 on the command line: its own address and port, ``register-with-eureka=false``, ``fetch-registry=false``,
 and its own URL as ``defaultZone`` with ``eureka.instance.hostname=127.0.0.1``. That last pair is what
 makes it standalone: left at the default (``http://localhost:8761/eureka/``), SCE would take that URL
-for a peer and replicate every write to whatever listens there. Nothing else is set, neither for nor
-against.
+for a peer and replicate every write to whatever listens there. The delta retention is the only other
+setting (with the response cache's auto-expiration), given to both servers alike.
 
 Our node runs as ``bench/run.py phases`` starts it (bench/nodes.py): gunicorn with
 deploy/gunicorn.conf.py (the conf's gevent worker, embedded mode), with this process's environment.
@@ -91,15 +105,29 @@ class Contender:
         return getattr(self.server, name)
 
 
-def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g") -> Server:
-    return spring_eureka(jar, workdir, heap, java)
+def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g", retention_s: float = 60) -> Server:
+    server = spring_eureka(jar, workdir, heap, java)
+    # The delta queue's retention and its pruning period (Eureka's defaults: 3 min and 30 s), and how
+    # long a built payload is kept (180 s): pruning the queue does not invalidate the cached delta, so
+    # SCE serves the last non-empty one until it expires.
+    server.command += [
+        f"--eureka.server.retention-time-in-m-s-in-delta-queue={int(retention_s * 1000)}",
+        "--eureka.server.delta-retention-timer-interval-in-ms=1000",
+        f"--eureka.server.response-cache-auto-expiration-in-seconds={int(retention_s)}",
+    ]
+    return server
 
 
-def our_server(workdir: Path) -> Node:
+def our_server(workdir: Path, retention_s: float = 60) -> Node:
     """A node as bench/run.py phases starts it (deploy/gunicorn.conf.py, embedded mode), with this
     process's environment; DATABASE_URL from it wins over the node's own migrated database."""
     port = free_port()
-    env = {"LOG_LEVEL": os.environ.get("LOG_LEVEL", "INFO")}
+    env = {
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "INFO"),
+        "EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS": str(int(retention_s * 1000)),
+        "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "1000",
+        "EUREKA_RESPONSE_CACHE_AUTO_EXPIRATION_SECONDS": str(int(retention_s)),
+    }
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     return Node(workdir / f"ours-data-{port}", env, port=port, log=workdir / "ours.log")
@@ -156,6 +184,36 @@ def wait_served(server: Contender, client: httpx.Client, n: int) -> float:
     raise PhaseError(f"{server.side}: GET apps/ listed {seen} of {n} instances after {SERVED_TIMEOUT_S:.0f}s")
 
 
+def served_delta_instances(server: Contender, client: httpx.Client) -> int:
+    response = client.get(
+        f"{server.url}apps/delta", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
+    )
+    response.raise_for_status()
+    apps = orjson.loads(response.content)["applications"].get("application") or []
+    if isinstance(apps, dict):
+        apps = [apps]
+    return sum(len(a.get("instance") or []) if isinstance(a.get("instance"), list) else 1 for a in apps)
+
+
+def wait_delta(server: Contender, client: httpx.Client, expected: int, timeout_s: float) -> float:
+    """Wait until GET apps/delta lists ``expected`` instances (every one just registered, or none once
+    the queue drained: the served copy follows as the read-only cache refreshes, every 30 s in SCE);
+    seconds waited."""
+    started = time.monotonic()
+    seen = -1
+    while time.monotonic() - started < timeout_s:
+        try:
+            seen = served_delta_instances(server, client)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+            seen = -1
+        if seen == expected:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise PhaseError(
+        f"{server.side}: GET apps/delta listed {seen} instances, not {expected}, after {timeout_s:.0f}s"
+    )
+
+
 # ------------------------------------------------------------------------------------------ load
 
 
@@ -180,6 +238,7 @@ def loadgen(
     raw: Path,
     *extra: str,
     warmup: float | None = None,
+    duration: float | None = None,
 ) -> tuple[dict[str, float], float]:
     """One loadgen phase: its ``phase metric value`` lines as {metric: value}, and the cores that
     processes other than the server and the load generator kept busy meanwhile (the noise)."""
@@ -196,7 +255,7 @@ def loadgen(
         "-c",
         str(args.c),
         "-duration",
-        str(args.duration),
+        str(args.duration if duration is None else duration),
         "-warmup",
         str(args.warmup if warmup is None else warmup),
         "-server-pid",
@@ -204,7 +263,7 @@ def loadgen(
         *extra,
     ]
     # Registration is one request per instance; allow a slow server 20/s plus start-up slack.
-    bound = 120 + args.n / 20 if mode == "register" else args.warmup + args.duration + 60
+    bound = 120 + args.n / 20 if mode == "register" else args.warmup + (duration or args.duration) + 60
     cpu_before, wall_before = psutil.cpu_times(), time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=bound)
@@ -229,45 +288,73 @@ def loadgen(
 
 # ------------------------------------------------------------------------------------------ one round
 
+KINDS = ("cold", "warm")
+
 
 @dataclass
 class Results:
-    values: dict[str, dict[str, list[float]]] = field(default_factory=lambda: {side: {} for side in SIDES})
+    # side -> kind (cold: round 1, warm: rounds 2..) -> metric -> one value per round
+    values: dict[str, dict[str, dict[str, list[float]]]] = field(
+        default_factory=lambda: {side: {kind: {} for kind in KINDS} for side in SIDES}
+    )
 
-    def add(self, side: str, key: str, value: float) -> None:
-        self.values[side].setdefault(key, []).append(value)
+    def add(self, side: str, kind: str, key: str, value: float) -> None:
+        self.values[side][kind].setdefault(key, []).append(value)
+
+    def last(self, side: str, kind: str, key: str) -> float:
+        return self.values[side][kind][key][-1]
 
 
-def run_round(server: Contender, args: argparse.Namespace, results: Results, raw: Path) -> None:
+def start_server(server: Contender, results: Results) -> None:
+    """Spawn it, time its first 200, and take its idle memory (recorded with the cold round)."""
+    with httpx.Client(timeout=2.0) as client:
+        results.add(server.side, "cold", "cold_start_s", wait_first_200(server, client))
+    worker = re.search(r"Using worker: (\S+)", server.log_tail(200))
+    print(
+        f"   {SIDE_NAMES[server.side]} up on port {server.port}, pids {server.pids()}"
+        f"{' (' + worker.group(1) + ')' if worker else ''}",
+        flush=True,
+    )
+    time.sleep(IDLE_SETTLE_S)
+    results.add(server.side, "cold", "rss_idle_mb", server.rss_mb())
+    results.add(server.side, "cold", "pss_idle_mb", server.pss_mb())
+
+
+def warm_up(server: Contender, args: argparse.Namespace, raw: Path) -> None:
+    """``--warm-up`` seconds of the rounds' own mixed load, recorded nowhere (the JIT's, and ours).
+    The instances are registered again first: the server sat idle while the other was measured, and
+    leases that nobody renewed for longer than their 90 s may have been evicted."""
+    loadgen(server, "register", args, raw, "-label", "warm-up-register")
+    share = args.warm_up / 3
+    for mode in ("renew", "full", "delta"):
+        loadgen(server, mode, args, raw, "-label", f"warm-up-{mode}", warmup=0, duration=share)
+
+
+def run_round(server: Contender, kind: str, args: argparse.Namespace, results: Results, raw: Path) -> None:
     side = server.side
-    add = lambda key, value: results.add(side, key, value)  # noqa: E731
+    add = lambda key, value: results.add(side, kind, key, value)  # noqa: E731
     errors = 0.0
     other: list[float] = []
+    reg, _ = loadgen(server, "register", args, raw)
+    add("register_rps", reg["req/s"])
+    add("register_cpu", reg.get("server_cpu_cores", float("nan")))
+    errors += reg.get("errors", 0)
+    add("rss_registered_mb", server.rss_mb())
+    add("pss_registered_mb", server.pss_mb())
     # One keep-alive client for the probes; its short timeout keeps a hung server from stalling them.
     with httpx.Client(timeout=2.0) as client:
-        add("cold_start_s", wait_first_200(server, client))
-        worker = re.search(r"Using worker: (\S+)", server.log_tail(200))
-        print(
-            f"   {SIDE_NAMES[side]} up on port {server.port}, pids {server.pids()}"
-            f"{' (' + worker.group(1) + ')' if worker else ''}",
-            flush=True,
-        )
-        time.sleep(IDLE_SETTLE_S)
-        add("rss_idle_mb", server.rss_mb())
-        add("pss_idle_mb", server.pss_mb())
-
-        reg, _ = loadgen(server, "register", args, raw)
-        add("register_rps", reg["req/s"])
-        add("register_cpu", reg.get("server_cpu_cores", float("nan")))
-        errors += reg.get("errors", 0)
-        add("rss_registered_mb", server.rss_mb())
-        add("pss_registered_mb", server.pss_mb())
         waited = wait_served(server, client, args.n)
-        if waited > 1:
-            NOTES.append(
-                f"{server.who}: GET apps/ listed all {args.n} instances {waited:.1f}s "
-                "after registration ended"
-            )
+        # In later rounds GET apps/ lists them all already; the delta shows the re-registration once
+        # the read-only cache has refreshed.
+        waited = max(waited, wait_delta(server, client, args.n, SERVED_TIMEOUT_S))
+    if waited > 1:
+        NOTES.append(
+            f"{server.who}: GET apps/ and apps/delta listed all {args.n} instances {waited:.1f}s after "
+            "registration ended"
+        )
+
+    # Right after registering, while every instance is in the delta queue (retention ≥ 60 s).
+    errors += fetch_phase(server, "delta", args, raw, add, other)
 
     renew, noise = loadgen(server, "renew", args, raw)
     other.append(noise)
@@ -282,53 +369,76 @@ def run_round(server: Contender, args: argparse.Namespace, results: Results, raw
     # would spend the recorded window working off the warm-up's backlog, and the loadgen's req/s,
     # which counts requests scheduled in that window only, would understate what it served. With
     # every request recorded, req/s is the rate it achieved and latency shows the growing backlog.
-    label = f"renew@{args.rate:g}"
-    paced, noise = loadgen(server, "renew", args, raw, "-rate", f"{args.rate:g}", "-label", label, warmup=0)
-    other.append(noise)
-    add("paced_rps", paced["req/s"])
-    add("paced_p50", paced["p50_ms"])
-    add("paced_p99", paced["p99_ms"])
-    add("paced_max", paced["max_ms"])
-    add("paced_cpu", paced.get("server_cpu_cores", float("nan")))
-    if paced["req/s"] < 0.97 * args.rate:
-        NOTES.append(
-            f"{server.who}: paced renew achieved {paced['req/s']:,.0f} of {args.rate:,g}/s: it fell "
-            "behind, and its latencies are the backlog's"
-        )
-    errors += paced.get("errors", 0)
-
-    for mode in ("full", "delta"):
-        fetch, noise = loadgen(server, mode, args, raw)
+    for rate in args.rates:
+        label = f"renew@{rate:g}"
+        paced, noise = loadgen(server, "renew", args, raw, "-rate", f"{rate:g}", "-label", label, warmup=0)
         other.append(noise)
-        add(f"{mode}_rps", fetch["req/s"])
-        add(f"{mode}_p99", fetch["p99_ms"])
-        add(f"{mode}_cpu", fetch.get("server_cpu_cores", float("nan")))
-        add(f"{mode}_kb", fetch.get("bytes/resp", float("nan")) / 1000)
-        errors += fetch.get("errors", 0)
-        listed = fetch.get("payload_instances")
-        if listed != args.n:
-            NOTES.append(f"{server.who} {mode}: the checked response listed {listed} instances, not {args.n}")
+        key = f"paced{rate:g}"
+        add(f"{key}_rps", paced["req/s"])
+        add(f"{key}_p50", paced["p50_ms"])
+        add(f"{key}_p99", paced["p99_ms"])
+        add(f"{key}_max", paced["max_ms"])
+        add(f"{key}_cpu", paced.get("server_cpu_cores", float("nan")))
+        if paced["req/s"] < 0.97 * rate:
+            NOTES.append(
+                f"{server.who}: paced renew achieved {paced['req/s']:,.0f} of {rate:,g}/s: it fell "
+                "behind, and its latencies are the backlog's"
+            )
+        errors += paced.get("errors", 0)
+
+    errors += fetch_phase(server, "full", args, raw, add, other)
     add(
         "full_per_cpu_s",
-        results.values[side]["full_rps"][-1] / max(results.values[side]["full_cpu"][-1], 1e-9),
+        results.last(side, kind, "full_rps") / max(results.last(side, kind, "full_cpu"), 1e-9),
     )
+
+    # The delta once nothing changed for longer than the retention: what clients poll in steady state.
+    with httpx.Client(timeout=2.0) as client:
+        add("delta_drain_s", wait_delta(server, client, 0, 2 * args.delta_retention + 60))
+    empty, noise = loadgen(server, "delta", args, raw, "-label", "empty-delta")
+    other.append(noise)
+    add("empty_delta_rps", empty["req/s"])
+    add("empty_delta_p99", empty["p99_ms"])
+    add("empty_delta_cpu", empty.get("server_cpu_cores", float("nan")))
+    add("empty_delta_per_cpu_s", empty["req/s"] / max(empty.get("server_cpu_cores", 0.0), 1e-9))
+    errors += empty.get("errors", 0)
+    if empty.get("payload_instances"):
+        NOTES.append(
+            f"{server.who} empty delta: the checked response listed {empty['payload_instances']:.0f}"
+        )
     add("rss_end_mb", server.rss_mb())
     add("pss_end_mb", server.pss_mb())
     add("errors", errors)
     add("other_cores", statistics.mean(other))
 
 
+def fetch_phase(
+    server: Contender, mode: str, args: argparse.Namespace, raw: Path, add, other: list[float]
+) -> float:
+    """A closed-loop fetch of every instance (full, or a delta that lists them all); its errors."""
+    fetch, noise = loadgen(server, mode, args, raw)
+    other.append(noise)
+    add(f"{mode}_rps", fetch["req/s"])
+    add(f"{mode}_p99", fetch["p99_ms"])
+    add(f"{mode}_cpu", fetch.get("server_cpu_cores", float("nan")))
+    add(f"{mode}_kb", fetch.get("bytes/resp", float("nan")) / 1000)
+    listed = fetch.get("payload_instances")
+    if listed != args.n:
+        NOTES.append(f"{server.who} {mode}: the checked response listed {listed} instances, not {args.n}")
+    return fetch.get("errors", 0)
+
+
 # ------------------------------------------------------------------------------------------ the table
 
 # key, row label, decimals, direction (+1 higher is better, -1 lower is better, 0 context only)
-ROWS: list[tuple[str, str, int, int]] = [
+HEAD_ROWS: list[tuple[str, str, int, int]] = [
     ("cold_start_s", "cold start: spawn → first 200 on GET /eureka/apps (s)", 1, -1),
     ("rss_idle_mb", "RSS idle (MB)", 0, -1),
     ("rss_registered_mb", "RSS after registering {n} instances in {apps} apps (MB)", 0, -1),
-    ("rss_end_mb", "RSS at the end (MB)", 0, -1),
+    ("rss_end_mb", "RSS at the end of the round (MB)", 0, -1),
     ("pss_idle_mb", "PSS idle (MB; pages shared between processes counted once)", 0, -1),
     ("pss_registered_mb", "PSS after registering (MB)", 0, -1),
-    ("pss_end_mb", "PSS at the end (MB)", 0, -1),
+    ("pss_end_mb", "PSS at the end of the round (MB)", 0, -1),
     ("register_rps", "register, {c} connections (req/s)", 0, +1),
     ("register_cpu", "  server CPU during register (cores)", 2, 0),
     ("renew_rps", "renew, closed loop, {c} connections (req/s)", 0, +1),
@@ -336,24 +446,45 @@ ROWS: list[tuple[str, str, int, int]] = [
     ("renew_cpu", "  server CPU (cores)", 2, 0),
     ("renew_per_cpu_s", "  renews per server CPU-second", 0, +1),
     ("renew_conns", "  TCP connections opened ({c} if all are kept alive)", 0, 0),
-    ("paced_rps", "renew paced at {rate}/s: achieved (req/s)", 0, +1),
-    ("paced_p50", "  p50 (ms, from scheduled start)", 1, -1),
-    ("paced_p99", "  p99 (ms)", 1, -1),
-    ("paced_max", "  max (ms)", 1, -1),
-    ("paced_cpu", "  server CPU (cores, for the same load)", 2, -1),
+]
+TAIL_ROWS: list[tuple[str, str, int, int]] = [
     ("full_rps", "full fetch GET apps/, gzip JSON, closed loop (req/s)", 0, +1),
     ("full_p99", "  p99 (ms)", 1, -1),
     ("full_cpu", "  server CPU (cores)", 2, 0),
     ("full_per_cpu_s", "  full fetches per server CPU-second", 0, +1),
     ("full_kb", "  response size (gzip kB)", 0, 0),
-    ("delta_rps", "delta fetch GET apps/delta, gzip JSON, closed loop (req/s)", 0, +1),
+    (
+        "delta_rps",
+        "delta fetch GET apps/delta, every instance changed, gzip JSON, closed loop (req/s)",
+        0,
+        +1,
+    ),
     ("delta_p99", "  p99 (ms)", 1, -1),
     ("delta_cpu", "  server CPU (cores)", 2, 0),
     ("delta_kb", "  response size (gzip kB)", 0, 0),
-    ("errors", "errors, all phases (count)", 0, -1),
+    ("delta_drain_s", "  seconds until the delta was empty (retention {retention} s + refresh)", 1, 0),
+    ("empty_delta_rps", "empty delta GET apps/delta, closed loop (req/s)", 0, +1),
+    ("empty_delta_p99", "  p99 (ms)", 1, -1),
+    ("empty_delta_cpu", "  server CPU (cores)", 2, 0),
+    ("empty_delta_per_cpu_s", "  empty deltas per server CPU-second", 0, +1),
+    ("errors", "errors, all phases of the round (count)", 0, -1),
     ("other_cores", "CPU taken by other processes and steal, timed phases (cores; noise)", 2, 0),
 ]
 DIRECTION = {+1: "higher is better", -1: "lower is better", 0: "context"}
+
+
+def rows(rates: list[float]) -> list[tuple[str, str, int, int]]:
+    paced = []
+    for rate in rates:
+        key = f"paced{rate:g}"
+        paced += [
+            (f"{key}_rps", f"renew paced at {rate:,g}/s: achieved (req/s)", 0, +1),
+            (f"{key}_p50", "  p50 (ms, from scheduled start)", 1, -1),
+            (f"{key}_p99", "  p99 (ms)", 1, -1),
+            (f"{key}_max", "  max (ms)", 1, -1),
+            (f"{key}_cpu", "  server CPU (cores, for the same load)", 2, -1),
+        ]
+    return HEAD_ROWS + paced + TAIL_ROWS
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -369,22 +500,40 @@ def joined(values: list[float], decimals: int) -> str:
     return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " and " + texts[-1]
 
 
+def ratio(ours: list[float], sce: list[float]) -> str:
+    if not ours or not sce:
+        return "–"
+    a, b = statistics.median(ours), statistics.median(sce)
+    if b:
+        return f"{a / b:.2f}×"
+    return "=" if a == 0 else "–"
+
+
 def table(results: Results, args: argparse.Namespace) -> str:
-    words = {"n": f"{args.n:,}", "apps": f"{args.apps:,}", "c": args.c, "rate": f"{args.rate:,g}"}
-    lines = ["| metric | SCE | ours | ours/SCE (medians) | reading |", "|---|---:|---:|---:|---|"]
-    for key, label, decimals, direction in ROWS:
-        sce, ours = results.values["sce"].get(key, []), results.values["ours"].get(key, [])
-        ratio = "–"
+    words = {
+        "n": f"{args.n:,}",
+        "apps": f"{args.apps:,}",
+        "c": args.c,
+        "retention": f"{args.delta_retention:g}",
+    }
+    lines = [
+        "| metric | SCE cold | SCE warm | ours cold | ours warm | ours/SCE cold "
+        "| ours/SCE warm (medians) | reading |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for key, label, decimals, direction in rows(args.rates):
+        cells = {(side, kind): results.values[side][kind].get(key, []) for side in SIDES for kind in KINDS}
         # The noise row describes the machine, not the servers: no ratio.
-        if sce and ours and key != "other_cores":
-            a, b = statistics.median(ours), statistics.median(sce)
-            if b:
-                ratio = f"{a / b:.2f}×"
-            elif a == 0:
-                ratio = "="
+        ratios = (
+            ["–", "–"]
+            if key == "other_cores"
+            else [ratio(cells["ours", kind], cells["sce", kind]) for kind in KINDS]
+        )
         lines.append(
-            f"| {label.format(**words)} | {joined(sce, decimals)} | {joined(ours, decimals)} "
-            f"| {ratio} | {DIRECTION[direction]} |"
+            f"| {label.format(**words)} | {joined(cells['sce', 'cold'], decimals)} "
+            f"| {joined(cells['sce', 'warm'], decimals)} | {joined(cells['ours', 'cold'], decimals)} "
+            f"| {joined(cells['ours', 'warm'], decimals)} | {ratios[0]} | {ratios[1]} "
+            f"| {DIRECTION[direction]} |"
         )
     return "\n".join(lines)
 
@@ -425,8 +574,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--apps", type=int, default=100, help="applications (default 100)")
     p.add_argument("--duration", type=float, default=10, help="measured seconds per timed phase (default 10)")
     p.add_argument("--warmup", type=float, default=3, help="unrecorded seconds before each (default 3)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of SCE then ours (default 2)")
-    p.add_argument("--rate", type=float, default=3000, help="paced renew rate, req/s (default 3000)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of SCE then ours: one cold, then warm ones (default 3)"
+    )
+    p.add_argument(
+        "--rates",
+        type=lambda text: [float(x) for x in text.split(",") if x.strip()],
+        default=[3000.0, 6000.0],
+        help="paced renew rates, req/s, comma-separated (default 3000,6000)",
+    )
+    p.add_argument(
+        "--warm-up",
+        type=float,
+        default=60,
+        help="seconds of mixed load (renew, full, delta) between the cold round and the warm ones "
+        "(default 60)",
+    )
+    p.add_argument(
+        "--delta-retention",
+        type=float,
+        default=60,
+        help="delta queue retention given to both servers, seconds (default 60; Eureka's is 180): longer "
+        "than registering and the delta phase, shorter than a round",
+    )
     p.add_argument("-c", type=int, default=16, help="connections (default 16)")
     p.add_argument(
         "--sce-heap", default="1g", help="SCE's -Xmx (default 1g; the issue's 100,000-instance run uses 2g)"
@@ -452,7 +622,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         (0 < args.duration <= 600, "--duration must be in (0, 600]"),
         (0 <= args.warmup <= 60, "--warmup must be in [0, 60]"),
         (1 <= args.rounds <= 10, "--rounds must be in 1..10"),
-        (args.rate > 0, "--rate must be > 0"),
+        (bool(args.rates) and all(rate > 0 for rate in args.rates), "--rates must be > 0"),
+        (0 <= args.warm_up <= 1800, "--warm-up must be in [0, 1800]"),
+        (1 <= args.delta_retention <= 600, "--delta-retention must be in [1, 600]"),
         (1 <= args.c <= 4096, "-c must be in 1..4096"),
         (
             re.fullmatch(r"[1-9][0-9]*[mMgG]", args.sce_heap) is not None,
@@ -489,32 +661,40 @@ def main(argv: list[str]) -> int:
     header = machine(args.sce_heap)
     results = Results()
     failed = False
-    current: Contender | None = None
+    servers: dict[str, Contender] = {}
     pid_file = out / "server.pids"
     try:
+        # Each server once, for the whole run: round 1 is its cold JIT, the later rounds a warm one.
+        for side in sides:
+            print(f"== starting {SIDE_NAMES[side]} (kept for the whole run)", flush=True)
+            workdir = out / side
+            workdir.mkdir(exist_ok=True)
+            server = (
+                sce_server(java, args.sce_jar, workdir, args.sce_heap, args.delta_retention)
+                if side == "sce"
+                else our_server(workdir, args.delta_retention)
+            )
+            server.pid_file = pid_file
+            servers[side] = Contender(side, 1, server)
+            start_server(servers[side], results)
         for round_no in range(1, args.rounds + 1):
+            kind = "cold" if round_no == 1 else "warm"
             for side in sides:
-                print(f"== round {round_no}/{args.rounds}: {SIDE_NAMES[side]}", flush=True)
-                workdir = out / f"{side}-{round_no}"
-                workdir.mkdir(exist_ok=True)
-                server = (
-                    sce_server(java, args.sce_jar, workdir, args.sce_heap)
-                    if side == "sce"
-                    else our_server(workdir)
-                )
-                server.pid_file = pid_file
-                current = Contender(side, round_no, server)
+                current = servers[side]
+                current.round_no = round_no
+                raw = out / side / "loadgen.txt"
                 try:
-                    run_round(current, args, results, workdir / "loadgen.txt")
+                    if round_no == 2 and args.warm_up:
+                        print(f"== warm-up: {SIDE_NAMES[side]}, {args.warm_up:g} s of mixed load", flush=True)
+                        warm_up(current, args, raw)
+                    print(f"== round {round_no}/{args.rounds} ({kind}): {SIDE_NAMES[side]}", flush=True)
+                    run_round(current, kind, args, results, raw)
                 except PhaseError as exc:
                     failed = True
                     print(f"!! {exc}", file=sys.stderr, flush=True)
                     NOTES.append(f"{current.who} failed: {str(exc).splitlines()[0]}")
                     if not args.keep_going:
                         raise
-                finally:
-                    current.stop()
-                    current = None
     except PhaseError:
         pass
     except KeyboardInterrupt:
@@ -522,8 +702,8 @@ def main(argv: list[str]) -> int:
         NOTES.append("interrupted: the last round's values are partial")
         failed = True
     finally:
-        if current is not None:
-            current.stop()
+        for server in servers.values():
+            server.stop()
 
     (out / "results.json").write_text(
         json.dumps(
@@ -538,7 +718,8 @@ def main(argv: list[str]) -> int:
     )
     print()
     print(
-        f"## Side by side: ours vs Spring Cloud Eureka Server, {args.rounds} round(s), interleaved SCE, ours"
+        f"## Side by side: ours vs Spring Cloud Eureka Server, {args.rounds} round(s) on servers kept "
+        "for the whole run, interleaved SCE, ours"
     )
     print()
     print(f"command: `{args.command or shlex.join(['bench/compare.sh', *argv])}`")
@@ -549,7 +730,9 @@ def main(argv: list[str]) -> int:
         print(f"- SCE skipped: {args.sce_skipped}")
     print(
         f"- {args.n:,} instances in {args.apps:,} apps, {args.c} connections, {args.duration:g} s phases "
-        f"after {args.warmup:g} s warm-up; round values in run order"
+        f"after {args.warmup:g} s warm-up each; cold = round 1, right after start; warm = rounds 2.., "
+        f"after {args.warm_up:g} s of mixed load; delta retention {args.delta_retention:g} s on both; "
+        "round values in run order"
     )
     print()
     print(table(results, args))
