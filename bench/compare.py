@@ -153,9 +153,10 @@ def wait_first_200(server: Contender, client: httpx.Client) -> float:
     )
 
 
-def served_instances(server: Contender, client: httpx.Client) -> int:
+def served_instances(server: Contender, client: httpx.Client, path: str = "apps/") -> int:
+    """How many instances ``path`` (``apps/`` or ``apps/delta``) lists, in gzip JSON."""
     response = client.get(
-        f"{server.url}apps/", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
+        f"{server.url}{path}", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
     )
     response.raise_for_status()
     apps = orjson.loads(response.content)["applications"].get("application") or []
@@ -168,49 +169,25 @@ def served_instances(server: Contender, client: httpx.Client) -> int:
     return count
 
 
-def wait_served(server: Contender, client: httpx.Client, n: int) -> float:
-    """Wait until GET apps/ (JSON) lists all n instances, so both servers' fetch phases serve the same
-    registry; seconds waited."""
-    started = time.monotonic()
-    seen = -1
-    while time.monotonic() - started < SERVED_TIMEOUT_S:
-        try:
-            seen = served_instances(server, client)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            seen = -1
-        if seen == n:
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise PhaseError(f"{server.side}: GET apps/ listed {seen} of {n} instances after {SERVED_TIMEOUT_S:.0f}s")
-
-
-def served_delta_instances(server: Contender, client: httpx.Client) -> int:
-    response = client.get(
-        f"{server.url}apps/delta", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
-    )
-    response.raise_for_status()
-    apps = orjson.loads(response.content)["applications"].get("application") or []
-    if isinstance(apps, dict):
-        apps = [apps]
-    return sum(len(a.get("instance") or []) if isinstance(a.get("instance"), list) else 1 for a in apps)
-
-
-def wait_delta(server: Contender, client: httpx.Client, expected: int, timeout_s: float) -> float:
-    """Wait until GET apps/delta lists ``expected`` instances (every one just registered, or none once
-    the queue drained: the served copy follows as the read-only cache refreshes, every 30 s in SCE);
-    seconds waited."""
+def wait_listed(
+    server: Contender, client: httpx.Client, path: str, expected: int, timeout_s: float = SERVED_TIMEOUT_S
+) -> float:
+    """Wait until ``path`` (JSON) lists ``expected`` instances; seconds waited. GET apps/: all of them,
+    so both servers' fetch phases serve the same registry. GET apps/delta: every one just registered,
+    or none once the queue drained. Both servers serve from a read-only cache (refreshed every 30 s in
+    SCE), so what they list follows the map by up to that."""
     started = time.monotonic()
     seen = -1
     while time.monotonic() - started < timeout_s:
         try:
-            seen = served_delta_instances(server, client)
+            seen = served_instances(server, client, path)
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
             seen = -1
         if seen == expected:
             return time.monotonic() - started
         time.sleep(0.5)
     raise PhaseError(
-        f"{server.side}: GET apps/delta listed {seen} instances, not {expected}, after {timeout_s:.0f}s"
+        f"{server.side}: GET {path} listed {seen} instances, not {expected}, after {timeout_s:.0f}s"
     )
 
 
@@ -343,10 +320,10 @@ def run_round(server: Contender, kind: str, args: argparse.Namespace, results: R
     add("pss_registered_mb", server.pss_mb())
     # One keep-alive client for the probes; its short timeout keeps a hung server from stalling them.
     with httpx.Client(timeout=2.0) as client:
-        waited = wait_served(server, client, args.n)
+        waited = wait_listed(server, client, "apps/", args.n)
         # In later rounds GET apps/ lists them all already; the delta shows the re-registration once
         # the read-only cache has refreshed.
-        waited = max(waited, wait_delta(server, client, args.n, SERVED_TIMEOUT_S))
+        waited = max(waited, wait_listed(server, client, "apps/delta", args.n))
     if waited > 1:
         NOTES.append(
             f"{server.who}: GET apps/ and apps/delta listed all {args.n} instances {waited:.1f}s after "
@@ -394,7 +371,7 @@ def run_round(server: Contender, kind: str, args: argparse.Namespace, results: R
 
     # The delta once nothing changed for longer than the retention: what clients poll in steady state.
     with httpx.Client(timeout=2.0) as client:
-        add("delta_drain_s", wait_delta(server, client, 0, 2 * args.delta_retention + 60))
+        add("delta_drain_s", wait_listed(server, client, "apps/delta", 0, 2 * args.delta_retention + 60))
     empty, noise = loadgen(server, "delta", args, raw, "-label", "empty-delta")
     other.append(noise)
     add("empty_delta_rps", empty["req/s"])

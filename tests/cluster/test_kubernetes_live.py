@@ -826,6 +826,17 @@ class Kube:
             f"log lines: {lines[-10:]}"
         )
 
+    def bring_up(self, ordinals: list[int]) -> tuple[dict[str, float], dict[str, float]]:
+        """A new StatefulSet's pods: their records published, each launched, each ready, and each a peer
+        of the others. Returns each pod's seconds to ready, and to its peers from the publication."""
+        began = self.publish(ordinals)
+        for ordinal in ordinals:
+            self.launch(ordinal)
+        ready = {self.pods[o].name: round(self.wait_ready(o), 2) for o in ordinals}
+        members = [self.pods[o] for o in ordinals]
+        peers = self.wait_peers(members, lambda p: self.others(p, members), began, f"{len(members)} pods")
+        return ready, peers
+
     def wait_peers(
         self, observers: Iterable[Pod], expected: Callable[[Pod], set[str]], since: float, what: str
     ) -> dict[str, float]:
@@ -957,12 +968,8 @@ def test_scaling_3_to_5_to_3_through_dns_loses_no_instance(tmp_path, headless_dn
         report = kube.report
 
         # Three replicas: each record appears as its pod is created (publishNotReadyAddresses).
-        began = kube.publish([0, 1, 2])
-        for ordinal in (0, 1, 2):
-            kube.launch(ordinal)
-        report["start_3_ready_s"] = {pods[o].name: round(kube.wait_ready(o), 2) for o in (0, 1, 2)}
+        report["start_3_ready_s"], report["peers_at_start_s"] = kube.bring_up([0, 1, 2])
         three = pods[:3]
-        report["peers_at_start_s"] = kube.wait_peers(three, lambda p: kube.others(p, three), began, "3 pods")
 
         fleet_began = time.monotonic()
         kube.start_fleet()
@@ -1069,12 +1076,7 @@ def test_a_rolling_upgrade_loses_no_instance_and_only_the_stopping_pod_answers_5
     with Kube("rolling upgrade", tmp_path, headless_dns, replicas=3) as kube:
         pods = kube.pods
         report = kube.report
-        began = kube.publish([0, 1, 2])
-        for ordinal in (0, 1, 2):
-            kube.launch(ordinal)
-        for ordinal in (0, 1, 2):
-            kube.wait_ready(ordinal)
-        kube.wait_peers(pods, lambda p: kube.others(p, pods), began, "3 pods")
+        kube.bring_up([0, 1, 2])
         fleet_began = time.monotonic()
         kube.start_fleet()
         kube.register_canary()
@@ -1135,12 +1137,7 @@ def test_a_pod_that_stays_gone_is_dropped_from_every_peer_list_and_gets_nothing_
     with Kube("pod gone for good", tmp_path, headless_dns, replicas=3) as kube:
         pods = kube.pods
         report = kube.report
-        began = kube.publish([0, 1, 2])
-        for ordinal in (0, 1, 2):
-            kube.launch(ordinal)
-        for ordinal in (0, 1, 2):
-            kube.wait_ready(ordinal)
-        kube.wait_peers(pods, lambda p: kube.others(p, pods), began, "3 pods")
+        kube.bring_up([0, 1, 2])
         fleet_began = time.monotonic()
         kube.start_fleet()
         kube.wait_registered()
