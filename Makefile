@@ -83,6 +83,8 @@ kubernetes: helm-tools
 
 test: install lint check system-deps helm-tools $(JS_DIR)/node_modules/.installed
 	$(BIN)/pytest
+	# The real-client suites again, against a node served by granian (registry/runtime/granian_server.py).
+	EUREKA_TEST_SERVER=granian $(BIN)/pytest tests/interop
 
 # `make bench` is the heartbeats-and-fetches benchmark on a node it starts; `make bench BENCH=readers
 # BENCH_ARGS="--rounds 1"` runs another (bench/run.py --list names them; bench/README.md).

@@ -26,6 +26,7 @@ from django.utils.log import log_response
 from registry.wire.flat_routes import FlatRoutes
 from registry.wire.http import browser_refusal
 from registry.wire.request_bodies import (
+    BODY_RECEIVED,
     BodyDeadlines,
     BodyRefused,
     EarlyAnswer,
@@ -233,4 +234,9 @@ class RoutingApplication:
                 return verdict.wsgi_response(start_response)
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
+        finally:
+            # The server's watch of slow bodies lets go of this request (registry/runtime/granian_server.py).
+            body_received = environ.pop(BODY_RECEIVED, None)
+            if body_received is not None:
+                body_received()
         return (self.protocol if protocol else self.site)(environ, start_response)

@@ -35,6 +35,10 @@ from django.core.exceptions import TooManyFieldsSent
 from django.http import QueryDict
 from django.utils.http import parse_header_parameters
 
+# The environ key of a callable the server may set (registry/runtime/granian_server.py): called once the
+# request's body has been received, refused, or left unread.
+BODY_RECEIVED = "registry.body_received"
+
 
 class BodyRefused(Exception):
     """The request body cannot be handed to the application: answer ``status`` with ``message``."""

@@ -1,8 +1,9 @@
-"""Fixtures of the interoperability suites: a live gunicorn node on loopback and toolchain checks.
+"""Fixtures of the interoperability suites: a live node on loopback and toolchain checks.
 
 The suites drive real, unmodified Eureka clients over HTTP, so they need a real server process (not
-Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` on a free
-127.0.0.1 port with one-second jobs and an access log the tests read to count requests.
+Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` (or, with
+``EUREKA_TEST_SERVER=granian``, ``python -m registry.runtime.granian_server``) on a free 127.0.0.1
+port with one-second jobs and an access log the tests read to count requests.
 
 ``auth_live_server`` is the same node with API accounts on (``EUREKA_API_AUTH=true``): its database is
 migrated and holds one account per role (``API_ACCOUNTS``, made with ``manage.py eureka_account``), and
@@ -40,6 +41,12 @@ SHUTDOWN_TIMEOUT_S = 10.0
 
 # One request per line, tab-separated: method, path (percent-decoded, as Django routes it), query, status.
 ACCESS_LOG_FORMAT = "\t".join(["%(m)s", "%(U)s", "%(q)s", "%(s)s"])
+
+# The HTTP server of the nodes these suites start: gunicorn (deploy/gunicorn.conf.py, as ``make run``)
+# or granian (registry/runtime/granian_server.py); ``make test`` runs the client suites under both.
+SERVER = os.environ.get("EUREKA_TEST_SERVER", "gunicorn")
+if SERVER not in ("gunicorn", "granian"):
+    raise ValueError(f"EUREKA_TEST_SERVER must be gunicorn or granian, not {SERVER!r}")
 
 # Jobs every second so a change is visible to readers (read-only cache) within ~1 s. Delta entries
 # live 4 s: several client polls (1 s), yet short enough that a test can wait for an instance to leave
@@ -416,15 +423,18 @@ def _start(
     host: str = "127.0.0.1",
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
+    server: str | None = None,
 ) -> LiveServer:
     port = port or free_port(host)
     access_log = workdir / "access.log"
     server_log = workdir / "server.log"
     env = server_env(workdir, extra_env)
+    if (server or SERVER) == "granian":
+        serve = [sys.executable, "-m", "registry.runtime.granian_server"]
+    else:
+        serve = [str(_gunicorn()), "-c", "deploy/gunicorn.conf.py"]
     command = [
-        str(_gunicorn()),
-        "-c",
-        "deploy/gunicorn.conf.py",
+        *serve,
         "--bind",
         f"{host}:{port}",
         "--access-logfile",
@@ -452,7 +462,7 @@ def _start(
     while True:
         if process.poll() is not None:
             raise RuntimeError(
-                f"gunicorn exited with {process.returncode} before answering:\n{server.server_log_tail()}"
+                f"the node exited with {process.returncode} before answering:\n{server.server_log_tail()}"
             )
         try:
             if httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth).status_code == 200:
@@ -462,7 +472,7 @@ def _start(
         if time.monotonic() >= deadline:
             _stop(process)
             raise RuntimeError(
-                f"gunicorn did not answer GET /eureka/apps within {STARTUP_TIMEOUT_S:.0f}s:\n"
+                f"the node did not answer GET /eureka/apps within {STARTUP_TIMEOUT_S:.0f}s:\n"
                 f"{server.server_log_tail()}"
             )
         time.sleep(0.1)
@@ -487,8 +497,10 @@ def running_server(
     host: str = "127.0.0.1",
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
+    server: str | None = None,
 ) -> Iterator[LiveServer]:
-    """A gunicorn node with its files in ``workdir``, stopped (TERM, then KILL) on exit.
+    """A node with its files in ``workdir``, stopped (TERM, then KILL) on exit: gunicorn, or granian
+    with ``server="granian"`` (unless given: ``EUREKA_TEST_SERVER``, gunicorn by default).
 
     It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
     server tell each other apart by host) and on ``port``, a free one unless given. ``accounts``: the API
@@ -497,18 +509,18 @@ def running_server(
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
     try:
-        server = _start(workdir, extra_env, host, port, accounts)
+        node = _start(workdir, extra_env, host, port, accounts, server)
     except RuntimeError as first_error:
         # The free port may have been taken between probing and binding: one more try (on a new port
         # unless the caller chose it).
         try:
-            server = _start(workdir, extra_env, host, port, accounts)
+            node = _start(workdir, extra_env, host, port, accounts, server)
         except RuntimeError as second_error:
-            pytest.fail(f"could not start gunicorn: {first_error}\n---\n{second_error}", pytrace=False)
+            pytest.fail(f"could not start the node: {first_error}\n---\n{second_error}", pytrace=False)
     try:
-        yield server
+        yield node
     finally:
-        _stop(server.process)
+        _stop(node.process)
 
 
 @pytest.fixture(scope="module")
