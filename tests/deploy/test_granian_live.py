@@ -17,6 +17,8 @@ from tests.factories import instance_body
 from tests.interop.conftest import running_server
 
 JSON = {"Accept": "application/json", "Content-Type": "application/json"}
+# tests/conftest.py turns warm restart off for every other test's nodes.
+WARM_RESTART = {"EUREKA_WARM_RESTART": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +145,7 @@ def test_bad_input_gets_a_clear_4xx(node):
 
 
 def test_sigterm_ends_streams_and_idle_connections_and_the_last_snapshot_is_written(tmp_path):
-    with running_server(tmp_path, server="granian") as server:
+    with running_server(tmp_path, WARM_RESTART, server="granian") as server:
         assert register(server.base_url, "KEPT", "10.9.3.1") == 204
         idle = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         idle.sendall(b"GET /eureka/apps HTTP/1.1\r\nHost: node\r\n\r\n")
@@ -161,6 +163,48 @@ def test_sigterm_ends_streams_and_idle_connections_and_the_last_snapshot_is_writ
         assert server.process.returncode == 0, server.server_log_tail()
     # Started again on the same files, the node serves what it saved at the stop (its warm-restart
     # snapshot: nothing renewed it meanwhile, and nothing else holds it).
-    with running_server(tmp_path, server="granian") as server:
+    with running_server(tmp_path, WARM_RESTART, server="granian") as server:
         kept = httpx.get(f"{server.base_url}/eureka/apps/KEPT", headers=JSON, timeout=5)
         assert kept.status_code == 200
+
+
+def test_connections_are_refused_not_queued_until_the_node_can_answer(tmp_path):
+    """granian's worker opens its listening socket once the node has started: before that a client is
+    refused at once (and goes on to its next service URL), never left waiting in a backlog."""
+    import subprocess
+    import sys
+
+    from tests.interop.conftest import PROJECT_ROOT, free_port, server_env
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "registry.runtime.granian_server", "--bind", f"127.0.0.1:{port}"],
+        cwd=PROJECT_ROOT,
+        env=server_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    refused, slowest_answer = 0, 0.0
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            except ConnectionRefusedError:
+                refused += 1
+                time.sleep(0.01)
+                continue
+            with sock:
+                started = time.monotonic()
+                sock.sendall(b"GET /eureka/apps HTTP/1.1\r\nHost: node\r\n\r\n")
+                status = status_of(sock)
+                slowest_answer = max(slowest_answer, time.monotonic() - started)
+            if status == 200:
+                break
+        else:
+            pytest.fail("the node never answered")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    assert refused > 0, "no connection was tried before the node listened"
+    assert slowest_answer < 0.5, f"a connection waited {slowest_answer:.2f} s for its answer"
