@@ -38,13 +38,15 @@ for a peer and replicate every write to whatever listens there. The delta retent
 setting (with the response cache's auto-expiration), given to both servers alike.
 
 Our node runs as ``bench/run.py phases`` starts it (bench/nodes.py): gunicorn with
-deploy/gunicorn.conf.py (the conf's gevent worker, embedded mode), with this process's environment.
+deploy/gunicorn.conf.py (the conf's gevent worker, embedded mode), with this process's environment;
+``--server granian`` serves it with registry/runtime/granian_server.py instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -118,7 +120,7 @@ def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g", retention_
     return server
 
 
-def our_server(workdir: Path, retention_s: float = 60) -> Node:
+def our_server(workdir: Path, retention_s: float = 60, server: str = "gunicorn", server_args=()) -> Node:
     """A node as bench/run.py phases starts it (deploy/gunicorn.conf.py, embedded mode), with this
     process's environment; DATABASE_URL from it wins over the node's own migrated database."""
     port = free_port()
@@ -130,7 +132,14 @@ def our_server(workdir: Path, retention_s: float = 60) -> Node:
     }
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
-    return Node(workdir / f"ours-data-{port}", env, port=port, log=workdir / "ours.log")
+    return Node(
+        workdir / f"ours-data-{port}",
+        env,
+        port=port,
+        log=workdir / "ours.log",
+        server=server,
+        gunicorn_args=server_args,
+    )
 
 
 def wait_first_200(server: Contender, client: httpx.Client) -> float:
@@ -515,7 +524,7 @@ def table(results: Results, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def machine(sce_heap: str = "1g") -> list[str]:
+def machine(sce_heap: str = "1g", server: str = "gunicorn", server_args: str = "") -> list[str]:
     def first_line(command: list[str]) -> str:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -532,8 +541,13 @@ def machine(sce_heap: str = "1g") -> list[str]:
         f"- machine: nproc {os.cpu_count()}, {model}, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
         f"Linux {platform.release()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         f"- SCE: {first_line(['java', '-version'])}, `java -Xmx{sce_heap} -jar` tests/interop/sce (stock)",
-        f"- ours: Python {platform.python_version()}, {first_line([str(GUNICORN), '--version'])}, "
-        "deploy/gunicorn.conf.py",
+        f"- ours: Python {platform.python_version()}, "
+        + (
+            f"granian {importlib.metadata.version('granian')}, "
+            f"registry/runtime/granian_server.py {server_args}"
+            if server == "granian"
+            else f"{first_line([str(GUNICORN), '--version'])}, deploy/gunicorn.conf.py {server_args}"
+        ).rstrip(),
     ]
 
 
@@ -575,6 +589,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "than registering and the delta phase, shorter than a round",
     )
     p.add_argument("-c", type=int, default=16, help="connections (default 16)")
+    p.add_argument(
+        "--server",
+        choices=["gunicorn", "granian"],
+        default="gunicorn",
+        help="our node's HTTP server: deploy/gunicorn.conf.py (default) or "
+        "registry/runtime/granian_server.py",
+    )
+    p.add_argument(
+        "--server-args",
+        default="",
+        help="options for our node's server, one string (e.g. '--threads 2' for granian)",
+    )
     p.add_argument(
         "--sce-heap", default="1g", help="SCE's -Xmx (default 1g; the issue's 100,000-instance run uses 2g)"
     )
@@ -635,7 +661,7 @@ def main(argv: list[str]) -> int:
     if not sides:
         print("compare: nothing to measure", file=sys.stderr)
         return 2
-    header = machine(args.sce_heap)
+    header = machine(args.sce_heap, args.server, args.server_args)
     results = Results()
     failed = False
     servers: dict[str, Contender] = {}
@@ -649,7 +675,7 @@ def main(argv: list[str]) -> int:
             server = (
                 sce_server(java, args.sce_jar, workdir, args.sce_heap, args.delta_retention)
                 if side == "sce"
-                else our_server(workdir, args.delta_retention)
+                else our_server(workdir, args.delta_retention, args.server, args.server_args.split())
             )
             server.pid_file = pid_file
             servers[side] = Contender(side, 1, server)

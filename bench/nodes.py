@@ -47,6 +47,7 @@ HOST = "127.0.0.1"
 
 NODE_CONF = "deploy/gunicorn.conf.py"
 READER_CONF = "deploy/gunicorn_reader.conf.py"
+GRANIAN_MODULE = "registry.runtime.granian_server"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 PR_SET_PDEATHSIG = 1
@@ -363,8 +364,9 @@ class Redis(Server):
 
 
 class Node(Server):
-    """A node of ours: gunicorn with deploy/gunicorn.conf.py (as ``make run`` starts it), embedded mode,
-    or production mode with its own Celery worker and beat when ``redis`` (or ``redis_url``) is given.
+    """A node of ours: gunicorn with deploy/gunicorn.conf.py (as ``make run`` starts it), or granian
+    (``server="granian"``: registry/runtime/granian_server.py), embedded mode, or production mode with
+    its own Celery worker and beat when ``redis`` (or ``redis_url``) is given.
 
     ``env`` overrides the environment (this process's, then the node's data directory, database and
     ``LOG_LEVEL=WARNING``). ``gunicorn_args`` go after the conf (``--worker-class gevent`` ...).
@@ -385,6 +387,7 @@ class Node(Server):
         celery_worker_args: Iterable[str] = ("--concurrency=2",),
         cpus: set[int] | None = None,
         log: Path | None = None,
+        server: str = "gunicorn",
     ):
         workdir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
@@ -406,7 +409,11 @@ class Node(Server):
                 "EUREKA_CONTROL_URL": f"http://{HOST}:{port}",
                 "SECRET_KEY": "bench-" + "x" * 50,
             }
-        command = [str(GUNICORN), "-c", conf, "--bind", f"{HOST}:{port}", *gunicorn_args]
+        if server == "granian":
+            # registry/runtime/granian_server.py; ``gunicorn_args`` are then its options (--threads ...).
+            command = [str(BIN / "python"), "-m", GRANIAN_MODULE, "--bind", f"{HOST}:{port}", *gunicorn_args]
+        else:
+            command = [str(GUNICORN), "-c", conf, "--bind", f"{HOST}:{port}", *gunicorn_args]
         node_env = {**base_env, **(env or {})}
         super().__init__(name, command, log or workdir / "node.log", port, env=node_env, cpus=cpus)
         self.helpers: list[Process] = []

@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "phases": ("phases.py", "Results: gunicorn worker class (one worker)"),
     "workers": ("compare_workers.sh", "Results: gunicorn worker class (one worker)"),
     "compare": ("compare.sh", "Side by side with Spring Cloud Eureka Server"),
+    "cores": ("cores.py", "Side by side with Spring Cloud Eureka Server"),
     "churn_stall": ("churn_stall.py", "Heartbeats under churn"),
     "console_page": ("console_page.py", "Console pages with 10,000 instances"),
     "feed_cost": ("feed_cost.py", "Change feed cost"),
