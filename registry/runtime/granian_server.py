@@ -2,9 +2,9 @@
 
 Why: under gunicorn's gevent worker a heartbeat spends more of its CPU in the HTTP layer (parsing,
 the event loop, greenlet switches) than in the registry, and all of it holds the GIL, so the node
-uses one core. granian parses and writes HTTP in Rust, off the GIL, on the second core; measured on
-a 2-core machine, the same views serve about 1.6 times the heartbeats of a warm Spring Cloud Eureka
-Server where gunicorn serves 0.6 times (bench/README.md, "Where the gap is").
+uses one core. granian parses and writes HTTP in Rust, off the GIL, on the second core: measured on a
+2-core machine beside a warm Spring Cloud Eureka Server, the node serves 1.18 times its heartbeats
+where gunicorn served 0.6 times, at about half the CPU a heartbeat (bench/README.md, "Side by side").
 
 How requests reach the node here (granian's own WSGI glue is replaced, see ``serve_registry``):
 
