@@ -64,7 +64,7 @@ from pathlib import Path
 import httpx
 import orjson
 import psutil
-from nodes import GUNICORN, LOADGEN, Node, Server, free_port, loadgen_metrics, spring_eureka
+from nodes import GUNICORN, HTTP_SERVERS, LOADGEN, Node, Server, free_port, loadgen_metrics, spring_eureka
 
 SIDES = ("sce", "ours")
 SIDE_NAMES = {"sce": "SCE", "ours": "ours"}
@@ -120,7 +120,7 @@ def sce_server(java: str, jar: Path, workdir: Path, heap: str = "1g", retention_
     return server
 
 
-def our_server(workdir: Path, retention_s: float = 60, server: str = "gunicorn", server_args=()) -> Node:
+def our_server(workdir: Path, retention_s: float = 60, server: str = HTTP_SERVERS[0], server_args=()) -> Node:
     """A node as bench/run.py phases starts it (deploy/gunicorn.conf.py, embedded mode), with this
     process's environment; DATABASE_URL from it wins over the node's own migrated database."""
     port = free_port()
@@ -524,7 +524,7 @@ def table(results: Results, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def machine(sce_heap: str = "1g", server: str = "gunicorn", server_args: str = "") -> list[str]:
+def machine(sce_heap: str = "1g", server: str = HTTP_SERVERS[0], server_args: str = "") -> list[str]:
     def first_line(command: list[str]) -> str:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -591,8 +591,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-c", type=int, default=16, help="connections (default 16)")
     p.add_argument(
         "--server",
-        choices=["gunicorn", "granian"],
-        default="gunicorn",
+        choices=HTTP_SERVERS,
+        default=HTTP_SERVERS[0],
         help="our node's HTTP server: deploy/gunicorn.conf.py (default) or "
         "registry/runtime/granian_server.py",
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 from compare import Contender, loadgen, our_server, sce_server, wait_first_200, wait_listed
-from nodes import build_loadgen
+from nodes import HTTP_SERVERS, build_loadgen
 
 SCE_JAR = Path(__file__).resolve().parents[1] / "tests/interop/sce/target/sce-server.jar"
 ONE_CORE = {1}
@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warm-up", type=float, default=60, help="seconds of mixed load per server first")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("-c", type=int, default=16)
-    p.add_argument("--server", choices=["gunicorn", "granian"], default="granian")
+    p.add_argument("--server", choices=HTTP_SERVERS, default=HTTP_SERVERS[1])
     p.add_argument("--server-args", default="")
     p.add_argument("--sce-jar", type=Path, default=SCE_JAR, help="built by bench/compare.sh")
     return p.parse_args(argv)

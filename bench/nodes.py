@@ -48,6 +48,8 @@ HOST = "127.0.0.1"
 NODE_CONF = "deploy/gunicorn.conf.py"
 READER_CONF = "deploy/gunicorn_reader.conf.py"
 GRANIAN_MODULE = "registry.runtime.granian_server"
+# The HTTP servers a node of ours can run on (``Node(server=...)``), the default first.
+HTTP_SERVERS = ("gunicorn", "granian")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 PR_SET_PDEATHSIG = 1
@@ -387,7 +389,7 @@ class Node(Server):
         celery_worker_args: Iterable[str] = ("--concurrency=2",),
         cpus: set[int] | None = None,
         log: Path | None = None,
-        server: str = "gunicorn",
+        server: str = HTTP_SERVERS[0],
     ):
         workdir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()

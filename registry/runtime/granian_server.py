@@ -122,7 +122,8 @@ class BodyReads:
     sends them, are read in microseconds), and is answered 503 at once, unread, when a body held has
     been awaited longer than ``slow_s`` or the wait ends; so is one from an address that holds
     ``max_per_address`` slow bodies already. Eureka clients retry a 503, at another node if they
-    have one."""
+    have one. The wait has a price: meanwhile that thread serves nothing else, so a client that keeps
+    opening fresh slow bodies can delay heartbeats by up to ``wait_s`` at a time (not stop them)."""
 
     def __init__(
         self,
