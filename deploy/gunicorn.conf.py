@@ -65,40 +65,25 @@ def pre_fork(server, worker):
 
 
 def post_worker_init(worker):
-    # The node leaves its own URL out of EUREKA_PEER_URLS by host and port, so it needs to know where
-    # it listens before it starts replicating (and syncing from its peers).
-    from registry.runtime.node import get_node
+    # The node's start (warm restart, cluster, GC policy, memory tuning) is the same under every
+    # server: registry/runtime/node.py, start_serving. Under gevent, a warm-restart snapshot's gzip
+    # and file write run in a native thread (they release the GIL), its encoding in paced slices.
+    from gunicorn.workers.ggevent import GeventWorker
+
+    from registry.runtime.node import start_serving
 
     listening = [tuple(sock.getsockname()[:2]) for sock in worker.sockets]
-    node = get_node()
-    # Warm restart: the last snapshot is restored before the node serves and before its start-up
-    # sync (which then merges the peers' copies in); under gevent, a snapshot's gzip and file write
-    # run in a native thread (they release the GIL), its encoding in paced slices on the loop.
-    if node.warm_restart is not None:
-        from gunicorn.workers.ggevent import GeventWorker as _GeventWorker
+    snapshot_runner = None
+    if isinstance(worker, GeventWorker):
+        import gevent
 
-        if isinstance(worker, _GeventWorker):
-            import gevent
+        def snapshot_runner(write):
+            return gevent.get_hub().threadpool.apply(write)
 
-            node.warm_restart.runner = lambda write: gevent.get_hub().threadpool.apply(write)
-        node.start_warm_restart()
-    node.start_cluster(listening)
-
-    # What loading the application made (modules, settings, URL patterns) lives as long as the process:
-    # out of the collector's full walks from the start, not from the GC policy's first freeze
-    # (registry/runtime/gc_policy.py; what each full collection spent walking them before:
-    # bench/README.md, "Numbers behind the code").
-    if "freeze_gc" in node.jobs:
-        node.gc_policy.run_at_start()
-    # Freed payloads and snapshots go back to the system instead of staying in glibc's heap and arenas.
-    from registry.runtime import memory
-
-    memory.tune()
+    node = start_serving(listening, snapshot_runner)
 
     # Under gevent, gzip large payloads in a native thread so that the event loop keeps answering, and
     # let long payload builds pause every few milliseconds for the loop (registry/cache/pacing.py).
-    from gunicorn.workers.ggevent import GeventWorker
-
     if isinstance(worker, GeventWorker):
         import gevent
 
@@ -119,7 +104,6 @@ def post_worker_init(worker):
 def worker_exit(server, worker):
     # Runs in the worker once it has stopped accepting and finished its requests (a SIGTERM's
     # graceful stop): the node stops its jobs and writes its last warm-restart snapshot.
-    from registry.runtime.node import get_node, holds_node
+    from registry.runtime.node import stop_serving
 
-    if holds_node():
-        get_node().stop()
+    stop_serving()

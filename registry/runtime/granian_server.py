@@ -20,8 +20,9 @@ How requests reach the node here (granian's own WSGI glue is replaced, see ``ser
   changes for minutes. The feed caps how many are open (``EUREKA_FEED_MAX_STREAMS``).
 - Every other answer is joined and handed to granian in one piece.
 
-The node starts as under gunicorn (``deploy/gunicorn.conf.py``'s ``post_worker_init``): warm-restart
-snapshot, cluster (knowing where it listens), the garbage-collector policy, memory tuning; and on
+The node starts as under gunicorn (``registry.runtime.node.start_serving``, which both servers
+call): warm-restart snapshot, cluster (knowing where it listens), the garbage-collector policy,
+memory tuning; and on
 SIGTERM the open streams end at once, granian finishes the requests under way, and the node stops
 (jobs, replication, last snapshot).
 
@@ -306,27 +307,6 @@ def make_runner(
     return run
 
 
-def start_node(listening: list[tuple[str, int]]) -> None:
-    """What ``deploy/gunicorn.conf.py`` does once the worker has loaded the application."""
-    from registry.runtime import memory
-    from registry.runtime.node import get_node
-
-    node = get_node()
-    if node.warm_restart is not None:
-        node.start_warm_restart()
-    node.start_cluster(listening)
-    if "freeze_gc" in node.jobs:
-        node.gc_policy.run_at_start()
-    memory.tune()
-
-
-def stop_node() -> None:
-    from registry.runtime.node import get_node, holds_node
-
-    if holds_node():
-        get_node().stop()
-
-
 def end_streams() -> None:
     """At SIGTERM: the change feed's streams end at once instead of holding the stop."""
     from registry.runtime.node import holds_node
@@ -373,8 +353,10 @@ def _worker_target():
         from granian._granian import WorkerSignal, WSGIWorker
         from granian.server.common import WORKERS_METHODS, TaskImpl
 
+        from registry.runtime.node import start_serving, stop_serving
+
         options = _worker_options()
-        start_node(options["listening"])
+        start_serving(options["listening"])
         access_log = None
         if options["access_log"]:
             access_log = AccessLog(
@@ -418,7 +400,7 @@ def _worker_target():
             while not drained.wait(0.5):
                 pass
         finally:
-            stop_node()
+            stop_serving()
 
     return serve_registry
 

@@ -510,3 +510,43 @@ def reset_node(node: Node | None = None) -> Node | None:
             _node.stop()
         _node = node
     return node
+
+
+def start_serving(
+    listening: list[tuple[str, int]],
+    snapshot_runner: Callable[[Callable[[], None]], None] | None = None,
+) -> Node:
+    """What a server process does once it has loaded the application, before it answers.
+
+    The same steps under each HTTP server (``deploy/gunicorn.conf.py``'s ``post_worker_init`` and
+    ``registry/runtime/granian_server.py``): ``snapshot_runner`` runs a warm-restart snapshot's write
+    where the server wants it (gevent's thread pool), None on the calling thread.
+    """
+    node = get_node()
+    # Warm restart: the last snapshot is restored before the node serves and before its start-up
+    # sync (which then merges the peers' copies in).
+    if node.warm_restart is not None:
+        if snapshot_runner is not None:
+            node.warm_restart.runner = snapshot_runner
+        node.start_warm_restart()
+    # The node leaves its own URL out of EUREKA_PEER_URLS by host and port, so it needs to know where
+    # it listens before it starts replicating (and syncing from its peers).
+    node.start_cluster(listening)
+    # What loading the application made (modules, settings, URL patterns) lives as long as the process:
+    # out of the collector's full walks from the start, not from the GC policy's first freeze
+    # (registry/runtime/gc_policy.py; what each full collection spent walking them before:
+    # bench/README.md, "Numbers behind the code").
+    if "freeze_gc" in node.jobs:
+        node.gc_policy.run_at_start()
+    # Freed payloads and snapshots go back to the system instead of staying in glibc's heap and arenas.
+    from registry.runtime import memory
+
+    memory.tune()
+    return node
+
+
+def stop_serving() -> None:
+    """Once the server has stopped accepting and finished its requests (a graceful stop): the node
+    stops its jobs and writes its last warm-restart snapshot."""
+    if holds_node():
+        get_node().stop()
