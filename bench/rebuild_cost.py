@@ -36,7 +36,7 @@ RETENTION_S = 180
 
 def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: int) -> None:
     from registry.cache.response_cache import APPS, DELTA, CacheKey
-    from registry.core import Registry, RegistryConfig
+    from registry.domain.core import Registry, RegistryConfig
     from registry.runtime.gc_policy import GcPolicy
     from registry.wire.codecs import build_instance
     from registry.wire.payloads import PayloadBuilder, build_payload

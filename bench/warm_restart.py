@@ -1,6 +1,6 @@
 """Warm restart with 10,000 instances: what a snapshot costs, and how long a restart takes.
 
-1. In-process (registry/core.py, registry/runtime/snapshots.py): ``export_state`` — total and the part
+1. In-process (registry/domain/core.py, registry/runtime/snapshots.py): ``export_state`` — total and the part
    that holds the map's lock —, the orjson + gzip encoding, the atomic file write, the size, and
    ``restore_state`` of the same snapshot. Medians of ``--rounds``.
 2. Live (gunicorn with deploy/gunicorn.conf.py, embedded mode, a temporary data directory): 10,000
@@ -31,7 +31,7 @@ from nodes import ROOT, Node, free_port
 
 sys.path.insert(0, str(ROOT))
 
-from registry.core import Registry, RegistryConfig  # noqa: E402
+from registry.domain.core import Registry, RegistryConfig  # noqa: E402
 from registry.runtime.snapshots import FileStore, WarmRestart, decode, encode  # noqa: E402
 from registry.wire.codecs import build_instance  # noqa: E402
 

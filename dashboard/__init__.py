@@ -4,6 +4,6 @@
 the static files' URLs behind a path prefix and ``middleware.py`` the Content-Security-Policy the
 console's and the admin's pages are sent with. What the pages show (System Status, the
 self-preservation banner and panel, DS Replicas, General and Instance Info, lease details, the recent
-lists, the filtered instance table) comes from ``registry.reads``, the one module the console and the
+lists, the filtered instance table) comes from ``registry.console_data``, the one module the console and the
 admin read the node through.
 """

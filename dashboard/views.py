@@ -17,10 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from registry import reads
+from registry import console_data
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm
-from registry.findings import find_suspicious
+from registry.domain.findings import find_suspicious
 from registry.runtime.node import get_node
 
 # Suspicious registrations listed on the status page at most (the count of the rest is shown).
@@ -46,9 +46,9 @@ def _base_context(node, now) -> dict:
     """What every page shows: System Status, the banner and DS Replicas."""
     return {
         "now": now,
-        "system": reads.system_status(node, now, timezone.get_current_timezone()),
-        "recount": reads.recount_schedule(node),
-        "replicas": reads.replica_health(node, now),
+        "system": console_data.system_status(node, now, timezone.get_current_timezone()),
+        "recount": console_data.recount_schedule(node),
+        "replicas": console_data.replica_health(node, now),
         "refresh_seconds": settings.EUREKA_DASHBOARD_REFRESH_SECONDS,
     }
 
@@ -62,10 +62,10 @@ def _status_context(request) -> tuple[dict, int]:
         "form": form,
         "page": None,
         "registered": node.registry.size(),
-        "general_info": reads.general_info(node, now),
-        "instance_info": reads.instance_info(node, now),
+        "general_info": console_data.general_info(node, now),
+        "instance_info": console_data.instance_info(node, now),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
-        "remote_regions": reads.remote_regions(node),
+        "remote_regions": console_data.remote_regions(node),
     }
     if not form.is_valid():
         return context, 400
@@ -75,9 +75,9 @@ def _status_context(request) -> tuple[dict, int]:
     findings = find_suspicious(everything, node.registration_sources.as_mapping())
     context["findings"] = findings[:FINDINGS_SHOWN]
     context["findings_more"] = max(0, len(findings) - FINDINGS_SHOWN)
-    groups = reads.select(everything, query)
+    groups = console_data.select(everything, query)
     per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
-    context["page"] = reads.page_of(groups, data["page"] or 1, per_page)
+    context["page"] = console_data.page_of(groups, data["page"] or 1, per_page)
     context["filtered"] = query.active
     params = request.GET.copy()
     params.pop("page", None)
@@ -108,7 +108,7 @@ def status_fragment(request):
 def lastn_page(request):
     node = get_node()
     now = node.now()
-    context = {**_base_context(node, now), "recent": reads.recent_lists(node)}
+    context = {**_base_context(node, now), "recent": console_data.recent_lists(node)}
     return render(request, "dashboard/lastn.html", context)
 
 
@@ -123,14 +123,14 @@ def instance_index(request):
 def instance_page(request, app, instance_id):
     node = get_node()
     now = node.now()
-    detail = reads.lease_detail(node, app, instance_id, now)
+    detail = console_data.lease_detail(node, app, instance_id, now)
     context = {
         "now": now,
         "app": app,
         "instance_id": instance_id,
         "detail": detail,
-        "fields": reads.instance_fields(detail.view) if detail else [],
-        "events": detail.events if detail else reads.events_of(node, app, instance_id),
+        "fields": console_data.instance_fields(detail.view) if detail else [],
+        "events": detail.events if detail else console_data.events_of(node, app, instance_id),
         "records": audit.records_for(app, instance_id),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
         # Active health checks (registry/health/): None when off or the instance asks for none.

@@ -1,5 +1,5 @@
 """Settings for the registry. The environment is read here and nowhere else: Django's own settings
-below, and the registry's (``EUREKA``) by registry/config.py's parser, given ``os.environ`` here.
+below, and the registry's (``EUREKA``) by registry/domain/config.py's parser, given ``os.environ`` here.
 
 Every variable, with its default, is listed in ``deploy/.env.example``. Malformed values raise
 ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
@@ -13,7 +13,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from registry.config import BadSetting, parse_config
+from registry.domain.config import BadSetting, parse_config
 from registry.runtime.logs import LOG_FORMATS, log_secrets
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -222,8 +222,8 @@ PASSWORD_HASHERS = [
 EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
 
-# The registry's own settings: registry/config.py reads them (each variable with its default and checks,
-# the "fast" and "eureka" timing profiles) into frozen objects, once; Django's own settings stay here.
+# The registry's own settings: registry/domain/config.py reads them (each variable with its default and
+# checks, the "fast" and "eureka" timing profiles) into frozen objects, once; Django's own settings stay here.
 try:
     EUREKA = parse_config(os.environ, data_dir=str(EUREKA_DATA_DIR))
 except BadSetting as exc:

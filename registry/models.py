@@ -1,13 +1,14 @@
 """What the registry keeps in the database: the audit trail of status overrides made in the admin.
 
-The lease map itself is in memory (``registry.core``); nothing here is read on the protocol path.
+The lease map itself is in memory (``registry.domain.core``); nothing here is read on the protocol path.
 """
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from . import constants as c
+from registry.domain import constants as c
+
 from .access import roles
 
 STATUS_CHOICES = [(status, status) for status in (c.UP, c.DOWN, c.STARTING, c.OUT_OF_SERVICE, c.UNKNOWN)]

@@ -18,22 +18,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("registry", "dashboard", "eureka_site")
-# The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it.
-DOMAIN = (
-    "registry.constants",
-    "registry.instances",
-    "registry.leases",
-    "registry.changes",
-    "registry.findings",
-    "registry.snapshot_format",
-    "registry.delta",
-    "registry.preservation",
-    "registry.counters",
-    "registry.core",
-    "registry.redact",
-    "registry.endpoints",
-    "registry.config",
+# The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it. Every
+# module of registry/domain/ belongs to it.
+DOMAIN = tuple(
+    sorted(
+        "registry.domain." + path.stem
+        for path in (ROOT / "registry" / "domain").glob("*.py")
+        if path.name != "__init__.py"
+    )
 )
+# What registry/ itself holds besides its packages: the files Django looks for in an app.
+APP_FILES = {"__init__.py", "apps.py", "models.py"}
 
 
 def module_name(path: Path) -> str:
@@ -132,22 +127,22 @@ def test_the_cycle_finder_finds_a_cycle():
 # rest of the wiring, since they register the rooms' models and signals.
 APP_SHELL = ("registry.apps", "registry.models")
 # Wire code sits on the domain and the response cache only: everything that speaks HTTP uses it.
-WIRE_MAY_IMPORT = {"registry (domain)", "registry.cache"}
+WIRE_MAY_IMPORT = {"registry.domain", "registry.cache"}
 # eureka_site/ wires the site together (settings, URLconfs, WSGI and Celery entry points); code lives
 # in the packages.
 WIRING = {"apps", "celery", "protocol_urls", "reader_urls", "reader_wsgi", "settings", "urls", "wsgi"}
 
 
 def package_of(module: str) -> str:
-    """The package a module counts for: a folder of registry/ (``registry.cluster``), registry's own
-    modules (the domain), the app's wiring, or a top-level package (``dashboard``, ``eureka_site``)."""
+    """The package a module counts for: a folder of registry/ (``registry.cluster``,
+    ``registry.domain``), the app's own files, or a top-level package (``dashboard``, ``eureka_site``)."""
     parts = module.split(".")
     if module in APP_SHELL:
         return "registry (app)"
     if parts[0] == "registry" and len(parts) > 1 and (ROOT / "registry" / parts[1]).is_dir():
         return f"registry.{parts[1]}"
     if parts[0] == "registry":
-        return "registry (domain)"
+        return "registry (app)"
     return parts[0]
 
 
@@ -217,7 +212,11 @@ def test_the_domain_imports_neither_django_nor_the_rooms_around_it():
         imported = imported_names(modules[name], name)
         frameworks = {m for m in imported if m.split(".")[0] in ("django", "rest_framework", "celery")}
         # ``registry`` itself is the package; its __init__ holds only a docstring.
-        rooms = {m for m in imported if m in modules and m not in DOMAIN and m != "registry"}
+        rooms = {
+            m
+            for m in imported
+            if m in modules and m not in DOMAIN and m not in ("registry", "registry.domain")
+        }
         assert (frameworks, rooms) == (set(), set()), f"{name} imports {frameworks | rooms}"
 
 
@@ -254,6 +253,15 @@ def readme_tree() -> list[str]:
     return paths
 
 
+def test_registrys_top_level_holds_only_djangos_app_files_and_packages():
+    loose = {
+        path.name
+        for path in (ROOT / "registry").iterdir()
+        if path.is_file() and path.suffix == ".py" and path.name not in APP_FILES
+    }
+    assert loose == set(), f"modules loose in registry/ (the domain lives in registry/domain/): {loose}"
+
+
 def test_readmes_layout_tree_matches_the_folders():
     listed = readme_tree()
     for path in listed:
@@ -276,7 +284,8 @@ def test_readmes_layout_tree_matches_the_folders():
         "registry/reader",
         "registry/access",
         "registry/wire",
-        "registry/reads",
+        "registry/console_data",
+        "registry/domain",
         "dashboard",
     ],
 )

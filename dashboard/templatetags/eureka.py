@@ -3,7 +3,7 @@
 from django import template
 from django.utils import timezone
 
-from registry.reads import format_time
+from registry.console_data import format_time
 
 register = template.Library()
 

@@ -7,7 +7,7 @@ import logging
 
 from django.db import DatabaseError
 
-from registry import constants as c
+from registry.domain import constants as c
 from registry.models import StatusOverrideRecord
 from registry.runtime import operations
 from registry.runtime.node import Node

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django import forms
 
-from registry import constants as c
 from registry.admin.audit import REASON_MAX_CHARS, Action
-from registry.reads import STATUS_ORDER, BadQuery, InstanceQuery, parse_metadata_filter
+from registry.console_data import STATUS_ORDER, BadQuery, InstanceQuery, parse_metadata_filter
+from registry.domain import constants as c
 
 PAGE_SIZES = (50, 100, 200, 500, 1000)
 

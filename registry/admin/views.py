@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views import View
 
-from registry import reads
+from registry import console_data
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm, OverrideForm
 from registry.models import StatusOverrideRecord
@@ -110,7 +110,7 @@ class InstanceListAdminView(_AdminPage):
         form = InstanceFilterForm(request.GET)
         rows, page = [], None
         if form.is_valid():
-            groups = reads.select(node.registry.instances(), form.query())
+            groups = console_data.select(node.registry.instances(), form.query())
             flat = [instance for _, instances in groups for instance in instances]
             page = Paginator(flat, ADMIN_PAGE_SIZE).get_page(form.cleaned_data["page"] or 1)
             for instance in page.object_list:
@@ -163,7 +163,7 @@ class InstanceAdminView(_AdminPage):
 
     def get(self, request, app, instance_id, action_form=None, status=200):
         node = get_node()
-        detail = reads.lease_detail(node, app, instance_id, node.now())
+        detail = console_data.lease_detail(node, app, instance_id, node.now())
         records = audit.records_for(app, instance_id, RECORDS_SHOWN)
         context = {
             "title": f"{app} / {instance_id}",

@@ -31,7 +31,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from registry.cache.response_cache import CacheKey, Payload, ReadOnlyTier
-from registry.redact import scrub_text
+from registry.domain.redact import scrub_text
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import dns.exception
 import dns.nameserver
 import dns.resolver
 
-from registry.endpoints import Peer, PeerDns, parse_nameserver
+from registry.domain.endpoints import Peer, PeerDns, parse_nameserver
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from registry import constants as c
-from registry.core import LimitExceeded, Registry, Renew
+from registry.domain import constants as c
+from registry.domain.core import LimitExceeded, Registry, Renew
 from registry.wire.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
 
 logger = logging.getLogger(__name__)

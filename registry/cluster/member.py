@@ -30,11 +30,11 @@ from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
 from registry.cluster.transport import PeerTransport
-from registry.core import Registry
-from registry.endpoints import Peer, peer_hostname
+from registry.domain.core import Registry
+from registry.domain.endpoints import Peer, peer_hostname
 
 if TYPE_CHECKING:
-    from registry.config import EurekaConfig
+    from registry.domain.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

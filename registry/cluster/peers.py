@@ -16,8 +16,8 @@ import socket
 import threading
 from dataclasses import dataclass, replace
 
-from registry.endpoints import Peer, peer_hostname
-from registry.redact import scrub_credentials, scrub_text
+from registry.domain.endpoints import Peer, peer_hostname
+from registry.domain.redact import scrub_credentials, scrub_text
 
 # A peer with no successful replication for this long is unavailable even without a recorded error:
 # heartbeats replicate continuously (every instance renews every 30 s), so silence means trouble.

@@ -41,8 +41,8 @@ from registry.cluster.replicator import (
     read_answers,
 )
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
-from registry.endpoints import Peer
-from registry.redact import scrub_text
+from registry.domain.endpoints import Peer
+from registry.domain.redact import scrub_text
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from registry.cluster.transport import (
     read_answer,
     server_client,
 )
-from registry.endpoints import Peer
+from registry.domain.endpoints import Peer
 
 
 class RegionHttpTransport:

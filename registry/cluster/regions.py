@@ -30,12 +30,12 @@ from typing import Any, Protocol
 
 import orjson
 
-from registry import constants as c
 from registry.cache.pacing import PACER
-from registry.core import reconcile_hashcode
-from registry.endpoints import Peer, Whitelist
-from registry.instances import InstanceInfo
-from registry.leases import LeaseView
+from registry.domain import constants as c
+from registry.domain.core import reconcile_hashcode
+from registry.domain.endpoints import Peer, Whitelist
+from registry.domain.instances import InstanceInfo
+from registry.domain.leases import LeaseView
 from registry.wire.codecs import BadInput, build_instance, instances_in, parse_long
 
 logger = logging.getLogger(__name__)

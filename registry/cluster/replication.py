@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from registry import constants as c
-from registry.core import ReplicationEvent
+from registry.domain import constants as c
+from registry.domain.core import ReplicationEvent
 from registry.wire.codecs import instance_dict
 
 DEFAULT_CAPACITY = 10_000

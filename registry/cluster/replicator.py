@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
-from registry import constants as c
 from registry.cluster.peers import PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
-from registry.core import LimitExceeded, Registry, ReplicationEvent
-from registry.endpoints import Peer
+from registry.domain import constants as c
+from registry.domain.core import LimitExceeded, Registry, ReplicationEvent
+from registry.domain.endpoints import Peer
 from registry.wire.codecs import BadInput, build_instance
 
 logger = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from registry import constants as c
 from registry.cluster.transport import PeerTransport, PeerUnreachable
-from registry.core import LimitExceeded, Registry, copy_was_cancelled
-from registry.endpoints import Peer
+from registry.domain import constants as c
+from registry.domain.core import LimitExceeded, Registry, copy_was_cancelled
+from registry.domain.endpoints import Peer
 from registry.wire.codecs import BadInput, build_instance, instances_in
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ import httpx
 import orjson
 
 from registry.cache.pacing import PACER
-from registry.constants import SERVER_IDENTITY
-from registry.endpoints import Peer
-from registry.redact import scrub_text
+from registry.domain.constants import SERVER_IDENTITY
+from registry.domain.endpoints import Peer
+from registry.domain.redact import scrub_text
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 # The most bytes one inflating step makes. One 64 KB read of a gzip bomb holds 64 MB once inflated

@@ -1,4 +1,4 @@
-"""The change feed: the registry's numbered changes (``registry/changes.py``) for operators' tools.
+"""The change feed: the registry's numbered changes (``registry/domain/changes.py``) for operators' tools.
 
 ``GET /api/v1/changes`` pages through the change log as JSON, ``GET /api/v1/changes/stream`` pushes
 it as Server-Sent Events, and in production mode (``REDIS_URL``) the node also publishes every change

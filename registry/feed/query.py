@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from registry.changes import ACTIONS, Change, TooOld
+from registry.domain.changes import ACTIONS, Change, TooOld
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5_000

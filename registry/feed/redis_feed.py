@@ -30,11 +30,11 @@ import orjson
 from redis import Redis
 from redis.exceptions import RedisError
 
-from registry.changes import Change
-from registry.redact import scrub_text
+from registry.domain.changes import Change
+from registry.domain.redact import scrub_text
 
 if TYPE_CHECKING:
-    from registry.config import EurekaConfig
+    from registry.domain.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from registry.changes import Change, TooOld
+from registry.domain.changes import Change, TooOld
 from registry.feed.query import FeedQuery, last_change_id
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
-from registry.endpoints import parse_networks
+from registry.domain.endpoints import parse_networks
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -32,9 +32,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from registry import constants as c
-from registry.changes import CANCELLED, EVICTED, METADATA_CHANGED, REGISTERED, Change
-from registry.core import Registry
+from registry.domain import constants as c
+from registry.domain.changes import CANCELLED, EVICTED, METADATA_CHANGED, REGISTERED, Change
+from registry.domain.core import Registry
 from registry.health.config import CheckConfig, CheckDefaults, ParsedCheck, parse_check
 
 logger = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from registry.domain.instances import InstanceInfo
 from registry.health.addresses import parse_address
-from registry.instances import InstanceInfo
 
 PREFIX = "eureka-django.health-check"
 KEY_KIND = PREFIX

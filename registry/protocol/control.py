@@ -9,7 +9,7 @@ import orjson
 from django.conf import settings
 from django.http import HttpResponse
 
-from registry.constants import CONTROL_HEADER
+from registry.domain.constants import CONTROL_HEADER
 from registry.health.checker import BadResult, ProbeResult
 from registry.protocol.views import EurekaView
 from registry.runtime.node import get_node

@@ -19,14 +19,14 @@ from rest_framework.views import APIView
 
 from registry.access.clients import client_address
 from registry.access.drf import BasicAccountAuthentication, RolePermission, SignInBusy, api_accounts_on
-from registry.changes import TooOld
+from registry.domain.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
 from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
 from registry.runtime.node import Node, get_node
 from registry.wire.http import PassthroughRenderer
 
 if TYPE_CHECKING:
-    from registry.config import ChangeFeedConfig
+    from registry.domain.config import ChangeFeedConfig
 
 REFETCH_DETAIL = "refetch GET /eureka/apps, then follow from lastId"
 RETRY_AFTER_FULL_S = 5

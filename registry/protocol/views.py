@@ -8,11 +8,11 @@ import orjson
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
-from registry import constants as c
 from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
-from registry.core import LimitExceeded, RegistryFull, Renew
+from registry.domain import constants as c
+from registry.domain.core import LimitExceeded, RegistryFull, Renew
 from registry.runtime import operations
 from registry.runtime.metrics import request_timer
 from registry.runtime.node import get_node

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
-from registry.redact import scrub_text
+from registry.domain.redact import scrub_text
 from registry.wire.http import text
 
 # WSGI name -> header name, for the headers the protocol (and the node's API accounts) read.

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from registry.cache.response_cache import ResponseCache
-from registry.core import Registry
+from registry.domain.core import Registry
 from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.state_log import StateLog
 

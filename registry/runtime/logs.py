@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from pythonjsonlogger.json import JsonFormatter
 
-from registry.redact import scrub_text
+from registry.domain.redact import scrub_text
 
 LOG_FORMATS = ("plain", "json")
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -42,9 +42,9 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from registry import constants as c
 from registry.access import accounts, roles
 from registry.access.clients import client_address
+from registry.domain import constants as c
 from registry.runtime import connections
 from registry.runtime.node import get_node
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from registry.cache.pacing import PACER
 from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.peers import PeerSet
-from registry.core import Registry
-from registry.findings import RegistrationSources
+from registry.domain.core import Registry
+from registry.domain.findings import RegistrationSources
 from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
@@ -35,7 +35,7 @@ from registry.wire.payloads import PayloadBuilder
 if TYPE_CHECKING:
     from registry.cluster.member import ClusterMember
     from registry.cluster.regions import RemoteRegions
-    from registry.config import EurekaConfig
+    from registry.domain.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Node:
     cluster: ClusterMember | None = None
     gc_policy: GcPolicy | None = None
     received: ReceivedReplication = field(default_factory=ReceivedReplication)
-    # Where clients registered from, for the console's suspicious registrations (registry/findings.py).
+    # Where clients registered from, for the console's suspicious registrations (registry/domain/findings.py).
     registration_sources: RegistrationSources = field(default_factory=RegistrationSources)
     # What the operator's log last said about self-preservation (registry/runtime/state_log.py).
     state_log: StateLog = field(default_factory=StateLog)
@@ -313,7 +313,7 @@ def _log_stall(stall: Stall) -> None:
 
 
 def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -> Node:
-    """The node ``config`` describes (``settings.EUREKA``, parsed by registry/config.py)."""
+    """The node ``config`` describes (``settings.EUREKA``, parsed by registry/domain/config.py)."""
     expire_ms = config.response_cache.auto_expiration_ms
     holder: list[tuple[ResponseCache, PayloadBuilder]] = []
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from registry import constants as c
-from registry.core import StatusChange
+from registry.domain import constants as c
+from registry.domain.core import StatusChange
 
 if TYPE_CHECKING:
     from registry.runtime.node import Node

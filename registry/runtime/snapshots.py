@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from registry.cache.pacing import PACER
-from registry.changes import Change
-from registry.core import Registry
-from registry.snapshot_format import BadSnapshot, instance_row
+from registry.domain.changes import Change
+from registry.domain.core import Registry
+from registry.domain.snapshot_format import BadSnapshot, instance_row
 
 if TYPE_CHECKING:
-    from registry.config import EurekaConfig
+    from registry.domain.config import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from registry.core import EvictionRun
+from registry.domain.core import EvictionRun
 
 logger = logging.getLogger("registry.events")
 

@@ -14,7 +14,7 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 
-from registry.constants import CONTROL_HEADER
+from registry.domain.constants import CONTROL_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from registry.changes import ACTIONS
+from registry.domain.changes import ACTIONS
 
 from . import policy
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from registry.changes import ACTIONS, Change
+from registry.domain.changes import ACTIONS, Change
 
 SIGNATURE_HEADER = "X-Eureka-Signature"
 TIMESTAMP_HEADER = "X-Eureka-Timestamp"
@@ -36,7 +36,7 @@ def parse_apps(text: str) -> frozenset[str]:
 
 
 def parse_actions(text: str) -> frozenset[str]:
-    """Comma-separated actions of ``registry.changes.ACTIONS``; an unknown one raises BadFilter."""
+    """Comma-separated actions of ``registry.domain.changes.ACTIONS``; an unknown one raises BadFilter."""
     wanted = frozenset(part.strip().upper() for part in (text or "").split(",") if part.strip())
     unknown = sorted(wanted - set(ACTIONS))
     if unknown:

@@ -26,13 +26,13 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from registry.changes import Change
+from registry.domain.changes import Change
 
 from . import policy, sender, store
 from .models import WebhookSubscription
 
 if TYPE_CHECKING:
-    from registry.config import WebhooksConfig
+    from registry.domain.config import WebhooksConfig
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, connection
 from django.db.models import Q, QuerySet
 
-from registry.changes import Change
+from registry.domain.changes import Change
 
 from . import policy
 from .models import WebhookDelivery, WebhookSubscription

@@ -19,10 +19,10 @@ import orjson
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
-from registry import constants as c
-from registry.core import Snapshot
-from registry.instances import DataCenterInfo, InstanceInfo, data_center_info, freeze, shared
-from registry.leases import LeaseView
+from registry.domain import constants as c
+from registry.domain.core import Snapshot
+from registry.domain.instances import DataCenterInfo, InstanceInfo, data_center_info, freeze, shared
+from registry.domain.leases import LeaseView
 
 JSON = "json"
 XML = "xml"

@@ -24,7 +24,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 
 from registry.cache.response_cache import Payload
-from registry.constants import SERVER_IDENTITY
+from registry.domain.constants import SERVER_IDENTITY
 from registry.wire.codecs import JSON, XML, BadInput, parse_long
 
 CONTENT_TYPES = {JSON: "application/json", XML: "application/xml"}

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import DatabaseError
 from django.test import Client
 
-from registry import constants as c
+from registry.domain import constants as c
 from registry.models import StatusOverrideRecord
 from tests.factories import instance_body
 

@@ -30,9 +30,9 @@ from registry.cluster.transport import (
     PeerUnreachable,
     read_answer,
 )
-from registry.config import parse_config
-from registry.core import Registry, RegistryConfig
-from registry.endpoints import Peer, Whitelist
+from registry.domain.config import parse_config
+from registry.domain.core import Registry, RegistryConfig
+from registry.domain.endpoints import Peer, Whitelist
 from tests.cluster.hostile_remote import HostileRemote, gzip_bomb, registry_document
 from tests.cluster.test_remote_regions import FakeRemote, remote_instance
 from tests.cluster.test_replication import FetchingTransport

@@ -11,9 +11,9 @@ import pytest
 from registry.cluster.discovery import PeerDiscovery, PeerResolver, peer_for
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet
-from registry.config import BadSetting, parse_config
-from registry.core import Registry, RegistryConfig
-from registry.endpoints import BadPeerUrl, Peer, parse_nameserver, parse_peer_dns, parse_peer_urls
+from registry.domain.config import BadSetting, parse_config
+from registry.domain.core import Registry, RegistryConfig
+from registry.domain.endpoints import BadPeerUrl, Peer, parse_nameserver, parse_peer_dns, parse_peer_urls
 from registry.wire.codecs import build_instance
 from tests.cluster.dns_server import DnsServer
 from tests.conftest import FakeClock

@@ -13,7 +13,7 @@ from redis import Redis
 from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_key
 from registry.cluster.replicator import PROBE_INTERVAL_MS
 from registry.cluster.transport import PeerRefused, PeerUnreachable
-from registry.endpoints import Peer
+from registry.domain.endpoints import Peer
 from tests.integration.conftest import Processes, free_port
 from tests.interop.conftest import require_toolchain
 
@@ -242,7 +242,7 @@ def test_workers_learn_the_nodes_dns_peers_from_redis_with_credentials_from_thei
     client, settings
 ):
     from registry.cluster.redis_outbox import publish_peers, published_peers
-    from registry.config import parse_config
+    from registry.domain.config import parse_config
     from registry.runtime import tasks
 
     settings.EUREKA = parse_config(

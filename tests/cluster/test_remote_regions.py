@@ -15,7 +15,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from registry.cluster.regions import FetchFailed, RemoteRegions
-from registry.endpoints import BadRegionConfig, Peer, Whitelist, parse_region_urls, parse_whitelist
+from registry.domain.endpoints import BadRegionConfig, Peer, Whitelist, parse_region_urls, parse_whitelist
 from registry.runtime.jobs import sync_response_cache
 from registry.runtime.node import build_node, reset_node
 from tests.factories import instance_body

@@ -9,7 +9,6 @@ import logging
 import orjson
 import pytest
 
-from registry import constants as c
 from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
 from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replication import ReplicationBuffer, encode
@@ -30,8 +29,9 @@ from registry.cluster.retry import (
 )
 from registry.cluster.startup import SelfRegistration, instances_in, sync_from_peers
 from registry.cluster.transport import PeerRefused, PeerUnreachable
-from registry.core import Registry, RegistryConfig, ReplicationEvent
-from registry.endpoints import Peer, parse_peer_urls
+from registry.domain import constants as c
+from registry.domain.core import Registry, RegistryConfig, ReplicationEvent
+from registry.domain.endpoints import Peer, parse_peer_urls
 from registry.wire.codecs import build_instance
 from tests.conftest import FakeClock
 from tests.factories import instance_body
@@ -629,7 +629,7 @@ def test_peer_urls_are_normalized_and_credentials_kept_only_for_auth():
 
 @pytest.mark.parametrize("url", ["ftp://node-b/eureka/", "http:///eureka/", "http://node-b:99999/eureka/"])
 def test_bad_peer_urls_are_refused(url):
-    from registry.endpoints import BadPeerUrl
+    from registry.domain.endpoints import BadPeerUrl
 
     with pytest.raises(BadPeerUrl):
         parse_peer_urls([url])

@@ -12,8 +12,8 @@ import copy
 
 from registry.cluster.startup import cancels_in, sync_from_peers
 from registry.cluster.transport import PeerUnreachable
-from registry.core import Registry, RegistryConfig
-from registry.endpoints import Peer
+from registry.domain.core import Registry, RegistryConfig
+from registry.domain.endpoints import Peer
 from registry.wire.codecs import build_instance, instance_dict
 from tests.cluster.test_replication import FetchingTransport
 from tests.conftest import FakeClock

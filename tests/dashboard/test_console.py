@@ -1,4 +1,4 @@
-"""What the console computes from the node (registry/reads/console.py, registry/runtime/status.py,
+"""What the console computes from the node (registry/console_data/console.py, registry/runtime/status.py,
 registry/cluster/peers.py), on a fake clock."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from datetime import UTC, timedelta, timezone
 import orjson
 import pytest
 
-from registry import constants as c
 from registry.cluster.peers import AVAILABILITY_WINDOW_MS, PeerSet
-from registry.endpoints import parse_peer_urls
-from registry.instances import InstanceInfo
-from registry.preservation import SelfPreservation
-from registry.reads import console
-from registry.redact import scrub_credentials
+from registry.console_data import console
+from registry.domain import constants as c
+from registry.domain.endpoints import parse_peer_urls
+from registry.domain.instances import InstanceInfo
+from registry.domain.preservation import SelfPreservation
+from registry.domain.redact import scrub_credentials
 from registry.runtime import status as node_status
 from registry.runtime.node import build_node
 from registry.wire.codecs import decode_instance

@@ -1,10 +1,10 @@
-"""Suspicious registrations (registry/findings.py) and their section on the status page."""
+"""Suspicious registrations (registry/domain/findings.py) and their section on the status page."""
 
 from __future__ import annotations
 
 import pytest
 
-from registry.findings import (
+from registry.domain.findings import (
     DUPLICATE,
     LOOPBACK,
     PORT_ZERO,
@@ -12,7 +12,7 @@ from registry.findings import (
     find_suspicious,
     is_loopback,
 )
-from registry.instances import InstanceInfo
+from registry.domain.instances import InstanceInfo
 from tests.dashboard.conftest import cells, register, soup
 from tests.factories import instance_body
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from django.test import Client
 
-from registry import constants as c
+from registry.domain import constants as c
 from registry.models import StatusOverrideRecord
 from tests.dashboard.conftest import cells, kv, register, soup
 

@@ -1,12 +1,11 @@
-"""Searching, grouping and paging the registry for the console (registry/reads/queries.py), without Django."""
+"""Searching, grouping and paging the registry for the console (registry/console_data/queries.py),
+without Django."""
 
 from __future__ import annotations
 
 import pytest
 
-from registry import constants as c
-from registry.instances import DataCenterInfo, InstanceInfo, freeze
-from registry.reads.queries import (
+from registry.console_data.queries import (
     BadQuery,
     InstanceQuery,
     _page_bounds,
@@ -14,6 +13,8 @@ from registry.reads.queries import (
     parse_metadata_filter,
     select,
 )
+from registry.domain import constants as c
+from registry.domain.instances import DataCenterInfo, InstanceInfo, freeze
 
 
 def record(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=None) -> InstanceInfo:

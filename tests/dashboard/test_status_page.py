@@ -7,13 +7,13 @@ import re
 import pytest
 from django.test import Client
 
-from registry import constants as c
-from registry.endpoints import parse_peer_urls
-from registry.reads.console import (
+from registry.console_data.console import (
     BANNER_BELOW_THRESHOLD_SELF_PRESERVATION_OFF,
     BANNER_EMERGENCY,
     BANNER_SELF_PRESERVATION_OFF,
 )
+from registry.domain import constants as c
+from registry.domain.endpoints import parse_peer_urls
 from tests.dashboard.conftest import cells, kv, register, soup
 from tests.dashboard.test_console import GENERAL_INFO_ORDER
 

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from registry.cache.redis_tier import RedisReadOnlyTier
-from registry.endpoints import parse_peer_urls
+from registry.domain.endpoints import parse_peer_urls
 from registry.runtime.loop_watch import LoopWatch
 from registry.runtime.node import build_node, reset_node
 

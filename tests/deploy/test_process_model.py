@@ -59,7 +59,7 @@ def test_a_bad_dashboard_path_fails_at_start_with_the_variable_named():
 
 
 def test_every_setting_read_from_the_environment_is_listed_in_env_example():
-    # Django's settings (eureka_site/settings.py) and the registry's typed config (registry/config.py).
+    # Django's settings (eureka_site/settings.py) and the registry's typed config (registry/domain/config.py).
     sources = [ROOT / "eureka_site" / "settings.py", ROOT / "registry" / "config.py"]
     read = set(
         re.findall(
@@ -73,5 +73,5 @@ def test_every_setting_read_from_the_environment_is_listed_in_env_example():
     )
     assert len(read) > 30
     assert read - listed == set(), (
-        "read in settings.py or registry/config.py but not listed in deploy/.env.example"
+        "read in settings.py or registry/domain/config.py but not listed in deploy/.env.example"
     )

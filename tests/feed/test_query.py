@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.http import QueryDict
 
-from registry.changes import ACTIONS, REGISTERED, STATUS_CHANGED
+from registry.domain.changes import ACTIONS, REGISTERED, STATUS_CHANGED
 from registry.feed.query import DEFAULT_LIMIT, MAX_LIMIT, BadParameter, parse_query
 
 

@@ -26,10 +26,10 @@ from registry.feed.redis_feed import (
     stream_key,
 )
 from tests.conftest import FakeClock
+from tests.domain.test_core import T0, inst, make_registry
 from tests.factories import instance_body
 from tests.integration.conftest import _redis_answers, free_port, stop
 from tests.interop.conftest import PROJECT_ROOT, require_toolchain, running_server, wait_until
-from tests.registry.test_core import T0, inst, make_registry
 
 
 class FakePipeline:

@@ -15,7 +15,7 @@ import pytest
 from registry.feed import streams
 from registry.feed.query import FeedQuery
 from registry.feed.streams import Refusal, StreamBody, StreamHub, Subscription, change_stream, resume_point
-from tests.registry.test_core import SEC, T0, inst, make_registry
+from tests.domain.test_core import SEC, T0, inst, make_registry
 
 EVERYTHING = FeedQuery(since=None, apps=None, actions=None)
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from registry.access import accounts
 from registry.access.credentials import CredentialCache
-from registry.changes import IDS_PER_MS
+from registry.domain.changes import IDS_PER_MS
 from tests.conftest import START_MS, FakeClock
 from tests.factories import instance_body
 

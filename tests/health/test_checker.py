@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from registry import constants as c
-from registry.core import Registry, RegistryConfig
+from registry.domain import constants as c
+from registry.domain.core import Registry, RegistryConfig
+from registry.domain.instances import InstanceInfo, freeze
 from registry.health.checker import ACTOR, CLAIM_GRACE_MS, HealthChecker, ProbeResult
 from registry.health.config import KEY_INTERVAL, KEY_KIND, KEY_RECOVER, KEY_THRESHOLD, CheckDefaults
-from registry.instances import InstanceInfo, freeze
 
 T0 = 1_796_000_000_000
 SEC = 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry.domain.instances import InstanceInfo, freeze
 from registry.health.config import (
     HTTP,
     KEY_INTERVAL,
@@ -15,7 +16,6 @@ from registry.health.config import (
     CheckDefaults,
     parse_check,
 )
-from registry.instances import InstanceInfo, freeze
 
 DEFAULTS = CheckDefaults(interval_ms=10_000, timeout_ms=2_000, threshold=3, recover=2)
 

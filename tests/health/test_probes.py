@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.endpoints import parse_networks
+from registry.domain.endpoints import parse_networks
 from registry.health.addresses import CLOUD_METADATA, AddressPolicy, interface_addresses
 from registry.health.checker import BadResult, ProbeResult, ProbeTarget
 from registry.health.probes import ProbePool, Refused, probe, probe_http, probe_tcp, run_round
@@ -317,7 +317,7 @@ def test_under_gevent_a_name_is_resolved_off_the_event_loop_and_checked():
 from gevent import monkey; monkey.patch_all()
 import json
 from registry.health.addresses import AddressPolicy
-from registry.endpoints import parse_networks
+from registry.domain.endpoints import parse_networks
 from registry.health import probes
 from tests.health.targets import HttpTarget
 server = HttpTarget()

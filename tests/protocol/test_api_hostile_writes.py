@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from registry.instances import record_bytes
+from registry.domain.instances import record_bytes
 from registry.wire.codecs import JSON, decode_instance
 from tests.factories import instance_body
 

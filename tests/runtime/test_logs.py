@@ -22,8 +22,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from registry.cluster.peers import PeerSet
-from registry.core import EvictionRun
-from registry.endpoints import parse_peer_urls
+from registry.domain.core import EvictionRun
+from registry.domain.endpoints import parse_peer_urls
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.state_log import LISTED, StateLog
 from tests.factories import instance_body
@@ -314,7 +314,7 @@ from eureka_site.celery import app
 app.log.setup(loglevel="INFO")  # what `celery worker` and `celery beat` do when they start
 
 from registry.cluster.peers import PeerSet
-from registry.core import EvictionRun
+from registry.domain.core import EvictionRun
 from registry.runtime.state_log import StateLog
 
 evicted = [("ORDERS", f"10.0.0.{i}:orders:8080") for i in range(25)]

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from registry.access import accounts
 from registry.cache.redis_tier import RedisReadOnlyTier
-from registry.endpoints import Peer, parse_peer_urls
+from registry.domain.endpoints import Peer, parse_peer_urls
 from registry.protocol import urls as protocol_urls
 from registry.runtime import metrics
 from registry.runtime.node import build_node, reset_node

@@ -1,5 +1,5 @@
-"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/core.py, the format in
-registry/snapshot_format.py) on a fake clock, and the snapshot store and keeper
+"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/domain/core.py, the format in
+registry/domain/snapshot_format.py) on a fake clock, and the snapshot store and keeper
 (registry/runtime/snapshots.py) on a temporary directory.
 
 The live restarts (a real gunicorn stopped and started again under heartbeats) are in
@@ -16,9 +16,10 @@ import zlib
 import orjson
 import pytest
 
-from registry import constants as c
-from registry.core import Registry, RegistryConfig, Renew
-from registry.instances import DataCenterInfo, freeze
+from registry.domain import constants as c
+from registry.domain.core import Registry, RegistryConfig, Renew
+from registry.domain.instances import DataCenterInfo, freeze
+from registry.domain.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
 from registry.runtime import snapshots
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.snapshots import (
@@ -32,8 +33,7 @@ from registry.runtime.snapshots import (
     redis_key,
 )
 from registry.runtime.status import general_stats
-from registry.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
-from tests.registry.test_core import MIN, SEC, T0, inst
+from tests.domain.test_core import MIN, SEC, T0, inst
 
 # The fast profile's numbers (eureka_site/settings.py): expected clients counted exactly from 0.
 FAST = {

@@ -12,7 +12,7 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from registry.changes import CANCELLED, REGISTERED, STATUS_CHANGED
+from registry.domain.changes import CANCELLED, REGISTERED, STATUS_CHANGED
 from registry.webhooks import store
 from registry.webhooks.models import WebhookDelivery
 from registry.webhooks.relay import ChangeBuffer

@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from registry.changes import CANCELLED, EVICTED, REGISTERED, STATUS_CHANGED, Change
+from registry.domain.changes import CANCELLED, EVICTED, REGISTERED, STATUS_CHANGED, Change
 from registry.webhooks import policy
 from registry.webhooks.policy import Target, Verdict
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from registry import constants as c
-from registry.core import (
+from registry.domain import constants as c
+from registry.domain.core import (
     LimitExceeded,
     Registry,
     RegistryConfig,
@@ -16,8 +16,8 @@ from registry.core import (
     reconcile_hashcode,
     resolve_status,
 )
-from registry.instances import InstanceInfo
-from registry.leases import Lease, MeasuredRate, expired_among, views_of
+from registry.domain.instances import InstanceInfo
+from registry.domain.leases import Lease, MeasuredRate, expired_among, views_of
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -384,7 +384,7 @@ def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
 
 
 def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile(monkeypatch):
-    import registry.core as core
+    import registry.domain.core as core
 
     monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
     registry, _ = make_registry(enable_self_preservation=False)
@@ -409,7 +409,7 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
 def ten_leases_read_in_steps_of_three(monkeypatch, meanwhile) -> tuple[Registry, list]:
     """A registry of 10 leases whose long reads (EVICTION_SCAN_STEP) turn every 3 leases, running
     ``meanwhile(registry)`` at each turn as the event loop would serve a write; the list counts turns."""
-    import registry.core as core
+    import registry.domain.core as core
 
     monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
     registry, _ = make_registry()

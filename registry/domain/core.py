@@ -274,7 +274,7 @@ class Registry:
         self.pause: Callable[[], None] = lambda: None
         # Expected clients, the renewal threshold and the renewals per minute (self-preservation).
         self._preservation = Preservation(config, now)
-        # Every change, numbered, for the change feed and webhooks (registry/changes.py).
+        # Every change, numbered, for the change feed and webhooks (registry/domain/changes.py).
         self.changes = ChangeLog(now, config.delta_retention_ms)
         # Set by a warm restart (``restore_state``); None for a node that started empty.
         self.restored: Restored | None = None

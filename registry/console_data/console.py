@@ -13,12 +13,12 @@ from datetime import datetime, tzinfo
 from functools import cache
 from typing import TYPE_CHECKING
 
-from registry import constants as c
 from registry.cluster.peers import PeerState
-from registry.counters import RecentEvent
-from registry.leases import LeaseView
-from registry.preservation import SelfPreservation
-from registry.redact import link_url, scrub_credentials
+from registry.domain import constants as c
+from registry.domain.counters import RecentEvent
+from registry.domain.leases import LeaseView
+from registry.domain.preservation import SelfPreservation
+from registry.domain.redact import link_url, scrub_credentials
 from registry.runtime.status import application_stats, format_uptime, general_stats
 
 if TYPE_CHECKING:

@@ -1,11 +1,11 @@
-"""Unit tests of the self-preservation arithmetic (registry/preservation.py), without a Registry, on
+"""Unit tests of the self-preservation arithmetic (registry/domain/preservation.py), without a Registry, on
 the fake clock. How eviction and single reads obey it is in test_core.py."""
 
 from __future__ import annotations
 
-from registry.core import RegistryConfig
-from registry.preservation import Preservation
-from tests.registry.test_core import MIN, SEC
+from registry.domain.core import RegistryConfig
+from registry.domain.preservation import Preservation
+from tests.domain.test_core import MIN, SEC
 
 
 def preservation(clock, **config) -> Preservation:

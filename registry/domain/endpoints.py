@@ -1,8 +1,8 @@
 """Where the registry is told to reach, as settings give it: peers' and remote regions' service URLs,
 a region's app whitelist, networks. Parsed and checked here, once, with no Django and nothing above
-the domain, so that the typed settings (``registry/config.py``) and the rooms that use the values
+the domain, so that the typed settings (``registry/domain/config.py``) and the rooms that use the values
 (``cluster/``, ``health/``) share one reading. Credentials in a URL are kept (Basic auth) and never
-shown (``registry/redact.py``).
+shown (``registry/domain/redact.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from registry.redact import scrub_credentials, scrub_text
+from registry.domain.redact import scrub_credentials, scrub_text
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

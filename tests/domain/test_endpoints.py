@@ -9,7 +9,7 @@ import json
 import orjson
 import pytest
 
-from registry.endpoints import Peer, parse_peer_urls
+from registry.domain.endpoints import Peer, parse_peer_urls
 from registry.runtime.node import build_node, reset_node
 from registry.wire.codecs import build_instance
 from tests.factories import instance_body

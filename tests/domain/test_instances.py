@@ -1,4 +1,4 @@
-"""Instance records keep one string for the values a fleet repeats (registry/instances.py).
+"""Instance records keep one string for the values a fleet repeats (registry/domain/instances.py).
 
 Each parsed body brings new strings; a registry of 100,000 instances held ~55 MB of equal copies of
 app names, VIPs, statuses and metadata. Equality, and so every byte served, is unchanged: these
@@ -11,9 +11,15 @@ from dataclasses import fields
 
 import orjson
 
-from registry import constants as c
-from registry.core import Registry, RegistryConfig
-from registry.instances import SHARED_TEXT_FIELDS, TEXT_FIELDS, InstanceInfo, data_center_info, record_bytes
+from registry.domain import constants as c
+from registry.domain.core import Registry, RegistryConfig
+from registry.domain.instances import (
+    SHARED_TEXT_FIELDS,
+    TEXT_FIELDS,
+    InstanceInfo,
+    data_center_info,
+    record_bytes,
+)
 from registry.wire.codecs import JSON, XML, decode_instance
 from tests.factories import instance_body
 

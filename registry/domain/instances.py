@@ -82,7 +82,7 @@ class InstanceInfo:
 # (bench/README.md, "Memory at 100,000 instances").
 # ``sys.intern`` lets go of a string no record holds any more. Host names, addresses and URLs
 # differ per instance and are kept as they come. Every path that builds a record from outside
-# (the codecs, a snapshot's restore) shares these fields; tests/registry/test_instances.py checks both.
+# (the codecs, a snapshot's restore) shares these fields; tests/domain/test_instances.py checks both.
 SHARED_TEXT_FIELDS = (
     "app",
     "status",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from registry.core import RegistryConfig
-from registry.endpoints import (
+from registry.domain.core import RegistryConfig
+from registry.domain.endpoints import (
     BadPeerUrl,
     BadRegionConfig,
     Peer,
@@ -393,7 +393,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         expected_clients_move_only_above_zero=env.bool(
             "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not fast
         ),
-        # Limits on what clients may store (registry/core.py RegistryConfig says why each default).
+        # Limits on what clients may store (registry/domain/core.py RegistryConfig says why each default).
         max_instances=env.int("EUREKA_MAX_INSTANCES", 0, minimum=0),
         max_metadata_keys=env.int("EUREKA_MAX_METADATA_KEYS", 128, minimum=0),
         max_metadata_bytes=env.int("EUREKA_MAX_METADATA_BYTES", 32_768, minimum=0),

@@ -6,7 +6,7 @@ info, replicas, remote regions, recent events, leases) and the instance search b
 (``queries.py``: filters, grouping, paging). Neither imports the other, nor the node's internals.
 """
 
-from registry.reads.console import (
+from registry.console_data.console import (
     events_of,
     format_time,
     general_info,
@@ -19,7 +19,7 @@ from registry.reads.console import (
     replica_health,
     system_status,
 )
-from registry.reads.queries import (
+from registry.console_data.queries import (
     STATUS_ORDER,
     BadQuery,
     InstanceQuery,

@@ -1,15 +1,15 @@
-"""Unit tests of the warm-restart format (registry/snapshot_format.py), without a Registry: leases made
+"""Unit tests of the warm-restart format (registry/domain/snapshot_format.py), without a Registry: leases made
 by hand on the fake clock. Round trips through a whole registry are in tests/runtime/test_snapshots.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from registry import constants as c
-from registry.changes import REGISTERED, ChangeLog
-from registry.instances import freeze
-from registry.leases import Lease
-from registry.snapshot_format import (
+from registry.domain import constants as c
+from registry.domain.changes import REGISTERED, ChangeLog
+from registry.domain.instances import freeze
+from registry.domain.leases import Lease
+from registry.domain.snapshot_format import (
     INSTANCE_FIELDS,
     LEASE_FIELDS,
     SNAPSHOT_FORMAT,
@@ -19,7 +19,7 @@ from registry.snapshot_format import (
     instance_row,
     saved_header,
 )
-from tests.registry.test_core import SEC, inst
+from tests.domain.test_core import SEC, inst
 
 
 def leases_of(clock, app: str, count: int) -> list[Lease]:

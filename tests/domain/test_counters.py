@@ -1,10 +1,10 @@
-"""Unit tests of the console's counters (registry/counters.py), without a Registry, on the fake clock.
+"""Unit tests of the console's counters (registry/domain/counters.py), without a Registry, on the fake clock.
 Which writes bump which count is in test_core.py and tests/runtime/test_metrics.py."""
 
 from __future__ import annotations
 
-from registry import constants as c
-from registry.counters import (
+from registry.domain import constants as c
+from registry.domain.counters import (
     CAUSE_CANCEL,
     CAUSE_OVERRIDE,
     CAUSE_REGISTER,

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from registry import constants as c
 from registry.cache.response_cache import APP, APPS, DELTA, CacheKey, compress
-from registry.core import Registry, RegistryConfig
+from registry.domain import constants as c
+from registry.domain.core import Registry, RegistryConfig
 from registry.wire.codecs import build_instance
 from registry.wire.payloads import PayloadBuilder, build_payload
 from tests.conftest import FakeClock

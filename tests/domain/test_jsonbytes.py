@@ -6,7 +6,7 @@ import tracemalloc
 
 import orjson
 
-from registry.jsonbytes import dumps_to_keep
+from registry.domain.jsonbytes import dumps_to_keep
 
 ROW = [
     "host-1:orders:8080",

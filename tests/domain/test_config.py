@@ -1,4 +1,4 @@
-"""The settings parser (registry/config.py): defaults, the timing profiles, and bad values refused with
+"""The settings parser (registry/domain/config.py): defaults, the timing profiles, and bad values refused with
 an error naming the variable. Plain dicts stand in for the environment."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.config import BadSetting, ClusterConfig, EurekaConfig, parse_config
+from registry.domain.config import BadSetting, ClusterConfig, EurekaConfig, parse_config
 
 
 def test_defaults_are_the_fast_profile():
@@ -184,7 +184,7 @@ def test_parsing_loads_neither_django_nor_a_network_client():
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
     code = (
         "import sys\n"
-        "from registry.config import parse_config\n"
+        "from registry.domain.config import parse_config\n"
         "parse_config({'EUREKA_PEER_URLS': 'http://a:8761/eureka/', 'REDIS_URL': 'redis://r:6379/0'})\n"
         "heavy = {'django', 'rest_framework', 'httpx', 'redis', 'celery', 'kombu'}\n"
         "print(sorted({name.split('.')[0] for name in sys.modules} & heavy))\n"

@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from registry import constants as c
-from registry.instances import InstanceInfo
-from registry.redact import link_url
+from registry.domain import constants as c
+from registry.domain.instances import InstanceInfo
+from registry.domain.redact import link_url
 
 # Eureka keeps status groups in a Java HashMap (no order); we show them in this fixed order.
 STATUS_ORDER = (c.UP, c.DOWN, c.STARTING, c.OUT_OF_SERVICE, c.UNKNOWN)

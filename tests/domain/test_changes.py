@@ -1,11 +1,11 @@
-"""The change log (registry/changes.py) and what the registry writes to it, on a fake clock."""
+"""The change log (registry/domain/changes.py) and what the registry writes to it, on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from registry import constants as c
-from registry.changes import (
+from registry.domain import constants as c
+from registry.domain.changes import (
     CANCELLED,
     EVICTED,
     IDS_PER_MS,
@@ -15,7 +15,7 @@ from registry.changes import (
     ChangeLog,
     TooOld,
 )
-from tests.registry.test_core import MIN, SEC, T0, inst, make_registry
+from tests.domain.test_core import MIN, SEC, T0, inst, make_registry
 
 
 def actions(registry, after=0):

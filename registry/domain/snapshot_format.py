@@ -41,7 +41,7 @@ _TEXT_FIELDS = tuple(
     INSTANCE_FIELDS.index(name)
     for name in ("instance_id", "app", "host_name", "ip_addr", "status", "overridden_status")
 )
-# Kept as shared strings, as a decoded registration keeps them (registry/instances.py, ``shared``).
+# Kept as shared strings, as a decoded registration keeps them (registry/domain/instances.py, ``shared``).
 _SHARED_FIELDS = tuple(INSTANCE_FIELDS.index(name) for name in SHARED_TEXT_FIELDS)
 _HOST_NAME = INSTANCE_FIELDS.index("host_name")
 _IP_ADDR = INSTANCE_FIELDS.index("ip_addr")

@@ -1,12 +1,12 @@
-"""Unit tests of the delta queue (registry/delta.py), without a Registry: leases made by hand on the
+"""Unit tests of the delta queue (registry/domain/delta.py), without a Registry: leases made by hand on the
 fake clock. How the delta reads through the registry (its lock, its hashcode) is in test_core.py."""
 
 from __future__ import annotations
 
-from registry import constants as c
-from registry.delta import DeltaQueue, changed_views
-from registry.leases import Lease
-from tests.registry.test_core import SEC, inst
+from registry.domain import constants as c
+from registry.domain.delta import DeltaQueue, changed_views
+from registry.domain.leases import Lease
+from tests.domain.test_core import SEC, inst
 
 
 def lease(clock, app: str = "ORDERS", n: int = 1, **kw) -> Lease:
