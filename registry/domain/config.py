@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from registry.domain.core import RegistryConfig
+from registry.domain import constants as c
 from registry.domain.endpoints import (
     BadPeerUrl,
     BadRegionConfig,
@@ -27,6 +27,7 @@ from registry.domain.endpoints import (
     parse_region_urls,
     parse_whitelist,
 )
+from registry.domain.leases import LEASE_EXPIRY_EUREKA
 
 TIMINGS = ("fast", "eureka")
 LEASE_EXPIRY_MODES = ("exact", "eureka")
@@ -47,6 +48,62 @@ class BadSetting(ValueError):
     def __init__(self, variable: str, problem: str):
         super().__init__(f"{variable}: {problem}")
         self.variable = variable
+
+
+@dataclass(frozen=True)
+class RegistryRules:
+    """The lease map's rules (``Registry`` in core.py applies them); names follow Eureka's
+    ``eureka.server.*`` keys, defaults as in Spring Cloud."""
+
+    enable_self_preservation: bool = True
+    renewal_percent_threshold: float = 0.85
+    expected_client_renewal_interval_secs: int = 30
+    expected_number_of_clients_sending_renews: int = 1
+    default_open_for_traffic_count: int = 1
+    renewal_threshold_update_interval_ms: int = 900_000
+    eviction_interval_ms: int = 60_000
+    delta_retention_ms: int = 180_000
+    delta_retention_timer_interval_ms: int = 30_000
+    disable_delta: bool = False
+    sync_when_timestamp_differs: bool = True
+    lease_expiry: str = "exact"
+    wait_time_in_ms_when_sync_empty: int = 0
+    override_idle_expiry_ms: int = 3_600_000
+    # Eureka moves the expected-clients count only while it is > 0 (so a node that starts at 0 never
+    # evicts until its 15-minute recount). False counts every registration and cancel from 0 up.
+    expected_clients_move_only_above_zero: bool = True
+    # Limits against hostile or broken clients (the Java server has none of them).
+    # A lastDirtyTimestamp decides which copy of an instance wins, so one far in the future would win
+    # against every later registration of the real instance: none is kept further ahead of the
+    # node's clock than this (clocks of real clients are seconds apart, not minutes).
+    max_dirty_ahead_ms: int = 300_000
+    # Lease durations and renewal intervals above this are lowered to it, not refused: a real
+    # config (Spring's lease-expiration-duration-in-seconds) asking for more still registers, and an
+    # instance that dies is not listed for days.
+    max_lease_duration_secs: int = 3_600
+    # Instances (app, id) clients may add; 0: no limit. Off by default: refusing a growing fleet's
+    # new instances is an outage, memory is not, and the right number depends on the node's memory.
+    # Peers' writes are never refused (see ``register``).
+    max_instances: int = 0
+    # One instance's metadata (keys, and UTF-8 bytes of keys plus values); 0: no limit. Spring Cloud
+    # apps send 10-20 short keys (well under 1 KiB): the defaults leave room for build info and URLs,
+    # and keep metadata PUTs, whose merges only add, from growing a record (and every full fetch).
+    max_metadata_keys: int = 128
+    max_metadata_bytes: int = 32_768
+    # One whole record: UTF-8 bytes of every text it holds (``instances.record_bytes``); 0: no limit.
+    # Real registrations hold 1-4 KB; the default leaves room for the metadata's 32 KiB on top, and
+    # bounds what the fields metadata limits do not see (URLs, VIPs, appGroupName, the data center's
+    # metadata) made 913 KB records. Peers' copies are held to it too (see ``register``).
+    max_instance_bytes: int = 65_536
+
+    @property
+    def eureka_timing(self) -> bool:
+        return self.lease_expiry == LEASE_EXPIRY_EUREKA
+
+    @property
+    def renewal_interval_secs(self) -> int:
+        value = self.expected_client_renewal_interval_secs
+        return value if value > 0 else c.DEFAULT_RENEWAL_INTERVAL_SECS
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +303,7 @@ _CONNECTIONS = ConnectionsConfig()
 
 @dataclass(frozen=True, slots=True)
 class EurekaConfig:
-    registry: RegistryConfig
+    registry: RegistryRules
     response_cache: ResponseCacheConfig
     reader: ReaderConfig
     cluster: ClusterConfig = ClusterConfig()
@@ -367,7 +424,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
     # every 500 ms, expected clients counted exactly. "eureka": the Java server's timings and arithmetic.
     timings = env.choice("EUREKA_TIMINGS", "fast", TIMINGS)
     fast = timings == "fast"
-    registry = RegistryConfig(
+    registry = RegistryRules(
         enable_self_preservation=env.bool("EUREKA_ENABLE_SELF_PRESERVATION", True),
         renewal_percent_threshold=env.float("EUREKA_RENEWAL_PERCENT_THRESHOLD", 0.85),
         expected_client_renewal_interval_secs=env.int("EUREKA_EXPECTED_CLIENT_RENEWAL_INTERVAL_SECONDS", 30),
@@ -393,7 +450,7 @@ def parse_config(environ: Mapping[str, str], *, data_dir: str = "var") -> Eureka
         expected_clients_move_only_above_zero=env.bool(
             "EUREKA_EXPECTED_CLIENTS_MOVE_ONLY_ABOVE_ZERO", not fast
         ),
-        # Limits on what clients may store (registry/domain/core.py RegistryConfig says why each default).
+        # Limits on what clients may store (registry/domain/core.py RegistryRules says why each default).
         max_instances=env.int("EUREKA_MAX_INSTANCES", 0, minimum=0),
         max_metadata_keys=env.int("EUREKA_MAX_METADATA_KEYS", 128, minimum=0),
         max_metadata_bytes=env.int("EUREKA_MAX_METADATA_BYTES", 32_768, minimum=0),

@@ -29,6 +29,7 @@ from .changes import (
     Change,
     ChangeLog,
 )
+from .config import RegistryRules
 from .counters import (
     CAUSE_CANCEL,
     CAUSE_EVICTION,
@@ -43,7 +44,7 @@ from .counters import (
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo, freeze, record_bytes
-from .leases import LEASE_EXPIRY_EUREKA, Lease, LeaseView, expired_among
+from .leases import Lease, LeaseView, expired_among
 from .preservation import Preservation, SelfPreservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
 
@@ -58,61 +59,6 @@ class RegistryFull(LimitExceeded):
 
 class RecordTooLarge(LimitExceeded):
     """A record over ``max_instance_bytes``, from a client or a peer (nothing was changed)."""
-
-
-@dataclass(frozen=True)
-class RegistryConfig:
-    """Server knobs; names follow Eureka's ``eureka.server.*`` keys, defaults as in Spring Cloud."""
-
-    enable_self_preservation: bool = True
-    renewal_percent_threshold: float = 0.85
-    expected_client_renewal_interval_secs: int = 30
-    expected_number_of_clients_sending_renews: int = 1
-    default_open_for_traffic_count: int = 1
-    renewal_threshold_update_interval_ms: int = 900_000
-    eviction_interval_ms: int = 60_000
-    delta_retention_ms: int = 180_000
-    delta_retention_timer_interval_ms: int = 30_000
-    disable_delta: bool = False
-    sync_when_timestamp_differs: bool = True
-    lease_expiry: str = "exact"
-    wait_time_in_ms_when_sync_empty: int = 0
-    override_idle_expiry_ms: int = 3_600_000
-    # Eureka moves the expected-clients count only while it is > 0 (so a node that starts at 0 never
-    # evicts until its 15-minute recount). False counts every registration and cancel from 0 up.
-    expected_clients_move_only_above_zero: bool = True
-    # Limits against hostile or broken clients (the Java server has none of them).
-    # A lastDirtyTimestamp decides which copy of an instance wins, so one far in the future would win
-    # against every later registration of the real instance: none is kept further ahead of the
-    # node's clock than this (clocks of real clients are seconds apart, not minutes).
-    max_dirty_ahead_ms: int = 300_000
-    # Lease durations and renewal intervals above this are lowered to it, not refused: a real
-    # config (Spring's lease-expiration-duration-in-seconds) asking for more still registers, and an
-    # instance that dies is not listed for days.
-    max_lease_duration_secs: int = 3_600
-    # Instances (app, id) clients may add; 0: no limit. Off by default: refusing a growing fleet's
-    # new instances is an outage, memory is not, and the right number depends on the node's memory.
-    # Peers' writes are never refused (see ``register``).
-    max_instances: int = 0
-    # One instance's metadata (keys, and UTF-8 bytes of keys plus values); 0: no limit. Spring Cloud
-    # apps send 10-20 short keys (well under 1 KiB): the defaults leave room for build info and URLs,
-    # and keep metadata PUTs, whose merges only add, from growing a record (and every full fetch).
-    max_metadata_keys: int = 128
-    max_metadata_bytes: int = 32_768
-    # One whole record: UTF-8 bytes of every text it holds (``instances.record_bytes``); 0: no limit.
-    # Real registrations hold 1-4 KB; the default leaves room for the metadata's 32 KiB on top, and
-    # bounds what the fields metadata limits do not see (URLs, VIPs, appGroupName, the data center's
-    # metadata) made 913 KB records. Peers' copies are held to it too (see ``register``).
-    max_instance_bytes: int = 65_536
-
-    @property
-    def eureka_timing(self) -> bool:
-        return self.lease_expiry == LEASE_EXPIRY_EUREKA
-
-    @property
-    def renewal_interval_secs(self) -> int:
-        value = self.expected_client_renewal_interval_secs
-        return value if value > 0 else c.DEFAULT_RENEWAL_INTERVAL_SECS
 
 
 class Renew(enum.Enum):
@@ -250,7 +196,7 @@ class Registry:
 
     def __init__(
         self,
-        config: RegistryConfig,
+        config: RegistryRules,
         now: int,
         on_change: ChangeListener | None = None,
         rng: random.Random | None = None,
@@ -284,11 +230,11 @@ class Registry:
         self.open_for_traffic(0, now)
 
     @property
-    def config(self) -> RegistryConfig:
+    def config(self) -> RegistryRules:
         return self._config
 
     @config.setter
-    def config(self, config: RegistryConfig) -> None:
+    def config(self, config: RegistryRules) -> None:
         """A node's knobs changed in place (tests turn self-preservation off this way): the
         arithmetic reads the same ones."""
         self._config = self._preservation.config = config
@@ -427,7 +373,7 @@ class Registry:
         )
 
     def _within_bounds(self, instance: InstanceInfo, now: int) -> InstanceInfo:
-        """The record with its dirty timestamp and lease times lowered to the limits (see RegistryConfig).
+        """The record with its dirty timestamp and lease times lowered to the limits (see RegistryRules).
         Applied to peers' copies too: with API accounts off anyone may send one, and a peer's copy
         within the limits passes unchanged."""
         cfg = self.config

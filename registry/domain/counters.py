@@ -53,7 +53,7 @@ class WriteCounts:
     cancels: int = 0
     overrides_set: int = 0
     overrides_removed: int = 0
-    # Registrations and metadata updates refused for the record's size (RegistryConfig.max_instance_bytes).
+    # Registrations and metadata updates refused for the record's size (RegistryRules.max_instance_bytes).
     too_large: int = 0
 
 

@@ -138,7 +138,7 @@ def record_bytes(instance: InstanceInfo) -> int:
     """The UTF-8 bytes of every text a record holds: its text fields, its metadata's keys and values,
     and its data center's name and metadata. What the record costs to keep and to serve grows with
     this (numbers, flags and the payload's own keys add a fixed ~1 KB), and it does not depend on the
-    format asked for, so the limit on it (RegistryConfig.max_instance_bytes) answers the same to JSON
+    format asked for, so the limit on it (RegistryRules.max_instance_bytes) answers the same to JSON
     and XML clients. Cheap: no encoding of the record."""
     total = 0
     for name in TEXT_FIELDS:

@@ -16,7 +16,7 @@ MINUTE_MS = 60_000
 
 
 class PreservationSettings(Protocol):
-    """The server knobs the arithmetic reads (``RegistryConfig`` has them, with Eureka's names)."""
+    """The server knobs the arithmetic reads (``RegistryRules`` has them, with Eureka's names)."""
 
     enable_self_preservation: bool
     renewal_percent_threshold: float

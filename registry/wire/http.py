@@ -258,7 +258,7 @@ def query_values(request: HttpRequest) -> dict[str, str]:
     if raw.isascii() and "%" not in raw and "+" not in raw:
         # What every client's heartbeat sends (status=UP&lastDirtyTimestamp=...): nothing to decode,
         # so splitting is all parse_qsl would do (a tenth of the view's time). The same answers,
-        # the differential test in tests/protocol/test_flat_routes.py checks.
+        # the differential test in tests/wire/test_flat_routes.py checks.
         fields = raw.split("&")
         limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
         if limit is not None and len(fields) > limit:

@@ -19,7 +19,7 @@ re-serializes one instance, and a delta of 18,000 changes is joined from bytes i
 hundreds of milliseconds while heartbeats wait. A heartbeat changes no piece (it changes no cached
 payload in Eureka either): a lease's ``lastRenewalTimestamp`` in a payload is as of when its bytes were
 built, at most ``expire_ms`` ago. Every piece is exactly what serializing the whole registry would give
-(``tests/protocol/test_payload_fragments.py`` compares them with a full rebuild on random registries).
+(``tests/wire/test_payload_fragments.py`` compares them with a full rebuild on random registries).
 
 Each fragment keeps the status counts of its instances, and the reconcile hashcode of an assembled
 payload is computed from them, so a payload's hashcode always describes the instances in it.

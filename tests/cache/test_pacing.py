@@ -11,7 +11,7 @@ import pytest
 from registry.cache import pacing
 from registry.cache.pacing import PACER, Pacer, gevent_pause, set_pause
 from registry.cache.response_cache import APPS, DELTA, CacheKey, ResponseCache
-from tests.protocol.test_payload_fragments import KEYS, populated, register
+from tests.wire.test_payload_fragments import KEYS, populated, register
 
 
 class Ticks:

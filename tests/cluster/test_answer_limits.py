@@ -31,7 +31,7 @@ from registry.cluster.transport import (
     read_answer,
 )
 from registry.domain.config import parse_config
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer, Whitelist
 from tests.cluster.hostile_remote import HostileRemote, gzip_bomb, registry_document
 from tests.cluster.test_remote_regions import FakeRemote, remote_instance
@@ -238,7 +238,7 @@ def test_a_region_over_the_limits_keeps_its_last_registry_and_is_not_fetched_who
 
 
 def test_the_start_up_sync_registers_nothing_of_a_peer_over_the_limits_and_reports_it(clock):
-    registry = Registry(RegistryConfig(), clock())
+    registry = Registry(RegistryRules(), clock())
     over, down = Peer("http://node-b:8761/eureka/"), Peer("http://node-c:8761/eureka/")
     transport = FetchingTransport(
         {

@@ -12,7 +12,7 @@ from registry.cluster.discovery import PeerDiscovery, PeerResolver, peer_for
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet
 from registry.domain.config import BadSetting, parse_config
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import BadPeerUrl, Peer, parse_nameserver, parse_peer_dns, parse_peer_urls
 from registry.wire.codecs import build_instance
 from tests.cluster.dns_server import DnsServer
@@ -176,7 +176,7 @@ def member(eureka_options):
         cluster__peers=tuple(parse_peer_urls(["http://static-peer:8761/eureka/"])),
         cluster__peer_dns=parse_peer_dns([f"{HEADLESS}:8761"]),
     )
-    registry = Registry(RegistryConfig(), clock())
+    registry = Registry(RegistryRules(), clock())
     peer_set = PeerSet(list(options.cluster.peer_urls))
     member = ClusterMember(registry, peer_set, options, clock)
     answers = Answers()

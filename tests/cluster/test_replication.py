@@ -30,7 +30,7 @@ from registry.cluster.retry import (
 from registry.cluster.startup import SelfRegistration, instances_in, sync_from_peers
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryConfig, ReplicationEvent
+from registry.domain.core import Registry, RegistryRules, ReplicationEvent
 from registry.domain.endpoints import Peer, parse_peer_urls
 from registry.wire.codecs import build_instance
 from tests.conftest import FakeClock
@@ -52,7 +52,7 @@ def clock():
 
 def new_registry(clock, **config) -> tuple[Registry, list[ReplicationEvent]]:
     events: list[ReplicationEvent] = []
-    registry = Registry(RegistryConfig(**config), clock(), on_replicate=events.append)
+    registry = Registry(RegistryRules(**config), clock(), on_replicate=events.append)
     return registry, events
 
 
@@ -98,7 +98,7 @@ def test_evictions_and_unknown_instances_are_not_replicated(clock):
 
 
 def test_a_standalone_registry_records_nothing(clock):
-    registry = Registry(RegistryConfig(), clock())
+    registry = Registry(RegistryRules(), clock())
     registry.register(instance(clock), clock())  # no listener: nothing to call, nothing kept
     registry.set_replication_listener(None)
     assert registry.renew("ORDERS", ID, clock()).outcome.value == 200

@@ -12,7 +12,7 @@ import copy
 
 from registry.cluster.startup import cancels_in, sync_from_peers
 from registry.cluster.transport import PeerUnreachable
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer
 from registry.wire.codecs import build_instance, instance_dict
 from tests.cluster.test_replication import FetchingTransport
@@ -22,7 +22,7 @@ from tests.factories import instance_body
 SEC = 1_000
 P1 = Peer("http://node-1:8761/eureka/")
 P2 = Peer("http://node-2:8761/eureka/")
-CONFIG = RegistryConfig(enable_self_preservation=False)
+CONFIG = RegistryRules(enable_self_preservation=False)
 
 
 def record(clock, host: str, last_dirty: int):

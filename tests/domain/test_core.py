@@ -10,8 +10,8 @@ from registry.domain import constants as c
 from registry.domain.core import (
     LimitExceeded,
     Registry,
-    RegistryConfig,
     RegistryFull,
+    RegistryRules,
     Renew,
     reconcile_hashcode,
     resolve_status,
@@ -41,7 +41,7 @@ def inst(app="ORDERS", n=1, status=c.UP, dirty=T0, duration=90, vip=None, **kw) 
 def make_registry(**config) -> tuple[Registry, list]:
     changes: list = []
     registry = Registry(
-        RegistryConfig(**config),
+        RegistryRules(**config),
         T0,
         on_change=lambda app, vips: changes.append((app, set(vips))),
         rng=random.Random(7),

@@ -12,7 +12,7 @@ from dataclasses import fields
 import orjson
 
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.domain.instances import (
     SHARED_TEXT_FIELDS,
     TEXT_FIELDS,
@@ -80,11 +80,11 @@ def test_an_xml_body_shares_them_too():
 
 
 def test_records_restored_from_a_snapshot_share_them_with_each_other_and_new_registrations():
-    before = Registry(RegistryConfig(**FAST), 1_000)
+    before = Registry(RegistryRules(**FAST), 1_000)
     before.register(decoded(1), 1_000)
     before.register(decoded(2), 1_000)
     state = orjson.loads(orjson.dumps(before.export_state(2_000)))
-    after = Registry(RegistryConfig(**FAST), 3_000)
+    after = Registry(RegistryRules(**FAST), 3_000)
     assert after.restore_state(state, 3_000) == 2
     (first, second) = after.instances()[0][1]
     for name in SHARED_TEXT_FIELDS:

@@ -3,13 +3,13 @@ the fake clock. How eviction and single reads obey it is in test_core.py."""
 
 from __future__ import annotations
 
-from registry.domain.core import RegistryConfig
+from registry.domain.core import RegistryRules
 from registry.domain.preservation import Preservation
 from tests.domain.test_core import MIN, SEC
 
 
 def preservation(clock, **config) -> Preservation:
-    arithmetic = Preservation(RegistryConfig(**config), clock.now)
+    arithmetic = Preservation(RegistryRules(**config), clock.now)
     arithmetic.open_for_traffic(0, clock.now)
     return arithmetic
 
@@ -91,7 +91,7 @@ def test_reads_wait_after_an_empty_start_up_sync_and_the_report_says_so(clock):
 
 
 def test_a_warm_restart_carries_the_last_minute_over_and_a_later_sync_only_adds(clock):
-    arithmetic = Preservation(RegistryConfig(), clock.now)
+    arithmetic = Preservation(RegistryRules(), clock.now)
     restarted = clock.advance(5 * SEC)
     arithmetic.restore(10, 20, restarted)
     assert (arithmetic.expected_clients, arithmetic.renews_threshold, arithmetic.start_ts) == (

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.domain.instances import InstanceInfo, freeze
 from registry.health.checker import ACTOR, CLAIM_GRACE_MS, HealthChecker, ProbeResult
 from registry.health.config import KEY_INTERVAL, KEY_KIND, KEY_RECOVER, KEY_THRESHOLD, CheckDefaults
@@ -40,7 +40,7 @@ class Fleet:
     def __init__(self, instances=(1,), **metadata):
         self.now = T0
         # No self-preservation: a one-instance registry would otherwise never evict.
-        self.registry = Registry(RegistryConfig(enable_self_preservation=False), T0)
+        self.registry = Registry(RegistryRules(enable_self_preservation=False), T0)
         for n in instances:
             self.registry.register(instance(n, metadata={KEY_KIND: "http", **metadata}), T0)
         self.checker = HealthChecker(self.registry, DEFAULTS, T0)

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryConfig, Renew
+from registry.domain.core import Registry, RegistryRules, Renew
 from registry.domain.instances import DataCenterInfo, freeze
 from registry.domain.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
 from registry.runtime import snapshots
@@ -46,7 +46,7 @@ FAST = {
 def fleet(config: dict | None = None) -> Registry:
     """A registry with a bit of everything a snapshot must carry: several apps, metadata, an Amazon
     data center, an override, a renewed lease, a cancelled one and a status change."""
-    registry = Registry(RegistryConfig(**{**FAST, **(config or {})}), T0)
+    registry = Registry(RegistryRules(**{**FAST, **(config or {})}), T0)
     amazon = DataCenterInfo("Amazon", freeze({"instance-id": "i-123", "availability-zone": "eu-west-1a"}))
     registry.register(inst("ORDERS", 1, metadata=freeze({"zone": "a", "version": "1.2"})), T0)
     registry.register(inst("ORDERS", 2, data_center_info=amazon, asg_name="orders-asg"), T0 + SEC)
@@ -93,7 +93,7 @@ def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
     before = fleet()
     now = T0 + 7 * SEC
     state = round_trip(before.export_state(now))
-    after = Registry(RegistryConfig(**FAST), now + 2 * SEC)
+    after = Registry(RegistryRules(**FAST), now + 2 * SEC)
 
     assert after.restore_state(state, now + 2 * SEC) == 4
     assert same_but_the_delta(everything(after, now), everything(before, now))
@@ -106,7 +106,7 @@ def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
 
 def test_after_a_restore_the_delta_is_empty_and_its_hashcode_is_the_full_registrys():
     before = fleet()
-    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
     delta = after.snapshot_delta()
     assert delta.apps == []
@@ -122,7 +122,7 @@ def test_the_change_log_goes_on_from_its_last_id_after_a_restore():
     before = fleet()
     state = round_trip(before.export_state(T0 + 7 * SEC))
     # The restarted node's own log would start from its start time; the restored one goes on.
-    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     after.restore_state(state, T0 + 8 * SEC)
     last = before.changes.last_id
     after.register(inst("NEW", 9), T0 + 9 * SEC)
@@ -131,13 +131,13 @@ def test_the_change_log_goes_on_from_its_last_id_after_a_restore():
 
 
 def test_a_restored_lease_expires_when_it_would_have_without_the_restart():
-    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0)
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.register(inst("ORDERS", 2, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 30 * SEC)  # host2 never renews: dead
     state = round_trip(registry.export_state(T0 + 35 * SEC))
 
-    restored = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 40 * SEC)
+    restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 40 * SEC)
     restored.restore_state(state, T0 + 40 * SEC)
     assert restored.evict(T0 + 90 * SEC) == []
     assert restored.evict(T0 + 90 * SEC + 1) == [("ORDERS", "host2:orders:8080")]
@@ -147,10 +147,10 @@ def test_a_restored_lease_expires_when_it_would_have_without_the_restart():
 
 def test_eurekas_lease_timing_survives_a_restore_too():
     config = {**FAST, "enable_self_preservation": False, "lease_expiry": "eureka"}
-    registry = Registry(RegistryConfig(**config), T0)
+    registry = Registry(RegistryRules(**config), T0)
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 10 * SEC)
-    restored = Registry(RegistryConfig(**config), T0 + 20 * SEC)
+    restored = Registry(RegistryRules(**config), T0 + 20 * SEC)
     restored.restore_state(round_trip(registry.export_state(T0 + 15 * SEC)), T0 + 20 * SEC)
     # A renewed lease lives twice its duration with Eureka's timing (the Java server's known bug).
     assert restored.evict(T0 + 190 * SEC) == []
@@ -159,7 +159,7 @@ def test_eurekas_lease_timing_survives_a_restore_too():
 
 def test_a_restored_node_renews_its_instances_without_a_404():
     before = fleet()
-    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
     for app, instance_id in [
         ("ORDERS", "host1:orders:8080"),
@@ -175,7 +175,7 @@ def test_a_restored_node_renews_its_instances_without_a_404():
 
 def renewing_fleet(size: int, until: int) -> Registry:
     """``size`` instances registered at T0 and renewing every 30 s up to ``until``."""
-    registry = Registry(RegistryConfig(**FAST), T0)
+    registry = Registry(RegistryRules(**FAST), T0)
     for n in range(size):
         registry.register(inst("ORDERS", n), T0)
     for at in range(T0 + 30 * SEC, until + 1, 30 * SEC):
@@ -190,7 +190,7 @@ def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over
     assert not registry.self_preservation(now).below_threshold
     state = round_trip(registry.export_state(now))
 
-    fresh = Registry(RegistryConfig(**FAST), now + 2 * SEC)
+    fresh = Registry(RegistryRules(**FAST), now + 2 * SEC)
     fresh.restore_state(state, now + 2 * SEC)
     sp = fresh.self_preservation(now + 2 * SEC)
     # Started empty, the node would count 0 renews for a minute and show the banner (and evict nothing).
@@ -206,7 +206,7 @@ def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over
 def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew_measurement():
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
-    fresh = Registry(RegistryConfig(**FAST), now)
+    fresh = Registry(RegistryRules(**FAST), now)
     fresh.restore_state(round_trip(registry.export_state(now)), now)
     fresh.register(inst("FROM-PEER", 1), now + SEC, is_replication=True)
     fresh.open_for_traffic(11, now + 2 * SEC)
@@ -217,7 +217,7 @@ def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew
 def test_an_instance_registered_before_the_restore_is_kept_as_it_is():
     before = fleet()
     state = round_trip(before.export_state(T0 + 7 * SEC))
-    after = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     newer = inst("ORDERS", 1, dirty=T0 + 8 * SEC, metadata=freeze({"zone": "b"}))
     after.register(newer, T0 + 8 * SEC)
     assert after.restore_state(state, T0 + 8 * SEC) == 3
@@ -266,7 +266,7 @@ def good_state() -> dict:
 def assert_refused(
     state, message: str | None = None, now: int = T0 + 8 * SEC, max_age_ms: int | None = 90_000
 ) -> None:
-    registry = Registry(RegistryConfig(**FAST), now)
+    registry = Registry(RegistryRules(**FAST), now)
     with pytest.raises(BadSnapshot, match=message):
         registry.restore_state(state, now, max_age_ms)
     # Nothing half-applied: the node is as empty as it started.
@@ -284,7 +284,7 @@ def test_a_snapshot_of_another_format_is_refused():
 def test_a_snapshot_older_than_the_maximum_age_is_refused():
     assert_refused(good_state(), "91001 ms old", now=T0 + 7 * SEC + 91_001)
     # At the limit it is still taken.
-    registry = Registry(RegistryConfig(**FAST), T0)
+    registry = Registry(RegistryRules(**FAST), T0)
     assert registry.restore_state(good_state(), T0 + 7 * SEC + 90_000, 90_000) == 4
 
 
@@ -325,7 +325,7 @@ def drop_instance_field(state: dict, name: str) -> dict:
 
 def test_a_snapshot_without_an_optional_field_restores_it_with_its_default():
     state = drop_instance_field(drop_instance_field(good_state(), "asg_name"), "metadata")
-    registry = Registry(RegistryConfig(**FAST), T0 + 8 * SEC)
+    registry = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     assert registry.restore_state(state, T0 + 8 * SEC) == 4
     view, _ = registry.lease("ORDERS", "host2:orders:8080")
     assert view.instance.asg_name is None and view.instance.metadata == {}
@@ -414,7 +414,7 @@ def test_the_keeper_writes_a_snapshot_a_restarted_keeper_restores(tmp_path):
     assert report is not None and report.instances == 4 and report.bytes == len(store.load())
 
     now[0] += 3 * SEC
-    restarted = Registry(RegistryConfig(**FAST), now[0])
+    restarted = Registry(RegistryRules(**FAST), now[0])
     second = keeper(restarted, store, now)
     assert second.restore() == 4 and restarted.size() == 4
     status = second.status(now[0])
@@ -442,7 +442,7 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
     writer.write()
     second = decode(store.load())
 
-    restored = Registry(RegistryConfig(**FAST), now[0])
+    restored = Registry(RegistryRules(**FAST), now[0])
     restored.restore_state(second, now[0])
     assert restored.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {
         "zone": "b",
@@ -483,7 +483,7 @@ def test_the_snapshot_written_in_blocks_is_the_registrys_state_as_plain_data(tmp
     assert state == registry.export_state(now[0])
     assert state["format"] == SNAPSHOT_FORMAT and len(state["records"]) == len(state["lease_times"]) == 10
 
-    restored = Registry(RegistryConfig(**FAST), now[0])
+    restored = Registry(RegistryRules(**FAST), now[0])
     assert restored.restore_state(state, now[0]) == 10
     assert same_but_the_delta(everything(restored, now[0]), everything(registry, now[0]))
 
@@ -497,7 +497,7 @@ def test_a_snapshot_of_the_previous_format_with_records_and_times_paired_is_stil
     records, times = state.pop("records"), state.pop("lease_times")
     previous = {**state, "format": 1, "leases": [list(pair) for pair in zip(records, times, strict=True)]}
 
-    after = Registry(RegistryConfig(**FAST), now + SEC)
+    after = Registry(RegistryRules(**FAST), now + SEC)
     assert after.restore_state(previous, now + SEC) == 4
     assert same_but_the_delta(everything(after, now + SEC), everything(before, now + SEC))
 
@@ -512,7 +512,7 @@ def test_change_log_entries_are_encoded_once_and_the_restored_log_is_the_saved_o
     # The new entry's block is encoded again (with the entries before it in its block), not the log.
     assert entries < writer._changes.encoded <= entries + snapshots.CHANGES_PER_BLOCK
 
-    restored = Registry(RegistryConfig(**FAST), now[0])
+    restored = Registry(RegistryRules(**FAST), now[0])
     restored.restore_state(decode(store.load()), now[0])
     assert restored.changes.copy()[1] == registry.changes.copy()[1]
 
@@ -556,7 +556,7 @@ def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_p
     store = RedisStore(FakeRedis(), "eureka:snapshot")
     keeper(fleet(), store, now).write()
     now[0] += 100 * SEC
-    registry = Registry(RegistryConfig(**FAST), now[0])
+    registry = Registry(RegistryRules(**FAST), now[0])
     late = keeper(registry, store, now)
     with caplog.at_level(logging.WARNING, logger="registry.runtime.snapshots"):
         assert late.restore() == 0
@@ -564,7 +564,7 @@ def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_p
     assert "100000 ms old" in late.refused and "starting empty" in caplog.text
 
     store.client.values["eureka:snapshot"] = b"\x1f\x8bnot gzip"
-    garbled = keeper(Registry(RegistryConfig(**FAST), now[0]), store, now)
+    garbled = keeper(Registry(RegistryRules(**FAST), now[0]), store, now)
     assert garbled.restore() == 0 and "not readable" in garbled.refused
 
 
@@ -682,7 +682,7 @@ def test_the_loop_waits_the_stretched_interval(tmp_path):
 def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
     """Issue 35, point 4: a restarted node listed leases its snapshot held already expired (9 of them
     in the fault test) until its first eviction run; the restore drops them by eviction's rule."""
-    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0)
     registry.register(inst("ORDERS", 1, duration=6), T0)
     registry.register(inst("ORDERS", 2, duration=6), T0)
     registry.set_status_override("ORDERS", "host2:orders:8080", c.OUT_OF_SERVICE, T0)
@@ -690,7 +690,7 @@ def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
     state = round_trip(registry.export_state(T0 + 5 * SEC))
 
     # Restored 2 s after host2's lease ran out (T0 + 6 s), host1's still has 3 s to go.
-    restored = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 8 * SEC)
+    restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 8 * SEC)
     assert restored.restore_state(state, T0 + 8 * SEC) == 1
     assert [view.instance.instance_id for _, views in restored.snapshot().apps for view in views] == [
         "host1:orders:8080"
@@ -706,21 +706,21 @@ def test_a_restore_in_self_preservation_keeps_expired_leases_as_eviction_would()
     state = round_trip(registry.export_state(now))
     # Restored after every lease ran out, with renews carried over that keep leases expiring: dropped.
     late = now + 2 * MIN
-    fresh = Registry(RegistryConfig(**FAST), late)
+    fresh = Registry(RegistryRules(**FAST), late)
     assert fresh.restore_state(state, late, max_age_ms=None) == 0 and fresh.restored.expired == 10
     # The same snapshot with renews below the threshold (self-preservation): eviction keeps them all.
     state["renews_last_minute"] = 0
-    preserving = Registry(RegistryConfig(**FAST), late)
+    preserving = Registry(RegistryRules(**FAST), late)
     assert preserving.restore_state(state, late) == 10 and preserving.restored.expired == 0
 
 
 def test_the_restore_log_line_counts_the_expired_leases_dropped(tmp_path, caplog):
-    registry = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0)
+    registry = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0)
     registry.register(inst("ORDERS", 1, duration=6), T0)
     registry.register(inst("ORDERS", 2, duration=60), T0)
     store = FileStore(tmp_path / FILE_NAME)
     store.save(encode(registry.export_state(T0)))
-    fresh = Registry(RegistryConfig(**FAST, enable_self_preservation=False), T0 + 10 * SEC)
+    fresh = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 10 * SEC)
     keeper = WarmRestart(fresh, store, lambda: T0 + 10 * SEC, 5_000, 90_000)
     with caplog.at_level(logging.INFO, logger="registry.runtime.snapshots"):
         assert keeper.restore() == 1

@@ -12,7 +12,7 @@ import pytest
 
 from registry.cache.response_cache import APP, APPS, DELTA, CacheKey, compress
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryConfig
+from registry.domain.core import Registry, RegistryRules
 from registry.wire.codecs import build_instance
 from registry.wire.payloads import PayloadBuilder, build_payload
 from tests.conftest import FakeClock
@@ -30,7 +30,7 @@ def without_version(payload: bytes) -> bytes:
 
 def wired(clock) -> tuple[Registry, PayloadBuilder]:
     holder: list[PayloadBuilder] = []
-    registry = Registry(RegistryConfig(), clock(), on_change=lambda app, vips: holder[0].invalidate(app))
+    registry = Registry(RegistryRules(), clock(), on_change=lambda app, vips: holder[0].invalidate(app))
     builder = PayloadBuilder(registry, clock, expire_ms=180_000)
     holder.append(builder)
     return registry, builder
