@@ -45,6 +45,7 @@ from .counters import (
 from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo, freeze, record_bytes
 from .leases import Lease, LeaseView, expired_among
+from .overrides import OverrideMap
 from .preservation import Preservation, SelfPreservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
 
@@ -207,7 +208,7 @@ class Registry:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._size = 0
         self._status_counts: Counter[str] = Counter()
-        self._overrides: dict[str, list] = {}  # id -> [status, last access ms]
+        self._overrides = OverrideMap(config.override_idle_expiry_ms)
         self._delta = DeltaQueue()
         self._last_eviction_run: int | None = None
         self._on_change = on_change or (lambda app, vips: None)
@@ -238,6 +239,7 @@ class Registry:
         """A node's knobs changed in place (tests turn self-preservation off this way): the
         arithmetic reads the same ones."""
         self._config = self._preservation.config = config
+        self._overrides.idle_expiry_ms = config.override_idle_expiry_ms
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
         """Where client writes go to be replicated (None: a standalone node, nothing is recorded)."""
@@ -294,27 +296,14 @@ class Registry:
 
     # ------------------------------------------------------------------------- override map
 
-    def _override(self, instance_id: str, now: int) -> str | None:
-        entry = self._overrides.get(instance_id)
-        if entry is None:
-            return None
-        if now - entry[1] > self.config.override_idle_expiry_ms:
-            del self._overrides[instance_id]
-            return None
-        entry[1] = now
-        return entry[0]
-
     def overrides(self) -> dict[str, str]:
         with self._lock:
-            return {instance_id: entry[0] for instance_id, entry in self._overrides.items()}
+            return self._overrides.statuses()
 
     def override_actor(self, instance_id: str) -> str | None:
-        """Who set the id's override through ``set_status_override`` ("" for a client, a peer or a
-        registration carrying it); None when there is none. Kept across a warm restart, so the health
-        checker knows its own DOWN from an operator's."""
+        """Who set the id's override (``Override.actor``); None when there is none."""
         with self._lock:
-            entry = self._overrides.get(instance_id)
-            return None if entry is None else entry[2]
+            return self._overrides.actor(instance_id)
 
     # ------------------------------------------------------------------------------- writes
 
@@ -401,10 +390,10 @@ class Registry:
         else:
             self._preservation.client_added()
 
-        override = self._override(instance.instance_id, now)
+        override = self._overrides.use(instance.instance_id, now)
         if override is None and instance.overridden_status != c.UNKNOWN:
             override = instance.overridden_status
-            self._overrides[instance.instance_id] = [override, now, ""]
+            self._overrides.set(instance.instance_id, override, now)
         status = resolve_status(instance, existing, override, is_replication)
         instance = instance.evolve(
             status=status,
@@ -472,7 +461,7 @@ class Registry:
                 writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             instance = lease.instance
-            status = resolve_status(instance, lease, self._override(instance_id, now), is_replication)
+            status = resolve_status(instance, lease, self._overrides.use(instance_id, now), is_replication)
             if status == c.UNKNOWN:
                 # After an override removal without a value: make the client re-register.
                 writes.renews_not_found += 1
@@ -488,7 +477,7 @@ class Registry:
                     STATUS_CHANGED,
                     instance.status,
                     status,
-                    self._current_override(instance_id),
+                    self._overrides.status(instance_id),
                     is_replication,
                 )
                 instance = lease.instance = instance.evolve(status=status)
@@ -497,7 +486,7 @@ class Registry:
             lease.renew(now)
             if not is_replication:
                 # Sent whatever the dirty-timestamp check below answers, as Eureka does.
-                self._replicate(c.REPLICATE_HEARTBEAT, lease, self._current_override(instance_id))
+                self._replicate(c.REPLICATE_HEARTBEAT, lease, self._overrides.status(instance_id))
 
             if last_dirty_timestamp is None or not config.sync_when_timestamp_differs:
                 return RenewResult(Renew.OK)
@@ -507,12 +496,8 @@ class Registry:
                 # Skipping it keeps nothing from the sender: a renewal stores no timestamp.
                 return RenewResult(Renew.OK)
             if last_dirty_timestamp > instance.last_dirty_timestamp:
-                if (
-                    is_replication
-                    and overridden_status not in (None, c.UNKNOWN)
-                    and instance_id not in self._overrides
-                ):
-                    self._overrides[instance_id] = [overridden_status, now, ""]
+                if is_replication and overridden_status not in (None, c.UNKNOWN):
+                    self._overrides.set_default(instance_id, overridden_status, now)
                 writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
             if last_dirty_timestamp < instance.last_dirty_timestamp and is_replication:
@@ -530,7 +515,7 @@ class Registry:
 
     def _cancel(self, app: str, instance_id: str, now: int, cause: str) -> bool:
         """Eureka ``internalCancel``: the override goes even when there is no lease."""
-        self._overrides.pop(instance_id, None)
+        self._overrides.remove(instance_id)
         app_leases = self._apps.get(app)
         lease = app_leases.pop(instance_id, None) if app_leases is not None else None
         if lease is None:
@@ -615,7 +600,7 @@ class Registry:
                 STATUS_CHANGED,
                 old.status,
                 new.status,
-                self._current_override(new.instance_id),
+                self._overrides.status(new.instance_id),
                 replicated,
             )
 
@@ -636,7 +621,7 @@ class Registry:
                 return None
             lease.renew(now)
             old = lease.instance
-            old_override = self._current_override(instance_id)
+            old_override = self._overrides.status(instance_id)
             if not is_replication:
                 # Replicated even when nothing changes here, as Eureka does: the peer may differ.
                 self._replicate_status(c.REPLICATE_STATUS_UPDATE, lease, status)
@@ -645,7 +630,7 @@ class Registry:
                 return StatusChange(old.status, status, old_override, old_override)
             if status == c.UP:
                 lease.service_up(now)
-            self._overrides[instance_id] = [status, now, actor]
+            self._overrides.set(instance_id, status, now, actor)
             self._modify(
                 lease, now, last_dirty_timestamp, is_replication, status=status, overridden_status=status
             )
@@ -669,7 +654,7 @@ class Registry:
                 return None
             lease.renew(now)
             old_status = lease.instance.status
-            removed = self._overrides.pop(instance_id, None)
+            removed = self._overrides.remove(instance_id)
             if not is_replication:
                 # The peer applies the status this removal asks for (Eureka sends it in the item).
                 self._replicate_status(c.REPLICATE_DELETE_STATUS_OVERRIDE, lease, new_status)
@@ -685,17 +670,13 @@ class Registry:
                 overridden_status=c.UNKNOWN,
             )
             self._counters.overridden(now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor)
-            return StatusChange(old_status, new_status, removed[0], None)
+            return StatusChange(old_status, new_status, removed, None)
 
     def _replicate_status(self, action: str, lease: Lease, status: str) -> None:
         """Status items carry the requested status, whatever this node's copy ends up showing."""
         if self._on_replicate is not None:
             instance = lease.instance.evolve(status=status)
             self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, instance))
-
-    def _current_override(self, instance_id: str) -> str | None:
-        entry = self._overrides.get(instance_id)
-        return entry[0] if entry is not None else None
 
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], now: int, is_replication: bool = False
@@ -789,9 +770,7 @@ class Registry:
         """Drop delta-queue entries past retention and override entries idle too long."""
         with self._lock:
             dropped = self._delta.prune(now, self.config.delta_retention_ms)
-            idle = self.config.override_idle_expiry_ms
-            for instance_id in [i for i, entry in self._overrides.items() if now - entry[1] > idle]:
-                del self._overrides[instance_id]
+            self._overrides.prune(now)
             self.changes.prune(now)
             return dropped
 
@@ -830,11 +809,10 @@ class Registry:
         and the change log are as of the lock."""
         with self._lock:
             listed = [(app, list(leases.values())) for app, leases in self._apps.items()]
-            overrides = [[instance_id, *entry] for instance_id, entry in self._overrides.items()]
             preservation = self._preservation
             header = saved_header(
                 now,
-                overrides,
+                self._overrides.rows(),
                 preservation.expected_clients,
                 preservation.renews_threshold,
                 preservation.renews_last_minute(now),
@@ -896,7 +874,7 @@ class Registry:
                 restored += 1
             for instance_id, status, last_access, actor in saved.overrides:
                 if instance_id not in dropped_ids:
-                    self._overrides.setdefault(instance_id, [status, last_access, actor])
+                    self._overrides.set_default(instance_id, status, last_access, actor)
             self.changes.restore(saved.changes)
             self.restored = Restored(restored, saved.saved_at, now, expired=len(expired))
             return restored
@@ -985,7 +963,7 @@ class Registry:
             lease = self._apps.get(app, {}).get(instance_id)
             if lease is None:
                 return None
-            return lease.view(self.config.eureka_timing), self._current_override(instance_id)
+            return lease.view(self.config.eureka_timing), self._overrides.status(instance_id)
 
     def recent_events(self) -> tuple[list[RecentEvent], list[RecentEvent], list[RecentEvent]]:
         """Copies of the registered, cancelled and override lists, oldest first."""

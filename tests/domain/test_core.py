@@ -642,8 +642,16 @@ def test_vip_snapshot_matches_split_vips_exactly_and_hashes_only_the_subset():
 def test_renew_silently_changes_status_when_rules_say_so_and_keeps_hash_consistent():
     registry, _ = make_registry()
     registry.register(inst(), T0)
-    # A peer told us about an override for an instance already here (stored without a status change).
-    registry._overrides["host1:orders:8080"] = [c.OUT_OF_SERVICE, T0]
+    # A peer's heartbeat brings an override for an instance already here (stored without a status change).
+    registry.renew(
+        "ORDERS",
+        "host1:orders:8080",
+        T0,
+        last_dirty_timestamp=T0 + 5,
+        overridden_status=c.OUT_OF_SERVICE,
+        is_replication=True,
+    )
+    assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
     assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
     assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"

@@ -70,7 +70,7 @@ def everything(registry: Registry, now: int) -> dict:
     return {
         "apps": full.apps,
         "hashcode": full.hashcode,
-        "overrides": {key: list(entry) for key, entry in registry._overrides.items()},
+        "overrides": {row[0]: row[1:] for row in registry._overrides.rows()},
         "stats": {key: value for key, value in registry.stats(now).items() if key != "start_ts"},
         "self_preservation": registry.self_preservation(now).below_threshold,
         # The ids themselves; a restarted log's next id is above them (see the change-log test).
