@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8761
 JS_DIR := tests/interop/js
 
-.PHONY: run stack test lint check install clean bench system-deps superuser helm-tools kubernetes
+.PHONY: run stack test lint check install clean bench system-deps superuser helm-tools kubernetes docs docs-serve
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ var:
 	mkdir -p var/staticfiles
 
 # A node on another port keeps its own database: `PORT=8762 EUREKA_PEER_URLS=... make run` beside a
-# first node is a two-node cluster (README "Clusters").
+# first node is a two-node cluster (docs/clusters.md).
 DATA_DIR ?= $(if $(filter 8761,$(PORT)),var,var/node-$(PORT))
 
 run: install var
@@ -43,6 +43,17 @@ stack: install var
 
 lint: install
 	$(BIN)/ruff check .
+
+# The documentation site (mkdocs.yml, pages in docs/) built into site/. --strict fails on a broken link or
+# anchor and on a page left out of the navigation; not --quiet, which hides the warnings strict counts.
+# NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2, printed at every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: install
+	$(MKDOCS) build --strict
+
+docs-serve: install
+	$(MKDOCS) serve
 
 check: install var
 	$(BIN)/python manage.py check
@@ -77,11 +88,12 @@ helm-tools: install
 		|| echo "building helm or the ServiceMonitor CRD failed: tests/deploy/test_helm_chart.py will say why"; \
 	else echo "go not found: the Helm chart's tests will be skipped (install Go 1.24+)"; fi
 
-# deploy/kubernetes/eureka.yaml: the Helm chart rendered with its defaults (README "Kubernetes").
+# deploy/kubernetes/eureka.yaml: the Helm chart rendered with its defaults (docs/kubernetes.md).
 kubernetes: helm-tools
 	$(BIN)/python deploy/helm/tools.py render
 
 test: install lint check system-deps helm-tools $(JS_DIR)/node_modules/.installed
+	$(MKDOCS) build --strict
 	$(BIN)/pytest
 	# The real-client suites again, against a node served by granian (registry/runtime/granian_server.py).
 	EUREKA_TEST_SERVER=granian $(BIN)/pytest tests/interop
@@ -95,4 +107,4 @@ bench: install
 	$(BIN)/python bench/run.py $(BENCH) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var site .pytest_cache

@@ -1,4 +1,4 @@
-"""The project's layout holds: no import cycles, a Django-free domain, and README's tree as it is.
+"""The project's layout holds: no import cycles, a Django-free domain, and the docs' layout tree as it is.
 
 The imports are read from the source (every ``import`` statement, those inside functions and
 ``if TYPE_CHECKING:`` blocks included), so a cycle is caught even where Python would tolerate it
@@ -233,11 +233,11 @@ def test_the_domain_imports_without_django_settings():
     assert result.returncode == 0, result.stderr
 
 
-def readme_tree() -> list[str]:
-    """The folders README's Layout tree names, as paths."""
-    text = (ROOT / "README.md").read_text()
+def layout_tree() -> list[str]:
+    """The folders the Layout tree of docs/architecture.md names, as paths."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
     block = re.search(r"^## Layout\n.*?^```text\n(.*?)^```", text, re.M | re.S)
-    assert block, "README.md has a '## Layout' section with a ```text tree"
+    assert block, "docs/architecture.md has a '## Layout' section with a ```text tree"
     paths: list[str] = []
     stack: list[tuple[int, str]] = []
     for line in block.group(1).splitlines():
@@ -262,10 +262,10 @@ def test_registrys_top_level_holds_only_djangos_app_files_and_packages():
     assert loose == set(), f"modules loose in registry/ (the domain lives in registry/domain/): {loose}"
 
 
-def test_readmes_layout_tree_matches_the_folders():
-    listed = readme_tree()
+def test_the_docs_layout_tree_matches_the_folders():
+    listed = layout_tree()
     for path in listed:
-        assert (ROOT / path).is_dir(), f"README's layout names {path}/, which does not exist"
+        assert (ROOT / path).is_dir(), f"docs/architecture.md's layout names {path}/, which does not exist"
     # Every package of the application is in the tree (Django's own folders excepted).
     packages = {
         str(init.parent.relative_to(ROOT))
@@ -273,7 +273,7 @@ def test_readmes_layout_tree_matches_the_folders():
         for init in (ROOT / package).rglob("__init__.py")
         if not {"migrations", "templatetags"} & set(init.parent.parts)
     }
-    assert packages <= set(listed), f"not in README's layout: {sorted(packages - set(listed))}"
+    assert packages <= set(listed), f"not in docs/architecture.md's layout: {sorted(packages - set(listed))}"
 
 
 @pytest.mark.parametrize(
