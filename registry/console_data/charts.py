@@ -1,0 +1,363 @@
+"""The console's charts of the last hour, as geometry for inline SVG (templates/dashboard/_charts.html).
+
+Drawn on the server from the node's history (``registry/domain/history.py``): no JavaScript library
+and no network, so the charts render wherever the page does and refresh with its live sections.
+Each series has its own line style or fill pattern and a text label, so no chart depends on colour
+alone, and each chart carries a table of the same numbers for screen readers and copying.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+
+from registry.domain.history import STATUS_ORDER, Sample, holding_stretches, per_minute
+
+WIDTH = 720
+HEIGHT = 180
+# Room for the y labels on the left and the time labels below.
+LEFT, RIGHT, TOP, BOTTOM = 48, 12, 10, 24
+WINDOW_MS = 3_600_000
+TICK_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Line:
+    key: str
+    label: str
+    style: str  # a CSS class: the stroke's dash pattern (and colour)
+    path: str
+    points: int
+    latest: float | None
+
+
+@dataclass(frozen=True)
+class Area:
+    key: str
+    label: str
+    style: str
+    path: str
+    latest: int
+
+
+@dataclass(frozen=True)
+class Band:
+    """A shaded stretch of time (self-preservation holding eviction)."""
+
+    x: float
+    width: float
+    title: str
+    from_ms: int
+    to_ms: int
+
+
+@dataclass(frozen=True)
+class Marker:
+    x: float
+    y: float
+    count: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float  # x for time ticks, y for value ticks
+    label: str
+
+
+@dataclass
+class Chart:
+    key: str
+    title: str
+    summary: str
+    lines: list[Line] = field(default_factory=list)
+    areas: list[Area] = field(default_factory=list)
+    bands: list[Band] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
+    # The same numbers as a table: column headings, then one row a sample (times as labels).
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    width: int = WIDTH
+    height: int = HEIGHT
+    plot_left: int = LEFT
+    plot_right: int = WIDTH - RIGHT
+    plot_top: int = TOP
+    plot_bottom: int = HEIGHT - BOTTOM
+
+    @property
+    def empty(self) -> bool:
+        return not (self.lines or self.areas)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten at or above ``value`` (at least 1)."""
+    if value <= 1:
+        return 1
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * power >= value:
+            return step * power
+    return 10 * power  # pragma: no cover - the loop always returns
+
+
+class Frame:
+    """Maps (time, value) to the plot area: the hour ending at ``now`` across, 0..top up."""
+
+    def __init__(self, now: int, top: float):
+        self.start = now - WINDOW_MS
+        self.now = now
+        self.top = top if top > 0 else 1
+
+    def x(self, at_ms: int) -> float:
+        share = (min(max(at_ms, self.start), self.now) - self.start) / WINDOW_MS
+        return round(LEFT + share * (WIDTH - LEFT - RIGHT), 1)
+
+    def y(self, value: float) -> float:
+        share = min(max(value, 0), self.top) / self.top
+        return round(HEIGHT - BOTTOM - share * (HEIGHT - BOTTOM - TOP), 1)
+
+    def path(self, points: Sequence[tuple[int, float]]) -> str:
+        """An SVG path through the points (``M x,y L x,y ...``)."""
+        steps = []
+        for index, (at, value) in enumerate(points):
+            steps.append(f"{'M' if index == 0 else 'L'}{self.x(at):g},{self.y(value):g}")
+        return " ".join(steps)
+
+
+def _clock(at_ms: int, tz: tzinfo) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, tz).strftime("%H:%M")
+
+
+def _seconds_clock(at_ms: int, tz: tzinfo) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, tz).strftime("%H:%M:%S")
+
+
+def _axes(chart: Chart, frame: Frame, tz: tzinfo, unit: Callable[[float], str] = lambda v: f"{v:g}") -> None:
+    first = frame.start + (-frame.start) % TICK_MS
+    chart.x_ticks = [Tick(frame.x(at), _clock(at, tz)) for at in range(first, frame.now + 1, TICK_MS)]
+    chart.y_ticks = [Tick(frame.y(frame.top * share), unit(frame.top * share)) for share in (0, 0.5, 1)]
+
+
+def _pairs(samples: Sequence[Sample]) -> zip:
+    """Each sample with the one after it."""
+    return zip(samples, samples[1:], strict=False)
+
+
+def _recent(samples: Sequence[Sample], now: int) -> list[Sample]:
+    return [sample for sample in samples if now - WINDOW_MS <= sample.at_ms <= now]
+
+
+def renews_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
+    """Renews per minute against the threshold, with self-preservation's stretches and evictions."""
+    taken = _recent(samples, now)
+    chart = Chart(
+        "renews",
+        "Renews per minute against the threshold",
+        "Heartbeats received in the last minute and the threshold below which self-preservation "
+        "keeps expired leases; shaded: self-preservation held eviction; triangles: evictions.",
+    )
+    top = nice_ceiling(max([s.renews_last_minute for s in taken] + [s.renews_threshold for s in taken] + [1]))
+    frame = Frame(now, top)
+    _axes(chart, frame, tz)
+    if not taken:
+        return chart
+    for key, label, style, values in (
+        ("renews", "Renews (last min)", "line-solid", [(s.at_ms, s.renews_last_minute) for s in taken]),
+        ("threshold", "Renews threshold", "line-dashed", [(s.at_ms, s.renews_threshold) for s in taken]),
+    ):
+        chart.lines.append(Line(key, label, style, frame.path(values), len(values), values[-1][1]))
+    for start, end in holding_stretches(taken):
+        x = frame.x(start)
+        chart.bands.append(
+            Band(
+                x,
+                max(frame.x(end) - x, 1.0),
+                f"Self-preservation held eviction {_seconds_clock(start, tz)}–{_seconds_clock(end, tz)}",
+                start,
+                end,
+            )
+        )
+    # Evictions between each sample and the one before it (a restart's reset counts as none).
+    evicted = [0] + [max(after.evictions - before.evictions, 0) for before, after in _pairs(taken)]
+    chart.markers = [
+        Marker(frame.x(s.at_ms), TOP, count, f"{count} evicted by {_seconds_clock(s.at_ms, tz)}")
+        for s, count in zip(taken, evicted, strict=True)
+        if count
+    ]
+    chart.columns = ["Time", "Renews (last min)", "Renews threshold", "Self-preservation holding", "Evicted"]
+    chart.rows = [
+        [
+            _seconds_clock(s.at_ms, tz),
+            str(s.renews_last_minute),
+            str(s.renews_threshold),
+            "yes" if s.preservation_holding else "no",
+            str(count),
+        ]
+        for s, count in zip(taken, evicted, strict=True)
+    ]
+    return chart
+
+
+STATUS_STYLES = {status: f"fill-{status.lower().replace('_', '-')}" for status in STATUS_ORDER}
+
+
+def statuses_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
+    """Instances by status, stacked (UP at the bottom)."""
+    taken = _recent(samples, now)
+    chart = Chart(
+        "statuses",
+        "Instances by status",
+        "Registered instances by status, stacked: UP at the bottom, then STARTING, OUT_OF_SERVICE, "
+        "DOWN and UNKNOWN, each with its own fill pattern.",
+    )
+    frame = Frame(now, nice_ceiling(max([s.instances for s in taken] + [1])))
+    _axes(chart, frame, tz)
+    if not taken:
+        return chart
+    below = [0] * len(taken)
+    for index, status in enumerate(STATUS_ORDER):
+        above = [base + s.statuses[index] for base, s in zip(below, taken, strict=True)]
+        if any(s.statuses[index] for s in taken):
+            upper = [(s.at_ms, value) for s, value in zip(taken, above, strict=True)]
+            lower = [(s.at_ms, value) for s, value in zip(taken, below, strict=True)]
+            path = frame.path(upper) + " " + frame.path(list(reversed(lower))).replace("M", "L", 1) + " Z"
+            chart.areas.append(Area(status, status, STATUS_STYLES[status], path, taken[-1].statuses[index]))
+        below = above
+    chart.columns = ["Time", *STATUS_ORDER]
+    chart.rows = [[_seconds_clock(s.at_ms, tz), *(str(count) for count in s.statuses)] for s in taken]
+    return chart
+
+
+def writes_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
+    """Registrations, cancels and evictions per minute."""
+    taken = _recent(samples, now)
+    chart = Chart(
+        "writes",
+        "Registrations, cancels and evictions per minute",
+        "Each a rate per minute between two samples.",
+    )
+    series = [
+        ("registrations", "Registrations", "line-solid", per_minute(taken, "registrations")),
+        ("cancels", "Cancels", "line-dashed", per_minute(taken, "cancels")),
+        ("evictions", "Evictions", "line-dotted", per_minute(taken, "evictions")),
+    ]
+    frame = Frame(now, nice_ceiling(max([rate for *_, values in series for _, rate in values] + [1])))
+    _axes(chart, frame, tz)
+    for key, label, style, values in series:
+        if values:
+            chart.lines.append(
+                Line(key, label, style, frame.path(values), len(values), round(values[-1][1], 1))
+            )
+    chart.columns = ["Time", "Registrations/min", "Cancels/min", "Evictions/min"]
+    chart.rows = [
+        [_seconds_clock(at, tz), *(f"{values[i][1]:.1f}" for *_, values in series)]
+        for i, (at, _) in enumerate(series[0][3])
+    ]
+    return chart
+
+
+PEER_STYLES = ("line-solid", "line-dashed", "line-dotted", "line-dashdot")
+
+
+def peers_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:
+    """Per peer, the replication queue's length and its oldest item's age; [] without peers."""
+    taken = _recent(samples, now)
+    urls = sorted({peer.url for s in taken for peer in s.peers})
+    if not urls:
+        return []
+    charts = []
+    for key, title, attribute, unit in (
+        ("peer-queue", "Replication queue per peer (items)", "queued", 1),
+        ("peer-lag", "Replication lag per peer (oldest queued item, seconds)", "lag_ms", 1000),
+    ):
+        chart = Chart(key, title, "One line a peer, each in its own dash pattern.")
+        per_peer = {
+            url: [(s.at_ms, getattr(p, attribute) / unit) for s in taken for p in s.peers if p.url == url]
+            for url in urls
+        }
+        frame = Frame(now, nice_ceiling(max([v for values in per_peer.values() for _, v in values] + [1])))
+        _axes(chart, frame, tz)
+        for index, url in enumerate(urls):
+            values = per_peer[url]
+            if values:
+                style = PEER_STYLES[index % len(PEER_STYLES)]
+                chart.lines.append(Line(url, url, style, frame.path(values), len(values), values[-1][1]))
+        chart.columns = ["Time", *urls]
+        chart.rows = [
+            [
+                _seconds_clock(s.at_ms, tz),
+                *(
+                    next((f"{getattr(p, attribute) / unit:g}" for p in s.peers if p.url == url), "")
+                    for url in urls
+                ),
+            ]
+            for s in taken
+        ]
+        charts.append(chart)
+    return charts
+
+
+def regions_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart | None:
+    """Per remote region, the age of its last successful fetch (seconds); None without regions."""
+    taken = _recent(samples, now)
+    names = sorted({region.region for s in taken for region in s.regions})
+    if not names:
+        return None
+    chart = Chart(
+        "regions",
+        "Remote regions: age of the last successful fetch (seconds)",
+        "One line a region, each in its own dash pattern; a gap: never fetched yet.",
+    )
+    per_region = {
+        name: [
+            (s.at_ms, r.age_ms / 1000)
+            for s in taken
+            for r in s.regions
+            if r.region == name and r.age_ms is not None
+        ]
+        for name in names
+    }
+    frame = Frame(now, nice_ceiling(max([v for values in per_region.values() for _, v in values] + [1])))
+    _axes(chart, frame, tz)
+    for index, name in enumerate(names):
+        values = per_region[name]
+        if values:
+            style = PEER_STYLES[index % len(PEER_STYLES)]
+            chart.lines.append(Line(name, name, style, frame.path(values), len(values), values[-1][1]))
+    chart.columns = ["Time", *names]
+    chart.rows = [
+        [
+            _seconds_clock(s.at_ms, tz),
+            *(
+                next(
+                    (
+                        "never" if r.age_ms is None else f"{r.age_ms / 1000:g}"
+                        for r in s.regions
+                        if r.region == name
+                    ),
+                    "",
+                )
+                for name in names
+            ),
+        ]
+        for s in taken
+    ]
+    return chart
+
+
+def node_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:
+    """Every chart of the status page, in page order (peers and regions only when configured)."""
+    charts = [
+        renews_chart(samples, now, tz),
+        statuses_chart(samples, now, tz),
+        writes_chart(samples, now, tz),
+    ]
+    charts.extend(peers_charts(samples, now, tz))
+    regions = regions_chart(samples, now, tz)
+    if regions is not None:
+        charts.append(regions)
+    return charts
