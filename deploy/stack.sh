@@ -240,7 +240,7 @@ load_env_file "$ENV_FILE"
 export EUREKA_EMBEDDED=false PYTHONUNBUFFERED=1
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 # A second node on this machine (another PORT) keeps its database and beat schedule apart; give it
-# its own Redis database too (REDIS_URL=redis://127.0.0.1:6379/1). README "Clusters".
+# its own Redis database too (REDIS_URL=redis://127.0.0.1:6379/1). docs/clusters.md.
 if [[ -z ${EUREKA_DATA_DIR:-} && $PORT != 8761 ]]; then
     export EUREKA_DATA_DIR=var/node-$PORT
 fi

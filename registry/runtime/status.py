@@ -68,8 +68,8 @@ def general_stats(node: Node, now: int) -> dict[str, str]:
 
 
 def warm_restart_note(node: Node) -> str | None:
-    """``restored 1000 instances from a snapshot of 1.4 s`` after a warm restart (README "Warm
-    restart"), why a snapshot was refused, or None: only then is the row there at all."""
+    """``restored 1000 instances from a snapshot of 1.4 s`` after a warm restart (docs/warm-restart.md),
+    why a snapshot was refused, or None: only then is the row there at all."""
     restored = node.registry.restored
     if restored is not None:
         return f"restored {restored.instances} instances from a snapshot of {restored.age_ms / 1000:.1f} s"

@@ -1,7 +1,7 @@
 """The rules of webhook delivery, in plain Python: matching, payload, signature, retries.
 
-No Django here, so each rule is unit-tested on its own. The scheme receivers verify (README
-"Webhooks"): ``X-Eureka-Signature: sha256=<hex>`` where ``hex`` is HMAC-SHA256 with the subscription's
+No Django here, so each rule is unit-tested on its own. The scheme receivers verify (docs/webhooks.md):
+``X-Eureka-Signature: sha256=<hex>`` where ``hex`` is HMAC-SHA256 with the subscription's
 secret over ``<X-Eureka-Timestamp>.<raw body>``, the timestamp being whole seconds since the epoch.
 Signing the timestamp lets a receiver refuse a captured request replayed later.
 """
@@ -88,7 +88,7 @@ def matching(targets: Iterable[Target], changes: Iterable[Change]) -> list[tuple
 
 
 def payload(change: Change, subscription_name: str) -> dict:
-    """The JSON object POSTed for one change (README "Webhooks" documents each key)."""
+    """The JSON object POSTed for one change (docs/webhooks.md documents each key)."""
     return {**change.as_json(), "subscription": subscription_name}
 
 

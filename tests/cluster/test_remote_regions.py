@@ -4,7 +4,7 @@ transparent fallback, whitelist, 403 before the first fetch), on the fake clock 
 
 Expected hashcodes are recomputed from the instances a payload holds (api_support.reconcile_hashcode),
 never taken from the server's own function. The behaviour followed is stock Spring Cloud Eureka
-Server's, as measured with a remote region configured (README, "Remote regions")."""
+Server's, as measured with a remote region configured (docs/remote-regions.md)."""
 
 from __future__ import annotations
 

@@ -322,7 +322,7 @@ def test_cached_reads_stay_stale_until_the_read_only_tier_syncs(read_only_cache,
 
 def test_an_app_read_as_404_is_not_kept_in_the_read_only_tier(read_only_cache, api, node, clock):
     """Eureka keeps the 404 until the sync; any name can be asked for, so a miss is not kept there
-    (README, "Where we differ"): the registration shows at the next read."""
+    (docs/differences.md): the registration shows at the next read."""
     assert api.get("/eureka/apps/ORDERS", **headers("json")).status_code == 404
     assert node.cache.read_only.keys() == []
 

@@ -32,7 +32,7 @@ def register(api, app="ORDERS", host="10.0.0.1"):
 
 
 def verify(secret: str, request) -> bool:
-    """The receiver's side of the scheme, written from the README, not from the sender's code."""
+    """The receiver's side of the scheme, written from docs/webhooks.md, not from the sender's code."""
     signed = request.headers["x-eureka-timestamp"].encode() + b"." + request.body
     expected = "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, request.headers["x-eureka-signature"])
