@@ -2,17 +2,21 @@
 
 Read from the sources, nothing is run but ``bench/run.py --list`` (no Django, no server): every
 benchmark script is listed there, and every one that is Python imports the launcher instead of
-starting gunicorn, Celery, redis-server, deploy/stack.sh or migrations on its own.
+starting gunicorn, Celery, redis-server, deploy/stack.sh or migrations on its own. And where the tree
+cites a section of bench/README.md or bench/HISTORY.md, that section exists.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
 ENTRY, LAUNCHER = "run.py", "nodes.py"
 # Only bench/nodes.py may name these in code: the commands and files that start a server.
 SERVER_FILES = {"deploy/gunicorn.conf.py", "deploy/gunicorn_reader.conf.py", "deploy/stack.sh", "manage.py"}
@@ -123,3 +127,53 @@ def test_the_shell_benchmarks_start_no_node_themselves():
                 line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
             )
             assert "gunicorn -c" not in code and "manage.py" not in code, path.name
+
+
+# Comments and docs cite bench/README.md or bench/HISTORY.md by section: the path, then the section's
+# name in double quotes, maybe more names after commas (a sub-entry, or words of a table row).
+CITATION = re.compile(r'bench/(README|HISTORY)(?:\.md)?`?,?\s+"([^"]+)"((?:,\s+"[^"]+")*)')
+CITING_SUFFIXES = {".py", ".md", ".sh", ".yml", ".yaml", ".html", ".toml", ".go", ".txt"}
+# Build output (the docs site, Maven, Go) is skipped: it is made from the sources searched.
+NOT_SEARCHED = {"node_modules", "__pycache__", "bin", "site", "target", "var"}
+
+
+def citing_files() -> list[Path]:
+    """The tree's source and docs, without virtualenvs, caches and build output."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in NOT_SEARCHED and (not d.startswith(".") or d == ".github")]
+        found += [
+            Path(folder) / name
+            for name in files
+            if Path(name).suffix in CITING_SUFFIXES or name == "Makefile"
+        ]
+    return found
+
+
+def titles(text: str) -> list[str]:
+    """Headings, and the bold runs that open a line (a dated entry's title), whitespace collapsed."""
+    headings = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    bold = re.findall(r"^\*\*(.+?)\*\*", text, flags=re.MULTILINE | re.DOTALL)
+    return headings + [" ".join(run.split()) for run in bold]
+
+
+def test_every_citation_of_a_bench_section_names_one_that_exists():
+    documents = {name: (BENCH / f"{name}.md").read_text() for name in ("README", "HISTORY")}
+    sections = {name: titles(text) for name, text in documents.items()}
+    flat = {name: " ".join(text.split()) for name, text in documents.items()}
+    broken, cited = [], 0
+    for path in citing_files():
+        # A citation may wrap: a comment's or docstring's next line continues it.
+        text = re.sub(r"\n[ \t]*(?:#|//|\*)?[ \t]*", " ", path.read_text(errors="replace"))
+        for match in CITATION.finditer(text):
+            cited += 1
+            document, section = match.group(1), match.group(2)
+            where = f"{path.relative_to(ROOT)}: bench/{document}.md, {section!r}"
+            if not any(section in title for title in sections[document]):
+                broken.append(f"{where}: no heading or bold title with that name")
+            # Names after the first (an entry inside the section, a row's words) are found in the text.
+            for more in re.findall(r'"([^"]+)"', match.group(3)):
+                if more not in flat[document]:
+                    broken.append(f"{where}, {more!r}: not in that file")
+    assert cited, "no citation found: the pattern no longer matches how the tree cites bench/"
+    assert not broken, "\n".join(broken)

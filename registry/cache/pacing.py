@@ -70,11 +70,11 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 # after a poll) is not enough either: the node's worker serves each connection one request per turn
 # (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
 # turn 16 connections got at most 16 requests a turn, fewer than the heartbeats arriving, which
-# queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded (bench/README.md,
-# "the loop watch at 100,000", and "Numbers behind the code"). So a paused build resumes once a
-# turn of the loop finds nothing ready (libev's idle watcher: every request that came meanwhile has
-# been served), and after PAUSE_MAX_S at the latest, so that under more load than the node can serve
-# builds still move.
+# queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded (bench/HISTORY.md,
+# "Where the time goes", "the loop watch at 100,000"; bench/README.md, "Numbers behind the code"). So
+# a paused build resumes once a turn of the loop finds nothing ready (libev's idle watcher: every request
+# that came meanwhile has been served), and after PAUSE_MAX_S at the latest, so that under more load
+# than the node can serve builds still move.
 PAUSE_MAX_S = 0.05
 
 

@@ -654,7 +654,7 @@ def _applications(
         empty = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
         head = empty[: -len(tail)]
     # Not joined here (see Pieces): each copy of a 100,000-instance registry holds the loop for a
-    # hundred milliseconds or more unless it runs in a native thread (bench/README.md, "Where the time
+    # hundred milliseconds or more unless it runs in a native thread (bench/HISTORY.md, "Where the time
     # goes", "a registration at 100,000 instances").
     pieces = [head]
     for number, fragment in enumerate(fragments):
