@@ -1,8 +1,8 @@
 """Warm restart with 10,000 instances: what a snapshot costs, and how long a restart takes.
 
-1. In-process (registry/domain/core.py, registry/runtime/snapshots.py): ``export_state`` — total and the part
-   that holds the map's lock —, the orjson + gzip encoding, the atomic file write, the size, and
-   ``restore_state`` of the same snapshot. Medians of ``--rounds``.
+1. In-process (registry/domain/core.py, registry/runtime/snapshots.py): ``export_parts(now).as_state()``
+   — total and the part that holds the map's lock —, the orjson + gzip encoding, the atomic file write,
+   the size, and ``restore_state`` of the same snapshot. Medians of ``--rounds``.
 2. Live (gunicorn with deploy/gunicorn.conf.py, embedded mode, a temporary data directory): 10,000
    instances registered, heartbeats paced at ``--rate`` per second over kept-alive connections for
    ``--seconds`` with warm restart on (a snapshot every ``--interval-ms``) and then off, with renew
@@ -99,7 +99,7 @@ def in_process(rounds: int) -> None:
     numbers: dict[str, list[float]] = {name: [] for name in ("lock", "export", "encode", "save", "restore")}
     for _ in range(rounds):
         started = time.perf_counter()
-        state = registry.export_state(now)
+        state = registry.export_parts(now).as_state()
         exported = time.perf_counter()
         data = encode(state)
         encoded = time.perf_counter()
@@ -122,7 +122,7 @@ def in_process(rounds: int) -> None:
         assert report is not None
         keeper_ms.append((report.took_ms, lock.held_ms[-1]))
     print(f"in-process, {INSTANCES} instances, median of {rounds}:")
-    print(f"  export_state          {statistics.median(numbers['export']):7.1f} ms")
+    print(f"  export (as_state)     {statistics.median(numbers['export']):7.1f} ms")
     lock_ms = numbers["lock"]
     print(f"    of which under lock {statistics.median(lock_ms):7.1f} ms (max {max(lock_ms):.1f})")
     print(f"  orjson + gzip(1)      {statistics.median(numbers['encode']):7.1f} ms")

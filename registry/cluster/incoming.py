@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from registry.domain import constants as c
-from registry.domain.core import LimitExceeded, Registry, Renew
+from registry.domain.core import Registry, Renew
+from registry.domain.write_rules import LimitExceeded
 from registry.wire.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
 
 logger = logging.getLogger(__name__)

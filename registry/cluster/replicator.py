@@ -37,8 +37,9 @@ from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
 from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachable, failure_text, probe
 from registry.domain import constants as c
-from registry.domain.core import LimitExceeded, Registry, ReplicationEvent
+from registry.domain.core import Registry, ReplicationEvent
 from registry.domain.endpoints import Peer
+from registry.domain.write_rules import LimitExceeded
 from registry.wire.codecs import BadInput, build_instance
 
 logger = logging.getLogger(__name__)

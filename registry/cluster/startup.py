@@ -22,8 +22,9 @@ from typing import Any
 
 from registry.cluster.transport import PeerTransport, PeerUnreachable
 from registry.domain import constants as c
-from registry.domain.core import LimitExceeded, Registry, copy_was_cancelled
+from registry.domain.core import Registry
 from registry.domain.endpoints import Peer
+from registry.domain.write_rules import LimitExceeded, copy_was_cancelled
 from registry.wire.codecs import BadInput, build_instance, instances_in
 
 logger = logging.getLogger(__name__)

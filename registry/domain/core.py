@@ -43,23 +43,12 @@ from .counters import (
     RecentEvent,
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
-from .instances import InstanceInfo, freeze, record_bytes
+from .instances import InstanceInfo, freeze
 from .leases import Lease, LeaseView, expired_among
 from .overrides import OverrideMap
 from .preservation import Preservation, SelfPreservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
-
-
-class LimitExceeded(ValueError):
-    """A client's write the limits refuse (nothing was changed); the message says which limit."""
-
-
-class RegistryFull(LimitExceeded):
-    """A client's registration of a new instance while the map holds ``max_instances`` already."""
-
-
-class RecordTooLarge(LimitExceeded):
-    """A record over ``max_instance_bytes``, from a client or a peer (nothing was changed)."""
+from .write_rules import RecordTooLarge, WriteLimits, copy_was_cancelled, resolve_status
 
 
 class Renew(enum.Enum):
@@ -136,34 +125,6 @@ class EvictionRun:
         return not self.preserving and len(self.evicted) < self.expired
 
 
-def resolve_status(
-    instance: InstanceInfo, existing: Lease | None, override: str | None, is_replication: bool
-) -> str:
-    """Eureka's first-match-wins override rules (protocol reference 5.7.1).
-
-    1. an instance reporting DOWN, STARTING or UNKNOWN keeps that status;
-    2. an override recorded for the id wins;
-    3. a client (not a peer) cannot flip an existing UP / OUT_OF_SERVICE lease by itself;
-    4. otherwise the instance's own status.
-    """
-    status = instance.status
-    if status not in (c.UP, c.OUT_OF_SERVICE):
-        return status
-    if override is not None:
-        return override
-    if not is_replication and existing is not None and existing.instance.status in (c.UP, c.OUT_OF_SERVICE):
-        return existing.instance.status
-    return status
-
-
-def copy_was_cancelled(last_dirty: int, last_updated: int, cancel_dirty: int, cancelled_at: int) -> bool:
-    """Whether a copy of an instance (its ``lastDirtyTimestamp`` and ``lastUpdatedTimestamp``) is the one
-    a cancel (the cancelled record's dirty timestamp and the cancel's time) removed, or older: a copy
-    re-registered since has a newer dirty timestamp (a new client process) or was written after the
-    cancel (a client's re-registration on 404 keeps its dirty timestamp)."""
-    return last_dirty <= cancel_dirty and last_updated <= cancelled_at
-
-
 def reconcile_hashcode(counts: Mapping[str, int]) -> str:
     """``STATUS_count_`` per status present, alphabetically (``Applications.getReconcileHashCode``)."""
     return "".join(f"{status}_{counts[status]}_" for status in sorted(counts) if counts[status] > 0)
@@ -209,6 +170,7 @@ class Registry:
         self._size = 0
         self._status_counts: Counter[str] = Counter()
         self._overrides = OverrideMap(config.override_idle_expiry_ms)
+        self._limits = WriteLimits(config)
         self._delta = DeltaQueue()
         self._last_eviction_run: int | None = None
         self._on_change = on_change or (lambda app, vips: None)
@@ -238,7 +200,7 @@ class Registry:
     def config(self, config: RegistryRules) -> None:
         """A node's knobs changed in place (tests turn self-preservation off this way): the
         arithmetic reads the same ones."""
-        self._config = self._preservation.config = config
+        self._config = self._preservation.config = self._limits.config = config
         self._overrides.idle_expiry_ms = config.override_idle_expiry_ms
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
@@ -263,27 +225,6 @@ class Registry:
     def start_up_sync_done(self) -> None:
         """The start-up sync has merged what its peers hold, or has given up: reads are served."""
         self.awaiting_sync = False
-
-    @property
-    def expected_clients(self) -> int:
-        return self._preservation.expected_clients
-
-    @expected_clients.setter
-    def expected_clients(self, count: int) -> None:
-        self._preservation.expected_clients = count
-
-    @property
-    def renews_threshold(self) -> int:
-        return self._preservation.renews_threshold
-
-    def renews_last_minute(self, now: int) -> int:
-        with self._lock:
-            return self._preservation.renews_last_minute(now)
-
-    def lease_expiration_enabled(self, now: int) -> bool:
-        """False while the node is in self-preservation (it then evicts nothing)."""
-        with self._lock:
-            return self._preservation.lease_expiration_enabled(now)
 
     def self_preservation(self, now: int) -> SelfPreservation:
         with self._lock:
@@ -314,73 +255,24 @@ class Registry:
         would only keep the nodes apart; but the size bounds this node's memory and every fetch, and
         with API accounts off anyone may send a "replicated" registration."""
         if not is_replication:
-            self._check_metadata(instance.metadata)
+            self._limits.check_metadata(instance.metadata)
         # Measured outside the lock: a peer's record may hold many metadata entries.
-        too_large = self._too_large(instance)
+        too_large = self._limits.too_large(instance)
         with self._lock:
             if too_large:
                 self._counters.writes[is_replication].too_large += 1
                 raise RecordTooLarge(too_large)
             if not is_replication:
-                self._check_room(instance)
+                registered = instance.instance_id in self._apps.get(instance.app, ())
+                self._limits.check_room(instance, self._size, registered)
             self._register(instance, now, is_replication)
             self._counters.writes[is_replication].registers += 1
-
-    def _check_room(self, instance: InstanceInfo) -> None:
-        limit = self.config.max_instances
-        if limit and self._size >= limit and instance.instance_id not in self._apps.get(instance.app, ()):
-            raise RegistryFull(
-                f"The registry holds its maximum of {limit} instances: {instance.app}/"
-                f"{instance.instance_id} is not added (instances already registered still renew)"
-            )
-
-    def _check_metadata(self, metadata: Mapping[str, str]) -> None:
-        cfg = self.config
-        if cfg.max_metadata_keys and len(metadata) > cfg.max_metadata_keys:
-            raise LimitExceeded(
-                f"Too much metadata: {len(metadata)} keys, at most {cfg.max_metadata_keys} are allowed"
-            )
-        if cfg.max_metadata_bytes:
-            size = sum(len(key.encode()) + len(value.encode()) for key, value in metadata.items())
-            if size > cfg.max_metadata_bytes:
-                raise LimitExceeded(
-                    f"Too much metadata: {size} bytes of keys and values, at most "
-                    f"{cfg.max_metadata_bytes} are allowed"
-                )
-
-    def _too_large(self, instance: InstanceInfo) -> str | None:
-        """Why the record is over ``max_instance_bytes`` (None when it is not)."""
-        limit = self.config.max_instance_bytes
-        if not limit:
-            return None
-        size = record_bytes(instance)
-        if size <= limit:
-            return None
-        return (
-            f"Instance record too large: {size} bytes of text in its fields and metadata, at most "
-            f"{limit} are allowed"
-        )
-
-    def _within_bounds(self, instance: InstanceInfo, now: int) -> InstanceInfo:
-        """The record with its dirty timestamp and lease times lowered to the limits (see RegistryRules).
-        Applied to peers' copies too: with API accounts off anyone may send one, and a peer's copy
-        within the limits passes unchanged."""
-        cfg = self.config
-        changes = {}
-        latest_dirty = now + cfg.max_dirty_ahead_ms
-        if instance.last_dirty_timestamp > latest_dirty:
-            changes["last_dirty_timestamp"] = latest_dirty
-        if instance.duration_secs > cfg.max_lease_duration_secs:
-            changes["duration_secs"] = cfg.max_lease_duration_secs
-        if instance.renewal_interval_secs > cfg.max_lease_duration_secs:
-            changes["renewal_interval_secs"] = cfg.max_lease_duration_secs
-        return instance.evolve(**changes) if changes else instance
 
     def _register(
         self, instance: InstanceInfo, now: int, is_replication: bool, cause: str | None = None
     ) -> None:
         """Eureka ``AbstractInstanceRegistry.register`` (protocol reference 5.2)."""
-        instance = self._within_bounds(instance, now)
+        instance = self._limits.within_bounds(instance, now)
         app_leases = self._apps.setdefault(instance.app, {})
         existing = app_leases.get(instance.instance_id)
         if existing is not None:
@@ -490,7 +382,7 @@ class Registry:
 
             if last_dirty_timestamp is None or not config.sync_when_timestamp_differs:
                 return RenewResult(Renew.OK)
-            if last_dirty_timestamp > now + config.max_dirty_ahead_ms:
+            if last_dirty_timestamp > self._limits.latest_dirty(now):
                 # From a clock far ahead of ours: the stored copy was lowered to now + the limit when
                 # it was registered, so a comparison would answer 404 (re-register) to every heartbeat.
                 # Skipping it keeps nothing from the sender: a renewal stores no timestamp.
@@ -584,7 +476,7 @@ class Registry:
         old = lease.instance
         if last_dirty_timestamp is not None:
             # A status call's timestamp is stored, so it is held to the same bound as a registration's.
-            last_dirty_timestamp = min(last_dirty_timestamp, now + self.config.max_dirty_ahead_ms)
+            last_dirty_timestamp = min(last_dirty_timestamp, self._limits.latest_dirty(now))
             if last_dirty_timestamp > old.last_dirty_timestamp:
                 changes["last_dirty_timestamp"] = last_dirty_timestamp
         new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
@@ -691,9 +583,9 @@ class Registry:
             instance = lease.instance
             merged_metadata = {**instance.metadata, **entries}
             if not is_replication:
-                self._check_metadata(merged_metadata)
+                self._limits.check_metadata(merged_metadata)
             merged = instance.evolve(metadata=freeze(merged_metadata))
-            too_large = self._too_large(merged)
+            too_large = self._limits.too_large(merged)
             if too_large:
                 self._counters.writes[is_replication].too_large += 1
                 raise RecordTooLarge(too_large)
@@ -702,12 +594,9 @@ class Registry:
 
     # ------------------------------------------------------------------------ periodic jobs
 
-    def evict(self, now: int) -> list[tuple[str, str]]:
-        """Eureka's eviction: expired leases, at most ``size - int(size * pct)`` per run, chosen at random."""
-        return self.run_eviction(now).evicted
-
     def run_eviction(self, now: int) -> EvictionRun:
-        """``evict``, with what the run found: how many had expired, whether self-preservation kept them."""
+        """Eureka's eviction: expired leases, at most ``size - int(size * pct)`` per run, chosen at
+        random; with what the run found (how many had expired, whether self-preservation kept them)."""
         with self._lock:
             interval = self.config.eviction_interval_ms
             last = self._last_eviction_run
@@ -820,13 +709,8 @@ class Registry:
             last_change_id, changes = self.changes.copy()
         return SavedParts.collect(header, listed, last_change_id, changes, EVICTION_SCAN_STEP, self.pause)
 
-    def export_state(self, now: int) -> dict:
-        """Everything a restarted node needs to go on where this one stopped (``export_parts``), as
-        plain JSON-ready data: what ``restore_state`` reads."""
-        return self.export_parts(now).as_state()
-
     def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
-        """Take back what ``export_state`` saved (warm restart); returns how many instances.
+        """Take back what ``export_parts`` saved (warm restart); returns how many instances.
 
         1. refuse (``BadSnapshot``) another format, a state older than ``max_age_ms``, or any part not
            of the shape written: everything is parsed before the map is touched, so a refusal

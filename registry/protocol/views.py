@@ -12,7 +12,8 @@ from registry.access.drf import BasicAccountAuthentication, RolePermission, api_
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
 from registry.domain import constants as c
-from registry.domain.core import LimitExceeded, RegistryFull, Renew
+from registry.domain.core import Renew
+from registry.domain.write_rules import LimitExceeded, RegistryFull
 from registry.runtime import operations
 from registry.runtime.metrics import request_timer
 from registry.runtime.node import get_node

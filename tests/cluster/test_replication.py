@@ -93,7 +93,7 @@ def test_evictions_and_unknown_instances_are_not_replicated(clock):
     assert not registry.cancel("ORDERS", "nope", clock())
     clock.advance(120_000)
     registry.recount_expected_clients(clock())
-    assert registry.evict(clock()) == [("ORDERS", ID)]
+    assert registry.run_eviction(clock()).evicted == [("ORDERS", ID)]
     assert events == []
 
 

@@ -83,7 +83,7 @@ def test_what_the_snapshot_brought_back_and_a_peer_cancelled_since_goes():
     p1, p2 = two_peers_with_a_cancel_in_flight(clock)
     # The restarted node's snapshot was saved before the cancel: it holds b as it was registered.
     node = Registry(CONFIG, clock())
-    node.restore_state(p2.export_state(clock()), clock())
+    node.restore_state(p2.export_parts(clock()).as_state(), clock())
     clock.advance(SEC)
     sync_from_peers(node, [P1, P2], transport_of(p1, p2), clock, retries=0, wait_ms=0)
     assert ids(node) == ["10.0.0.1:orders:8080"]

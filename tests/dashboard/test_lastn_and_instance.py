@@ -51,12 +51,12 @@ def test_lastn_lists_newest_first_with_the_cause(web, node, clock):
     evicted_config = node.registry.config
     assert evicted_config.enable_self_preservation
     # Renewals are 0 <= threshold: self-preservation holds the expired lease...
-    assert node.registry.evict(clock()) == []
+    assert node.registry.run_eviction(clock()).evicted == []
     # ...until it is turned off for this node.
     node.registry.config = type(evicted_config)(
         **{**evicted_config.__dict__, "enable_self_preservation": False}
     )
-    assert node.registry.evict(clock()) == [("ORDERS", "10.0.0.2:orders:8080")]
+    assert node.registry.run_eviction(clock()).evicted == [("ORDERS", "10.0.0.2:orders:8080")]
 
     page = soup(web.get("/lastn"))
     assert [row[1:] for row in pane(page, "registered")] == [

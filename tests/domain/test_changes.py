@@ -60,7 +60,7 @@ def test_a_no_op_override_and_heartbeats_log_nothing():
 def test_evictions_are_logged_as_evictions():
     registry, _ = make_registry(enable_self_preservation=False)
     registry.register(inst(n=1, duration=30), T0)
-    registry.evict(T0 + 10 * MIN)
+    registry.run_eviction(T0 + 10 * MIN)
     assert actions(registry)[-1] == (EVICTED, inst(n=1).instance_id, c.UP, None)
 
 

@@ -7,17 +7,10 @@ import random
 import pytest
 
 from registry.domain import constants as c
-from registry.domain.core import (
-    LimitExceeded,
-    Registry,
-    RegistryFull,
-    RegistryRules,
-    Renew,
-    reconcile_hashcode,
-    resolve_status,
-)
+from registry.domain.core import Registry, RegistryRules, Renew, reconcile_hashcode
 from registry.domain.instances import InstanceInfo
 from registry.domain.leases import Lease, MeasuredRate, expired_among, views_of
+from registry.domain.write_rules import LimitExceeded, RegistryFull
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -65,8 +58,8 @@ def test_register_creates_a_lease_and_counts_a_new_expected_client():
         ("ORDERS", ["host1:orders:8080"])
     ]
     assert snapshot.hashcode == "UP_1_"
-    assert registry.expected_clients == 2
-    assert registry.renews_threshold == int(2 * 2 * 0.85)
+    sp = registry.self_preservation(T0)
+    assert (sp.expected_clients, sp.renews_threshold) == (2, int(2 * 2 * 0.85))
     assert changes == [("ORDERS", {"orders"})]
     view = registry.snapshot_app("ORDERS")[0]
     assert view.instance.action_type == c.ADDED
@@ -82,7 +75,7 @@ def test_reregistration_keeps_the_stored_copy_when_it_has_a_newer_dirty_timestam
     # A tie goes to the incoming payload.
     registry.register(inst(dirty=T0 + 5, metadata={"v": "tie"}), T0 + 2 * SEC)
     assert registry.snapshot_app("ORDERS")[0].instance.metadata == {"v": "tie"}
-    assert registry.expected_clients == 2, "re-registrations are not new clients"
+    assert registry.self_preservation(T0).expected_clients == 2, "re-registrations are not new clients"
 
 
 def test_reregistration_resets_the_lease_but_keeps_service_up_timestamp():
@@ -158,7 +151,7 @@ def test_cancel_removes_lease_override_and_expected_client():
     assert registry.snapshot().apps == []
     assert registry.snapshot().hashcode == ""
     assert registry.overrides() == {}
-    assert registry.expected_clients == 1
+    assert registry.self_preservation(T0 + SEC).expected_clients == 1
     assert registry.cancel("ORDERS", "host1:orders:8080", T0 + SEC) is False
     delta = dict(registry.snapshot_delta().apps)["ORDERS"]
     assert [v.instance.action_type for v in delta] == [c.DELETED]
@@ -186,25 +179,6 @@ def test_recent_registrations_and_cancellations_keep_the_last_thousand():
 
 
 # ------------------------------------------------------------------------------ override rules
-
-
-@pytest.mark.parametrize(
-    ("own", "override", "existing", "replication", "expected"),
-    [
-        (c.DOWN, c.OUT_OF_SERVICE, None, False, c.DOWN),
-        (c.STARTING, c.OUT_OF_SERVICE, None, False, c.STARTING),
-        (c.UNKNOWN, c.UP, None, False, c.UNKNOWN),
-        (c.UP, c.OUT_OF_SERVICE, None, False, c.OUT_OF_SERVICE),
-        (c.UP, None, c.OUT_OF_SERVICE, False, c.OUT_OF_SERVICE),
-        (c.OUT_OF_SERVICE, None, c.UP, False, c.UP),
-        (c.UP, None, c.OUT_OF_SERVICE, True, c.UP),
-        (c.UP, None, c.DOWN, False, c.UP),
-        (c.UP, None, None, False, c.UP),
-    ],
-)
-def test_override_rules_apply_first_match_wins(own, override, existing, replication, expected):
-    lease = Lease(inst(status=existing), 90_000, T0) if existing else None
-    assert resolve_status(inst(status=own), lease, override, replication) == expected
 
 
 def test_status_override_survives_reregistration_and_is_kept_by_renewals():
@@ -346,12 +320,12 @@ def keep_renewing(registry: Registry, count: int, start: int, end: int, step: in
 def test_eviction_is_capped_at_fifteen_percent_and_picks_at_random():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 10, T0)
-    evicted = registry.evict(T0 + 100 * SEC)
+    evicted = registry.run_eviction(T0 + 100 * SEC).evicted
     assert len(evicted) == 2, "10 leases: at most 10 - int(10 * 0.85) = 2 per run"
     assert registry.size() == 8
     # Repeated runs drain the rest, a capped batch at a time.
     while registry.size():
-        assert registry.evict(T0 + 100 * SEC)
+        assert registry.run_eviction(T0 + 100 * SEC).evicted
     assert registry.snapshot().hashcode == ""
 
 
@@ -359,7 +333,7 @@ def test_eviction_is_capped_at_fifteen_percent_and_picks_at_random():
 def test_eviction_cap_matches_eureka(size, cap):
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, size, T0)
-    assert len(registry.evict(T0 + 100 * SEC)) == cap
+    assert len(registry.run_eviction(T0 + 100 * SEC).evicted) == cap
 
 
 def test_eviction_choice_depends_on_the_random_source():
@@ -368,19 +342,19 @@ def test_eviction_choice_depends_on_the_random_source():
         registry, _ = make_registry(enable_self_preservation=False)
         registry._rng = random.Random(seed)
         fill(registry, 20, T0)
-        picks.add(tuple(sorted(registry.evict(T0 + 100 * SEC))))
+        picks.add(tuple(sorted(registry.run_eviction(T0 + 100 * SEC).evicted)))
     assert len(picks) > 1
 
 
 def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
     registry, _ = make_registry(enable_self_preservation=False, eviction_interval_ms=60 * SEC)
     fill(registry, 1, T0)
-    registry.evict(T0)  # first run, sets the baseline
+    registry.run_eviction(T0)  # first run, sets the baseline
     registry.renew("ORDERS", "host0:orders:8080", T0 + 30 * SEC)
-    assert registry.evict(T0 + 60 * SEC) == []
+    assert registry.run_eviction(T0 + 60 * SEC).evicted == []
     # A run 200 s late tolerates 200 s more: the lease (expired at T0+120s) is still spared.
-    assert registry.evict(T0 + 320 * SEC) == []
-    assert registry.evict(T0 + 380 * SEC) == [("ORDERS", "host0:orders:8080")]
+    assert registry.run_eviction(T0 + 320 * SEC).evicted == []
+    assert registry.run_eviction(T0 + 380 * SEC).evicted == [("ORDERS", "host0:orders:8080")]
 
 
 def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile(monkeypatch):
@@ -444,7 +418,7 @@ def test_evicted_leases_lose_override_and_show_deleted_in_delta():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 1, T0)
     registry.set_status_override("ORDERS", "host0:orders:8080", c.OUT_OF_SERVICE, T0)
-    registry.evict(T0 + 200 * SEC)
+    registry.run_eviction(T0 + 200 * SEC)
     assert registry.overrides() == {}
     assert dict(registry.snapshot_delta().apps)["ORDERS"][0].instance.action_type == c.DELETED
 
@@ -462,43 +436,49 @@ def test_expired_but_not_evicted_leases_stay_in_full_fetch_and_hide_from_single_
 # --------------------------------------------------------------------------- self-preservation
 
 
+def expected_and_threshold(registry: Registry, now: int = T0) -> tuple[int, int]:
+    sp = registry.self_preservation(now)
+    return sp.expected_clients, sp.renews_threshold
+
+
 def test_threshold_follows_expected_clients():
     registry, _ = make_registry()
-    assert (registry.expected_clients, registry.renews_threshold) == (1, 1)
+    assert expected_and_threshold(registry) == (1, 1)
     fill(registry, 10, T0)
-    assert (registry.expected_clients, registry.renews_threshold) == (11, int(11 * 2 * 0.85))
+    assert expected_and_threshold(registry) == (11, int(11 * 2 * 0.85))
     registry.cancel("ORDERS", "host0:orders:8080", T0)
-    assert (registry.expected_clients, registry.renews_threshold) == (10, 17)
+    assert expected_and_threshold(registry) == (10, 17)
 
 
 def test_expected_clients_never_move_while_zero():
     registry, _ = make_registry(default_open_for_traffic_count=0)
-    assert registry.expected_clients == 0
+    assert expected_and_threshold(registry) == (0, 0)
     fill(registry, 3, T0)
-    assert registry.expected_clients == 0
-    assert registry.renews_threshold == 0
-    assert registry.lease_expiration_enabled(T0 + 5 * MIN) is False, "threshold 0 disables eviction"
+    assert expected_and_threshold(registry) == (0, 0)
+    sp = registry.self_preservation(T0 + 5 * MIN)
+    assert sp.lease_expiration_enabled is False, "threshold 0 disables eviction"
 
 
 def test_self_preservation_uses_previous_full_minute_and_strict_comparison():
     registry, _ = make_registry()
     fill(registry, 10, T0)  # threshold int(11 * 2 * 0.85) = 18
-    assert registry.renews_threshold == 18
+    assert registry.self_preservation(T0).renews_threshold == 18
     for _ in range(18):
         registry.renew("ORDERS", "host0:orders:8080", T0 + 10 * SEC)
-    assert registry.renews_last_minute(T0 + 50 * SEC) == 0, "current minute is not counted yet"
-    assert registry.renews_last_minute(T0 + 70 * SEC) == 18
-    assert registry.lease_expiration_enabled(T0 + 70 * SEC) is False, "18 is not > 18"
+    at = registry.self_preservation
+    assert at(T0 + 50 * SEC).renews_last_minute == 0, "current minute is not counted yet"
+    assert at(T0 + 70 * SEC).renews_last_minute == 18
+    assert at(T0 + 70 * SEC).lease_expiration_enabled is False, "18 is not > 18"
     for _ in range(19):
         registry.renew("ORDERS", "host0:orders:8080", T0 + 130 * SEC)
-    assert registry.lease_expiration_enabled(T0 + 190 * SEC) is True
-    assert registry.lease_expiration_enabled(T0 + 250 * SEC) is False, "a silent minute reads as 0"
+    assert at(T0 + 190 * SEC).lease_expiration_enabled is True
+    assert at(T0 + 250 * SEC).lease_expiration_enabled is False, "a silent minute reads as 0"
 
 
 def test_no_eviction_in_self_preservation():
     registry, _ = make_registry()
     fill(registry, 10, T0)
-    assert registry.evict(T0 + 10 * MIN) == []
+    assert registry.run_eviction(T0 + 10 * MIN).evicted == []
     assert registry.size() == 10
 
 
@@ -510,28 +490,27 @@ def test_healthy_renewals_allow_eviction_of_a_dead_instance():
         for n in range(1, 20):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
     now = T0 + 5 * MIN
-    assert registry.lease_expiration_enabled(now)
-    assert registry.evict(now) == [("ORDERS", "host0:orders:8080")]
+    assert registry.self_preservation(now).lease_expiration_enabled
+    assert registry.run_eviction(now).evicted == [("ORDERS", "host0:orders:8080")]
 
 
 def test_recount_adopts_the_registry_size_unless_it_fell_too_far():
     registry, _ = make_registry()
     fill(registry, 10, T0)
-    registry.expected_clients = 5
+    assert expected_and_threshold(registry) == (11, 18)
     registry.recount_expected_clients(T0)
-    assert registry.expected_clients == 10
-    assert registry.renews_threshold == 17
-    registry.expected_clients = 100
+    assert expected_and_threshold(registry) == (10, 17)
+    registry.open_for_traffic(100, T0)  # a start-up sync that found 100 (gone since)
     registry.recount_expected_clients(T0)
-    assert registry.expected_clients == 100, "10 is not > 0.85 * 100: keep the old expectation"
+    assert expected_and_threshold(registry)[0] == 100, "10 is not > 0.85 * 100: keep the old expectation"
 
 
 def test_recount_always_adopts_when_self_preservation_is_off():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 3, T0)
-    registry.expected_clients = 100
+    registry.open_for_traffic(100, T0)
     registry.recount_expected_clients(T0)
-    assert registry.expected_clients == 3
+    assert expected_and_threshold(registry)[0] == 3
 
 
 def test_measured_rate_reports_the_previous_bucket():
@@ -664,16 +643,16 @@ def test_fast_profile_counts_clients_from_zero_so_one_dead_in_ten_is_evicted():
         expected_clients_move_only_above_zero=False,
     )
     fill(registry, 10, T0)
-    assert (registry.expected_clients, registry.renews_threshold) == (10, 17)
+    assert expected_and_threshold(registry) == (10, 17)
     # Nine of ten heartbeat every 30 s: 18 renewals a minute > 17, so expiration stays enabled.
     keep_renewing(registry, 10, T0 + 30 * SEC, T0 + 60 * SEC)
     for t in range(T0 + 60 * SEC, T0 + 4 * MIN, 30 * SEC):
         for n in range(1, 10):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
     now = T0 + 4 * MIN
-    assert registry.lease_expiration_enabled(now)
-    assert registry.evict(now) == [("ORDERS", "host0:orders:8080")]
-    assert registry.expected_clients == 9
+    assert registry.self_preservation(now).lease_expiration_enabled
+    assert registry.run_eviction(now).evicted == [("ORDERS", "host0:orders:8080")]
+    assert expected_and_threshold(registry, now)[0] == 9
 
 
 def test_eureka_arithmetic_keeps_one_dead_in_ten_under_self_preservation():
@@ -682,7 +661,7 @@ def test_eureka_arithmetic_keeps_one_dead_in_ten_under_self_preservation():
     for t in range(T0 + 60 * SEC, T0 + 4 * MIN, 30 * SEC):
         for n in range(1, 10):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
-    assert registry.evict(T0 + 4 * MIN) == []
+    assert registry.run_eviction(T0 + 4 * MIN).evicted == []
 
 
 # ------------------------------------------------------------- what the status console reads
@@ -709,7 +688,7 @@ def test_recent_lists_record_why_each_entry_was_added():
 def test_evictions_are_listed_as_cancelled_with_cause_eviction():
     registry, _ = make_registry(enable_self_preservation=False)
     registry.register(inst(n=1, duration=10), T0)
-    registry.evict(T0 + 11 * SEC)
+    registry.run_eviction(T0 + 11 * SEC)
     _, cancelled, _ = registry.recent_events()
     assert [(e.instance_id, e.cause) for e in cancelled] == [("host1:orders:8080", "eviction")]
 
@@ -896,12 +875,22 @@ def test_a_client_registration_beyond_max_instances_raises_before_changing_anyth
     registry, changes = make_registry(max_instances=1)
     registry.register(inst(n=1), T0)
     changes.clear()
-    before = (registry.snapshot(), registry.expected_clients, registry.recent_events(), registry.stats(T0))
+    before = (
+        registry.snapshot(),
+        registry.self_preservation(T0),
+        registry.recent_events(),
+        registry.stats(T0),
+    )
 
     with pytest.raises(RegistryFull, match="maximum of 1 instances"):
         registry.register(inst(n=2), T0 + SEC)
 
-    after = (registry.snapshot(), registry.expected_clients, registry.recent_events(), registry.stats(T0))
+    after = (
+        registry.snapshot(),
+        registry.self_preservation(T0),
+        registry.recent_events(),
+        registry.stats(T0),
+    )
     assert after == before and changes == []
     registry.register(inst(n=1, metadata={"v": "2"}), T0 + SEC)  # a re-registration has room
     registry.register(inst(n=2), T0 + SEC, is_replication=True)  # a peer's copy is never refused

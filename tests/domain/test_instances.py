@@ -83,7 +83,7 @@ def test_records_restored_from_a_snapshot_share_them_with_each_other_and_new_reg
     before = Registry(RegistryRules(**FAST), 1_000)
     before.register(decoded(1), 1_000)
     before.register(decoded(2), 1_000)
-    state = orjson.loads(orjson.dumps(before.export_state(2_000)))
+    state = orjson.loads(orjson.dumps(before.export_parts(2_000).as_state()))
     after = Registry(RegistryRules(**FAST), 3_000)
     assert after.restore_state(state, 3_000) == 2
     (first, second) = after.instances()[0][1]

@@ -333,7 +333,7 @@ def test_after_a_warm_restart_the_checker_takes_its_own_down_back_and_lifts_it()
         before.probe(ok=False)
     assert before.override() == c.DOWN
     # The node restarts: the map (with the override and who set it) comes back; the checker is new.
-    state = before.registry.export_state(before.now)
+    state = before.registry.export_parts(before.now).as_state()
     after = Fleet(instances=())
     after.now = before.now + 5 * SEC
     after.registry.restore_state(state, after.now)
@@ -348,7 +348,7 @@ def test_after_a_warm_restart_the_checker_takes_its_own_down_back_and_lifts_it()
 def test_after_a_warm_restart_an_operators_down_stays_the_operators():
     before = Fleet()
     before.operator_sets(c.DOWN)
-    state = before.registry.export_state(before.now)
+    state = before.registry.export_parts(before.now).as_state()
     after = Fleet(instances=())
     after.registry.restore_state(state, before.now)
     after.now = before.now

@@ -1,4 +1,4 @@
-"""Warm restart: ``Registry.export_state`` / ``restore_state`` (registry/domain/core.py, the format in
+"""Warm restart: ``Registry.export_parts`` / ``restore_state`` (registry/domain/core.py, the format in
 registry/domain/snapshot_format.py) on a fake clock, and the snapshot store and keeper
 (registry/runtime/snapshots.py) on a temporary directory.
 
@@ -92,7 +92,7 @@ def same_but_the_delta(restored: dict, saved: dict) -> bool:
 def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
     before = fleet()
     now = T0 + 7 * SEC
-    state = round_trip(before.export_state(now))
+    state = round_trip(before.export_parts(now).as_state())
     after = Registry(RegistryRules(**FAST), now + 2 * SEC)
 
     assert after.restore_state(state, now + 2 * SEC) == 4
@@ -107,7 +107,7 @@ def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
 def test_after_a_restore_the_delta_is_empty_and_its_hashcode_is_the_full_registrys():
     before = fleet()
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
+    after.restore_state(round_trip(before.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC)
     delta = after.snapshot_delta()
     assert delta.apps == []
     assert (
@@ -120,7 +120,7 @@ def test_after_a_restore_the_delta_is_empty_and_its_hashcode_is_the_full_registr
 
 def test_the_change_log_goes_on_from_its_last_id_after_a_restore():
     before = fleet()
-    state = round_trip(before.export_state(T0 + 7 * SEC))
+    state = round_trip(before.export_parts(T0 + 7 * SEC).as_state())
     # The restarted node's own log would start from its start time; the restored one goes on.
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     after.restore_state(state, T0 + 8 * SEC)
@@ -135,14 +135,14 @@ def test_a_restored_lease_expires_when_it_would_have_without_the_restart():
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.register(inst("ORDERS", 2, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 30 * SEC)  # host2 never renews: dead
-    state = round_trip(registry.export_state(T0 + 35 * SEC))
+    state = round_trip(registry.export_parts(T0 + 35 * SEC).as_state())
 
     restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 40 * SEC)
     restored.restore_state(state, T0 + 40 * SEC)
-    assert restored.evict(T0 + 90 * SEC) == []
-    assert restored.evict(T0 + 90 * SEC + 1) == [("ORDERS", "host2:orders:8080")]
-    assert restored.evict(T0 + 120 * SEC) == []
-    assert restored.evict(T0 + 120 * SEC + 1) == [("ORDERS", "host1:orders:8080")]
+    assert restored.run_eviction(T0 + 90 * SEC).evicted == []
+    assert restored.run_eviction(T0 + 90 * SEC + 1).evicted == [("ORDERS", "host2:orders:8080")]
+    assert restored.run_eviction(T0 + 120 * SEC).evicted == []
+    assert restored.run_eviction(T0 + 120 * SEC + 1).evicted == [("ORDERS", "host1:orders:8080")]
 
 
 def test_eurekas_lease_timing_survives_a_restore_too():
@@ -151,16 +151,16 @@ def test_eurekas_lease_timing_survives_a_restore_too():
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 10 * SEC)
     restored = Registry(RegistryRules(**config), T0 + 20 * SEC)
-    restored.restore_state(round_trip(registry.export_state(T0 + 15 * SEC)), T0 + 20 * SEC)
+    restored.restore_state(round_trip(registry.export_parts(T0 + 15 * SEC).as_state()), T0 + 20 * SEC)
     # A renewed lease lives twice its duration with Eureka's timing (the Java server's known bug).
-    assert restored.evict(T0 + 190 * SEC) == []
-    assert restored.evict(T0 + 190 * SEC + 1) == [("ORDERS", "host1:orders:8080")]
+    assert restored.run_eviction(T0 + 190 * SEC).evicted == []
+    assert restored.run_eviction(T0 + 190 * SEC + 1).evicted == [("ORDERS", "host1:orders:8080")]
 
 
 def test_a_restored_node_renews_its_instances_without_a_404():
     before = fleet()
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    after.restore_state(round_trip(before.export_state(T0 + 7 * SEC)), T0 + 8 * SEC)
+    after.restore_state(round_trip(before.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC)
     for app, instance_id in [
         ("ORDERS", "host1:orders:8080"),
         ("ORDERS", "host2:orders:8080"),
@@ -188,7 +188,7 @@ def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
     assert not registry.self_preservation(now).below_threshold
-    state = round_trip(registry.export_state(now))
+    state = round_trip(registry.export_parts(now).as_state())
 
     fresh = Registry(RegistryRules(**FAST), now + 2 * SEC)
     fresh.restore_state(state, now + 2 * SEC)
@@ -207,7 +207,7 @@ def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
     fresh = Registry(RegistryRules(**FAST), now)
-    fresh.restore_state(round_trip(registry.export_state(now)), now)
+    fresh.restore_state(round_trip(registry.export_parts(now).as_state()), now)
     fresh.register(inst("FROM-PEER", 1), now + SEC, is_replication=True)
     fresh.open_for_traffic(11, now + 2 * SEC)
     sp = fresh.self_preservation(now + 3 * SEC)
@@ -216,7 +216,7 @@ def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew
 
 def test_an_instance_registered_before_the_restore_is_kept_as_it_is():
     before = fleet()
-    state = round_trip(before.export_state(T0 + 7 * SEC))
+    state = round_trip(before.export_parts(T0 + 7 * SEC).as_state())
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     newer = inst("ORDERS", 1, dirty=T0 + 8 * SEC, metadata=freeze({"zone": "b"}))
     after.register(newer, T0 + 8 * SEC)
@@ -237,7 +237,7 @@ def test_restore_through_the_api_serves_get_apps_byte_for_byte_as_before(eureka_
     clock.advance(2 * SEC)
     assert api.put("/eureka/apps/ORDERS/10.0.0.2:orders:8080").status_code == 200
     before = api.get("/eureka/apps", HTTP_ACCEPT="application/json").content
-    state = round_trip(node.registry.export_state(clock()))
+    state = round_trip(node.registry.export_parts(clock()).as_state())
 
     clock.advance(SEC)
     restarted = build_node(eureka_options, clock=clock)
@@ -260,7 +260,7 @@ def _without_delta_version(payload: bytes) -> bytes:
 
 
 def good_state() -> dict:
-    return round_trip(fleet().export_state(T0 + 7 * SEC))
+    return round_trip(fleet().export_parts(T0 + 7 * SEC).as_state())
 
 
 def assert_refused(
@@ -271,7 +271,7 @@ def assert_refused(
         registry.restore_state(state, now, max_age_ms)
     # Nothing half-applied: the node is as empty as it started.
     assert registry.size() == 0 and registry.overrides() == {} and registry.restored is None
-    assert registry.snapshot().apps == [] and registry.expected_clients == 0
+    assert registry.snapshot().apps == [] and registry.self_preservation(now).expected_clients == 0
 
 
 def test_a_snapshot_of_another_format_is_refused():
@@ -464,23 +464,23 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
 def test_the_snapshot_written_in_blocks_is_the_registrys_state_as_plain_data(tmp_path, monkeypatch):
     """Blocks of 2 records and of 3 change-log entries: apps and the log span several blocks, some
     reused and some encoded again, and the concatenated gzip members still decode to exactly
-    ``export_state`` (what ``restore_state`` reads)."""
+    ``export_parts(now).as_state()`` (what ``restore_state`` reads)."""
     monkeypatch.setattr(snapshots, "RECORDS_PER_BLOCK", 2)
     monkeypatch.setattr(snapshots, "CHANGES_PER_BLOCK", 3)
     monkeypatch.setattr(snapshots, "TIMES_PER_PIECE", 4)
     now, registry, store, writer = first_snapshot(tmp_path)
-    assert decode(store.load()) == registry.export_state(now[0])
+    assert decode(store.load()) == registry.export_parts(now[0]).as_state()
     for number in range(6, 13):
         registry.register(inst("ORDERS", number), now[0])
     now[0] += SEC
     writer.write()
-    assert decode(store.load()) == registry.export_state(now[0])
+    assert decode(store.load()) == registry.export_parts(now[0]).as_state()
     registry.cancel("ORDERS", "host7:orders:8080", now[0])
     registry.set_status_override("BILLING", "host3:billing:8080", c.UP, now[0])
     now[0] += SEC
     writer.write()
     state = decode(store.load())
-    assert state == registry.export_state(now[0])
+    assert state == registry.export_parts(now[0]).as_state()
     assert state["format"] == SNAPSHOT_FORMAT and len(state["records"]) == len(state["lease_times"]) == 10
 
     restored = Registry(RegistryRules(**FAST), now[0])
@@ -493,7 +493,7 @@ def test_a_snapshot_of_the_previous_format_with_records_and_times_paired_is_stil
     upgraded in place restarts warm from it."""
     now = T0 + 7 * SEC
     before = fleet()
-    state = round_trip(before.export_state(now))
+    state = round_trip(before.export_parts(now).as_state())
     records, times = state.pop("records"), state.pop("lease_times")
     previous = {**state, "format": 1, "leases": [list(pair) for pair in zip(records, times, strict=True)]}
 
@@ -687,7 +687,7 @@ def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
     registry.register(inst("ORDERS", 2, duration=6), T0)
     registry.set_status_override("ORDERS", "host2:orders:8080", c.OUT_OF_SERVICE, T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 5 * SEC)  # host2 stops renewing at T0
-    state = round_trip(registry.export_state(T0 + 5 * SEC))
+    state = round_trip(registry.export_parts(T0 + 5 * SEC).as_state())
 
     # Restored 2 s after host2's lease ran out (T0 + 6 s), host1's still has 3 s to go.
     restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 8 * SEC)
@@ -696,14 +696,14 @@ def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
         "host1:orders:8080"
     ]
     assert restored.restored.expired == 1 and restored.size() == 1
-    assert restored.overrides() == {} and restored.expected_clients == 1
+    assert restored.overrides() == {} and restored.self_preservation(T0 + 8 * SEC).expected_clients == 1
     assert restored.renew("ORDERS", "host2:orders:8080", T0 + 8 * SEC).outcome is Renew.NOT_FOUND
 
 
 def test_a_restore_in_self_preservation_keeps_expired_leases_as_eviction_would():
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
-    state = round_trip(registry.export_state(now))
+    state = round_trip(registry.export_parts(now).as_state())
     # Restored after every lease ran out, with renews carried over that keep leases expiring: dropped.
     late = now + 2 * MIN
     fresh = Registry(RegistryRules(**FAST), late)
@@ -719,7 +719,7 @@ def test_the_restore_log_line_counts_the_expired_leases_dropped(tmp_path, caplog
     registry.register(inst("ORDERS", 1, duration=6), T0)
     registry.register(inst("ORDERS", 2, duration=60), T0)
     store = FileStore(tmp_path / FILE_NAME)
-    store.save(encode(registry.export_state(T0)))
+    store.save(encode(registry.export_parts(T0).as_state()))
     fresh = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 10 * SEC)
     keeper = WarmRestart(fresh, store, lambda: T0 + 10 * SEC, 5_000, 90_000)
     with caplog.at_level(logging.INFO, logger="registry.runtime.snapshots"):
