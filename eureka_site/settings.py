@@ -1,13 +1,14 @@
-"""Settings for the registry. The environment is read here and nowhere else: Django's own settings
-below, and the registry's (``EUREKA``) by registry/domain/config.py's parser, given ``os.environ`` here.
+"""Settings for the registry. The environment is read here and nowhere else: Django's own variables
+(DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, LOG_*...) below, and every EUREKA_* one by
+registry/domain/config.py's parser, given ``os.environ`` here; the Django settings the site needs from
+it (security headers, the console's path, API accounts...) are derived from that ``EUREKA`` config.
 
-Every variable, with its default, is listed in ``deploy/.env.example``. Malformed values raise
-ImproperlyConfigured at start-up rather than surfacing later as odd behaviour.
+Every variable, with its default, is documented in docs/configuration.md (generated from config.py)
+and listed in ``deploy/.env.example``. Malformed values raise ImproperlyConfigured at start-up rather
+than surfacing later as odd behaviour.
 """
 
-import ipaddress
 import os
-import re
 from pathlib import Path
 
 import environ
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from registry.domain.config import BadSetting, parse_config
 from registry.runtime.logs import LOG_FORMATS, log_secrets
+from registry.runtime.schedule import beat_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -26,13 +28,6 @@ def _env(reader, name, default):
         return reader(name, default=default)
     except (ValueError, TypeError) as exc:
         raise ImproperlyConfigured(f"Environment variable {name} is malformed: {exc}") from exc
-
-
-def env_int(name, default, minimum=None):
-    value = _env(env.int, name, default)
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"Environment variable {name} must be >= {minimum}, got {value}")
-    return value
 
 
 def env_bool(name, default):
@@ -48,13 +43,20 @@ def env_secret(name, default=None):
 
 
 DEBUG = env_bool("DEBUG", False)
+# The registry's own settings, every EUREKA_* variable: registry/domain/config.py reads them (each with its
+# default and checks, the "fast" and "eureka" timing profiles) into frozen objects, once.
+try:
+    EUREKA = parse_config(os.environ, base_dir=str(BASE_DIR))
+except BadSetting as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+
 # Embedded mode (make run / tests) falls back to this key, which anyone can read here: it signs the
 # console's sessions and CSRF tokens. Production mode (REDIS_URL, below) refuses it whatever
 # EUREKA_EMBEDDED says, and `check --deploy` flags it anywhere (registry/runtime/checks.py).
 EUREKA_EMBEDDED_SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
 SECRET_KEY = env_secret("SECRET_KEY", default="")
 if not SECRET_KEY:
-    if not DEBUG and not env_bool("EUREKA_EMBEDDED", True):
+    if not DEBUG and not EUREKA.security.embedded:
         raise ImproperlyConfigured(
             "SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off in production mode"
         )
@@ -62,7 +64,7 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Honour X-Forwarded-Prefix (set it only behind a proxy that sets or strips that header itself).
-EUREKA_TRUST_FORWARDED_PREFIX = env_bool("EUREKA_TRUST_FORWARDED_PREFIX", False)
+EUREKA_TRUST_FORWARDED_PREFIX = EUREKA.security.trust_forwarded_prefix
 
 # Origins allowed to POST to the admin when they differ from the Host header (a TLS proxy on another
 # name), e.g. https://eureka.example.com
@@ -116,9 +118,7 @@ TEMPLATES = [
 
 # Where a node keeps its files (the SQLite database unless DATABASE_URL is set). Two nodes on one
 # machine need two (`make run` gives a node on another port var/node-PORT).
-EUREKA_DATA_DIR = Path(env.str("EUREKA_DATA_DIR", default=str(BASE_DIR / "var")))
-if not EUREKA_DATA_DIR.is_absolute():
-    EUREKA_DATA_DIR = BASE_DIR / EUREKA_DATA_DIR
+EUREKA_DATA_DIR = Path(EUREKA.warm_restart.data_dir)
 DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{EUREKA_DATA_DIR / 'db.sqlite3'}")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -159,10 +159,10 @@ EUREKA_CONTENT_SECURITY_POLICY = (
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 SESSION_COOKIE_HTTPONLY = True
-EUREKA_HTTPS = env_bool("EUREKA_HTTPS", False)
-EUREKA_HSTS_SECONDS = env_int("EUREKA_HSTS_SECONDS", 31_536_000, minimum=0)
-EUREKA_HSTS_INCLUDE_SUBDOMAINS = env_bool("EUREKA_HSTS_INCLUDE_SUBDOMAINS", False)
-EUREKA_HSTS_PRELOAD = env_bool("EUREKA_HSTS_PRELOAD", False)
+EUREKA_HTTPS = EUREKA.security.https
+EUREKA_HSTS_SECONDS = EUREKA.security.hsts_seconds
+EUREKA_HSTS_INCLUDE_SUBDOMAINS = EUREKA.security.hsts_include_subdomains
+EUREKA_HSTS_PRELOAD = EUREKA.security.hsts_preload
 if EUREKA_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
@@ -182,31 +182,14 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "registry.wire.http.plain_exception_handler",
 }
 
-# API accounts: with EUREKA_API_AUTH on, every /eureka/ request needs HTTP Basic credentials of a
-# Django user holding a role (client, reader, peer: registry/access/). Off keeps Eureka's open API.
-EUREKA_API_AUTH = env_bool("EUREKA_API_AUTH", False)
-# Verified credentials are trusted this long before the account row is read again (a disabled
-# account or a new password is refused within this time; changes made in the admin at once).
-EUREKA_API_AUTH_RECHECK_SECONDS = env_int("EUREKA_API_AUTH_RECHECK_SECONDS", 5, minimum=1)
-
-# Failed sign-ins (the admin's form, which the console uses, and API Basic credentials): after this
-# many from one client address within the lockout, that address is refused for the lockout without a
-# password check (429, Retry-After); a user name, from anywhere, after the per-user count
-# (registry/access/throttle.py). 0 switches a limit off. Verified API credentials are never refused.
-EUREKA_SIGNIN_MAX_FAILURES = env_int("EUREKA_SIGNIN_MAX_FAILURES", 10, minimum=0)
-EUREKA_SIGNIN_MAX_FAILURES_PER_USER = env_int("EUREKA_SIGNIN_MAX_FAILURES_PER_USER", 30, minimum=0)
-EUREKA_SIGNIN_LOCKOUT_SECONDS = env_int("EUREKA_SIGNIN_LOCKOUT_SECONDS", 60, minimum=1)
-# Proxies (addresses or CIDRs) whose X-Forwarded-For is believed for the client address these limits
-# count: behind them, the last address in it that is not a proxy. Others' X-Forwarded-For is ignored.
-# Default: loopback (a proxy or reader on the same host), as gunicorn's forwarded_allow_ips.
-EUREKA_TRUSTED_PROXIES = tuple(env.list("EUREKA_TRUSTED_PROXIES", default=["127.0.0.1", "::1"]))
-for _proxy in EUREKA_TRUSTED_PROXIES:
-    try:
-        ipaddress.ip_network(_proxy, strict=False)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"EUREKA_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network"
-        ) from None
+# API accounts and sign-ins (registry/access/; EUREKA.access says what each is). Plain settings, read
+# where they are used (and overridden by tests with override_settings).
+EUREKA_API_AUTH = EUREKA.access.api_auth
+EUREKA_API_AUTH_RECHECK_SECONDS = EUREKA.access.api_auth_recheck_seconds
+EUREKA_SIGNIN_MAX_FAILURES = EUREKA.access.signin_max_failures
+EUREKA_SIGNIN_MAX_FAILURES_PER_USER = EUREKA.access.signin_max_failures_per_user
+EUREKA_SIGNIN_LOCKOUT_SECONDS = EUREKA.access.signin_lockout_seconds
+EUREKA_TRUSTED_PROXIES = EUREKA.access.trusted_proxies
 
 # Django's hashers, the default one (PBKDF2-SHA256, same stored hashes) computed in gevent's threadpool
 # so that a sign-in does not hold the event loop for half a second (registry/access/hashers.py).
@@ -219,55 +202,25 @@ PASSWORD_HASHERS = [
 ]
 
 # Request bodies larger than this are refused with 413 (also the limit after gunzip).
-EUREKA_MAX_BODY_BYTES = env_int("EUREKA_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+EUREKA_MAX_BODY_BYTES = EUREKA.connections.max_body_bytes
 DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
 
-# The registry's own settings: registry/domain/config.py reads them (each variable with its default and
-# checks, the "fast" and "eureka" timing profiles) into frozen objects, once; Django's own settings stay here.
-try:
-    EUREKA = parse_config(os.environ, data_dir=str(EUREKA_DATA_DIR))
-except BadSetting as exc:
-    raise ImproperlyConfigured(str(exc)) from None
+# --- Status console (EUREKA.dashboard) ----------------------------------------------------------
+EUREKA_DASHBOARD_ENABLED = EUREKA.dashboard.enabled
+EUREKA_DASHBOARD_LOGIN_REQUIRED = EUREKA.dashboard.login_required
+EUREKA_DASHBOARD_PREFIX = EUREKA.dashboard.prefix
+EUREKA_DASHBOARD_REFRESH_SECONDS = EUREKA.dashboard.refresh_seconds
+EUREKA_DASHBOARD_PAGE_SIZE = EUREKA.dashboard.page_size
 
-# --- Status console ----------------------------------------------------------------------------
-EUREKA_DASHBOARD_ENABLED = env_bool("EUREKA_DASHBOARD_ENABLED", True)
-# The console, /lastn and the instance pages only for signed-in (staff) users; off shows the fleet
-# to anyone who can reach the port, as Eureka's console does. Unset: on exactly when API accounts are
-# (instance metadata often holds secrets, and a closed API should not leave them on an open page).
-EUREKA_DASHBOARD_LOGIN_REQUIRED = env_bool("EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_API_AUTH)
-# Reserved paths the console may not take (the protocol, the admin, static files, probes).
-_RESERVED_DASHBOARD_PATHS = ("eureka", "admin", "static", "control", "healthz", "readyz", "metrics", "api")
-
-
-def dashboard_prefix(path):
-    """``/`` → ``""``, ``/console`` or ``/console/`` → ``"console/"`` (a URL pattern prefix)."""
-    clean = path.strip().strip("/")
-    if clean and not re.fullmatch(r"[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*", clean):
-        raise ImproperlyConfigured(f"EUREKA_DASHBOARD_PATH {path!r} is not a plain URL path like /console")
-    if clean.split("/")[0] in _RESERVED_DASHBOARD_PATHS:
-        raise ImproperlyConfigured(
-            f"EUREKA_DASHBOARD_PATH {path!r} collides with /{clean.split('/')[0]}/, which the registry serves"
-        )
-    return f"{clean}/" if clean else ""
-
-
-EUREKA_DASHBOARD_PREFIX = dashboard_prefix(env.str("EUREKA_DASHBOARD_PATH", default="/"))
-# Seconds between console refreshes while the tab is visible (backs off when hidden); 0 turns it off.
-EUREKA_DASHBOARD_REFRESH_SECONDS = env_int("EUREKA_DASHBOARD_REFRESH_SECONDS", 10, minimum=0)
-# Instances per page of the console's table (apps are kept whole on a page when they fit).
-EUREKA_DASHBOARD_PAGE_SIZE = env_int("EUREKA_DASHBOARD_PAGE_SIZE", 500, minimum=10)
-
-# --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py) ---------------
-# Off: /metrics answers 404 and protocol requests are not timed.
-EUREKA_METRICS_ENABLED = env_bool("EUREKA_METRICS_ENABLED", True)
-# Set: scrapers send "Authorization: Bearer <token>" (else 401). Empty: /metrics is open.
-EUREKA_METRICS_TOKEN = env_secret("EUREKA_METRICS_TOKEN", default="")
+# --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py; EUREKA.metrics) --
+EUREKA_METRICS_ENABLED = EUREKA.metrics.enabled
+EUREKA_METRICS_TOKEN = EUREKA.metrics.token
 
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).
 REDIS_URL = EUREKA.redis.url
 # Celery tasks reach the registry process through its control endpoint with this shared secret.
-EUREKA_CONTROL_SECRET = env_secret("EUREKA_CONTROL_SECRET", default="")
+EUREKA_CONTROL_SECRET = EUREKA.control_secret
 EUREKA_CONTROL_URL = EUREKA.control_url
 if REDIS_URL and not EUREKA_CONTROL_SECRET:
     raise ImproperlyConfigured(
@@ -287,50 +240,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-
-def _beat_entry(job, interval_ms):
-    seconds = interval_ms / 1000
-    # A run that could not start before the next one is due is dropped, never queued up.
-    return {
-        "task": "registry.tasks.run_node_job",
-        "schedule": seconds,
-        "args": (job,),
-        "options": {"expires": seconds * 0.9},
-    }
-
-
-CELERY_BEAT_SCHEDULE = {
-    f"eureka-{job}": _beat_entry(job, interval)
-    for job, interval in EUREKA.job_intervals_ms().items()
-    # The remote regions' fetches run in the registry process (it holds their registries); beat only
-    # says when (registry/runtime/jobs.py, fetch_remote_regions), and only if there are regions.
-    if interval and (job != "fetch_remote_regions" or EUREKA.remote_regions.urls)
-}
-if EUREKA.cluster.clustered:
-    # Peer replication's safety net: every peer's Redis outbox drained each second, even if the kick
-    # the node sends when an outbox fills was lost (registry/cluster/redis_outbox.py).
-    CELERY_BEAT_SCHEDULE["eureka-replication-drain"] = {
-        "task": "registry.tasks.drain_replication_outboxes",
-        "schedule": 1.0,
-        "options": {"expires": 0.9},
-    }
-if REDIS_URL and EUREKA.webhooks.enabled:
-    # Webhooks' safety net: due deliveries (retries, lost kicks) sent by the worker (registry/webhooks/).
-    CELERY_BEAT_SCHEDULE["eureka-webhook-delivery"] = {
-        "task": "registry.tasks.deliver_webhooks",
-        "schedule": EUREKA.webhooks.poll_ms / 1000,
-        "options": {"expires": EUREKA.webhooks.poll_ms / 1000 * 0.9},
-    }
-
-# --- Active health checks (README "Active health checks"; registry/health/): EUREKA.health_checks.
-if EUREKA.health_checks.enabled and REDIS_URL:
-    # Production mode: a Celery worker probes (registry/runtime/tasks.py, run_health_checks).
-    _health_round_s = EUREKA.health_checks.dispatch_ms / 1000
-    CELERY_BEAT_SCHEDULE["eureka-health-checks"] = {
-        "task": "registry.tasks.run_health_checks",
-        "schedule": _health_round_s,
-        "options": {"expires": _health_round_s * 0.9},
-    }
+# The periodic work Celery beat starts, a function of the config (registry/runtime/schedule.py; the
+# embedded scheduler takes the same jobs' intervals).
+CELERY_BEAT_SCHEDULE = beat_schedule(EUREKA)
 
 # --- Logs (README "Logs"; registry/runtime/logs.py) ------------------------------------------------------
 # plain: a text line per record. json: one JSON object per line (timestamp, level, logger, message,

@@ -10,6 +10,7 @@ from typing import Protocol
 from registry.cache.response_cache import ResponseCache
 from registry.domain.core import Registry
 from registry.runtime.gc_policy import GcPolicy
+from registry.runtime.schedule import LOCAL_JOBS
 from registry.runtime.state_log import StateLog
 
 
@@ -64,11 +65,9 @@ def fetch_remote_regions(node: JobTarget, now: int) -> object:
     return regions.start_fetches() if regions is not None else None
 
 
-# Jobs about the serving process itself, not the registry: its own scheduler runs them in both modes
-# (the GC policy looks every second; through Celery beat that was a task and a control request each).
-LOCAL_JOBS = frozenset({"freeze_gc"})
+__all__ = ["JOBS", "LOCAL_JOBS", "Job", "JobTarget"]
 
-# job name -> function; the interval of each comes from Node.job_intervals().
+# job name -> function; the interval of each comes from Node.job_intervals() (registry/runtime/schedule.py).
 Job = Callable[[JobTarget, int], object]
 
 JOBS: dict[str, Job] = {

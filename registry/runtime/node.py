@@ -24,9 +24,10 @@ from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
 from registry.health.loop import HealthCheckLoop
 from registry.runtime import memory
-from registry.runtime.gc_policy import CHECK_INTERVAL_MS, GcPolicy
+from registry.runtime.gc_policy import GcPolicy
 from registry.runtime.jobs import JOBS, LOCAL_JOBS, Job
 from registry.runtime.loop_watch import LoopWatch, Stall, start_gevent_watch
+from registry.runtime.schedule import node_job_intervals_ms
 from registry.runtime.scheduler import EmbeddedScheduler, ScheduledJob
 from registry.runtime.snapshots import WarmRestart, build_warm_restart
 from registry.runtime.state_log import StateLog
@@ -183,16 +184,14 @@ class Node:
             self.run_job(name, now, "watchdog")
 
     def job_intervals(self) -> dict[str, int]:
-        # The registry's intervals from its live config (the admin may change them at run time).
+        # registry/runtime/schedule.py's table (Celery beat's too), with the registry's intervals from its
+        # live config (the admin may change them at run time).
         config = self.registry.config
         return {
-            **self.config.job_intervals_ms(),
+            **node_job_intervals_ms(self.config),
             "evict": config.eviction_interval_ms,
             "prune_delta_queue": config.delta_retention_timer_interval_ms,
             "recount_expected_clients": config.renewal_threshold_update_interval_ms,
-            # The GC policy freezes every gc_freeze_interval_ms, or sooner after bulk changes: it looks
-            # each second.
-            "freeze_gc": CHECK_INTERVAL_MS,
         }
 
     def start_scheduler(self, watchdog: bool = False) -> EmbeddedScheduler:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import clear_url_caches
 
 from eureka_site import urls as site_urls
-from eureka_site.settings import dashboard_prefix
+from registry.domain.config import BadSetting, dashboard_prefix
 from registry.wire.handlers import RoutingApplication
 from tests.dashboard.conftest import soup
 from tests.deploy.test_wsgi_routing import call
@@ -99,7 +98,7 @@ def test_dashboard_path_setting_becomes_a_url_prefix(path, prefix):
     "path", ["/eureka", "/admin/console", "/static", "/healthz", "/my console", "/a//b", "/?x"]
 )
 def test_dashboard_path_may_not_take_reserved_or_odd_paths(path):
-    with pytest.raises(ImproperlyConfigured, match="EUREKA_DASHBOARD_PATH"):
+    with pytest.raises(BadSetting, match="EUREKA_DASHBOARD_PATH"):
         dashboard_prefix(path)
 
 

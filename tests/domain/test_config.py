@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from registry.domain.config import BadSetting, ClusterConfig, EurekaConfig, parse_config
+from registry.domain.config import (
+    PROFILES,
+    SECTIONS,
+    BadSetting,
+    ClusterConfig,
+    EurekaConfig,
+    MetricsConfig,
+    declared_default,
+    parse_config,
+    variable_of,
+)
+from registry.domain.config_docs import config_variables
 
 
 def test_defaults_are_the_fast_profile():
@@ -147,6 +158,11 @@ def test_redis_url_selects_celery_and_a_namespace():
         ("EUREKA_REMOTE_REGION_APP_WHITELIST", "mars:BILLING", "mars"),
         ("EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS", "10.0.0.0/8,the-lan", "the-lan"),
         ("EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", "30", "MAX_TIMEOUT"),
+        ("EUREKA_TRUSTED_PROXIES", "127.0.0.1,proxy.local", "not an IP address"),
+        ("EUREKA_DASHBOARD_PAGE_SIZE", "5", ">= 10"),
+        ("EUREKA_MAX_BODY_BYTES", "100", ">= 1024"),
+        ("EUREKA_API_AUTH", "maybe", "true or false"),
+        ("EUREKA_DNS_NAMESERVERS", "not-an-ip", "not-an-ip"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(variable, value, problem):
@@ -197,35 +213,61 @@ def test_parsing_loads_neither_django_nor_a_network_client():
     assert result.stdout.strip() == "[]"
 
 
-# Fields whose dataclass default is one timing profile's and the parser picks by EUREKA_TIMINGS.
-FAST_PROFILE_FIELDS = {
-    ("registry", "expected_number_of_clients_sending_renews"),
-    ("registry", "default_open_for_traffic_count"),
-    ("registry", "eviction_interval_ms"),
-    ("registry", "expected_clients_move_only_above_zero"),
-}
-EUREKA_PROFILE_FIELDS = {("registry", "lease_expiry"), ("cluster", "sync_retry_wait_ms")}
+def test_a_profile_changes_only_fields_that_are_settings():
+    """PROFILES is data: each entry names a field read from a variable, with a value of its type."""
+    for profile, sections in PROFILES.items():
+        parsed = parse_config({"EUREKA_TIMINGS": profile})
+        for section, changes in sections.items():
+            declared = {part.name: part for part in dataclasses.fields(SECTIONS[section])}
+            for name, value in changes.items():
+                assert variable_of(declared[name]) is not None, (section, name)
+                assert type(value) is type(declared_default(declared[name]))
+                assert getattr(getattr(parsed, section), name) == value
 
 
-@pytest.mark.parametrize(
-    ("timings", "profile_fields"), [("fast", FAST_PROFILE_FIELDS), ("eureka", EUREKA_PROFILE_FIELDS)]
-)
-def test_the_dataclasses_defaults_are_the_parsers(timings, profile_fields):
-    """A default is written on the dataclass field and in parse_config: they must not drift apart
-    (the issue this module closed was a drifted default), the timing profile's own fields excepted."""
-    parsed = parse_config({"EUREKA_TIMINGS": timings})
-    drifted = set()
-    for part in dataclasses.fields(parsed):
-        section = getattr(parsed, part.name)
-        if not dataclasses.is_dataclass(section):
-            continue
-        try:
-            plain = type(section)()
-        except TypeError:  # no defaults of its own: every value comes from the parser
-            continue
-        drifted |= {
-            (part.name, field.name)
-            for field in dataclasses.fields(section)
-            if getattr(section, field.name) != getattr(plain, field.name)
-        }
-    assert drifted == profile_fields
+def test_every_variable_belongs_to_exactly_one_field():
+    names = [variable.name for _, _, variable in config_variables()]
+    assert len(names) == len(set(names)) > 100
+    assert all(name == "REDIS_URL" or name.startswith("EUREKA_") for name in names)
+
+
+def test_the_sites_own_settings_are_sections_too():
+    config = parse_config({})
+    assert config.access.api_auth is False
+    assert config.access.trusted_proxies == ("127.0.0.1", "::1")
+    assert config.dashboard.prefix == ""
+    assert config.dashboard.login_required is False
+    assert config.metrics == MetricsConfig(enabled=True, token="")
+    assert config.connections.max_body_bytes == 1024 * 1024
+    assert config.security.hsts_seconds == 31_536_000
+    assert config.control_secret == ""
+
+
+def test_the_console_follows_api_accounts_unless_told():
+    assert parse_config({"EUREKA_API_AUTH": "true"}).dashboard.login_required is True
+    both = {"EUREKA_API_AUTH": "true", "EUREKA_DASHBOARD_LOGIN_REQUIRED": "false"}
+    assert parse_config(both).dashboard.login_required is False
+    assert parse_config({"EUREKA_DASHBOARD_LOGIN_REQUIRED": "on"}).dashboard.login_required is True
+
+
+def test_the_console_path_becomes_a_url_prefix():
+    assert parse_config({"EUREKA_DASHBOARD_PATH": "/ops/console/"}).dashboard.prefix == "ops/console/"
+    with pytest.raises(BadSetting, match="collides with /admin/") as raised:
+        parse_config({"EUREKA_DASHBOARD_PATH": "/admin"})
+    assert raised.value.variable == "EUREKA_DASHBOARD_PATH"
+    assert str(raised.value).count("EUREKA_DASHBOARD_PATH") == 1
+
+
+def test_secrets_come_from_a_file_when_name_file_is_set(tmp_path):
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    config = parse_config({"EUREKA_METRICS_TOKEN_FILE": str(secret), "EUREKA_CONTROL_SECRET": "plain"})
+    assert config.metrics.token == "s3cret"
+    assert config.control_secret == "plain"
+    assert "s3cret" not in repr(config) and "plain" not in repr(config)
+
+
+def test_a_relative_data_dir_is_under_the_base_dir():
+    assert parse_config({}).warm_restart.data_dir == "var"
+    assert parse_config({}, base_dir="/srv/eureka").warm_restart.data_dir == "/srv/eureka/var"
+    assert parse_config({"EUREKA_DATA_DIR": "/data"}, base_dir="/srv/eureka").warm_restart.data_dir == "/data"

@@ -189,11 +189,9 @@ def test_other_methods_get_405(api, node):
 
 
 def test_the_console_may_not_take_the_feeds_path():
-    from django.core.exceptions import ImproperlyConfigured
+    from registry.domain.config import BadSetting, dashboard_prefix
 
-    from eureka_site.settings import dashboard_prefix
-
-    with pytest.raises(ImproperlyConfigured):
+    with pytest.raises(BadSetting, match="EUREKA_DASHBOARD_PATH"):
         dashboard_prefix("/api")
 
 
