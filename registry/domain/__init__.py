@@ -1,7 +1,9 @@
 """The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it.
 
 ``core.py`` holds the lease map and its write rules (register, renew, cancel, status overrides,
-expiry and eviction) under one lock; it hands side jobs to ``delta.py`` (the delta queue),
+expiry and eviction) under one lock; it hands side jobs to ``lease_map.py`` (the leases by app and
+their counts), ``overrides.py`` (the status override map), ``write_rules.py`` (the limits and status
+rules a write obeys), ``eviction.py`` (an eviction run's pieces), ``delta.py`` (the delta queue),
 ``preservation.py`` (the self-preservation arithmetic), ``counters.py`` (the console's counts) and
 ``snapshot_format.py`` (the warm-restart format). ``instances.py``, ``leases.py``, ``changes.py``,
 ``constants.py`` and ``endpoints.py`` are the values they pass around; ``config.py`` is every

@@ -5,7 +5,9 @@ the rules are unit-tested with a fake clock. One lock guards all state; operatio
 work, except the periodic jobs (eviction, recount) and the snapshot copies behind cache misses.
 
 ``Registry`` keeps the lock, the map and the writes (register, renew, cancel, override, evict); what
-they also move lives in small classes it calls under that lock, each with its own tests: the delta
+they also move lives in small classes it calls under that lock, each with its own tests: the map's
+leases and counts (``lease_map.py``), the override map (``overrides.py``), the limits and status
+rules a write obeys (``write_rules.py``), the eviction run's pieces (``eviction.py``), the delta
 queue (``delta.py``), the self-preservation arithmetic (``preservation.py``), the console's counters
 (``counters.py``), and the warm-restart format (``snapshot_format.py``).
 """
@@ -43,7 +45,9 @@ from .counters import (
     RecentEvent,
 )
 from .delta import DeltaParts, DeltaQueue, changed_views
+from .eviction import Eviction, EvictionRun, scan_expired, still_expired
 from .instances import InstanceInfo, freeze
+from .lease_map import LeaseMap, group_by_app, reconcile_hashcode
 from .leases import Lease, LeaseView, expired_among
 from .overrides import OverrideMap
 from .preservation import Preservation, SelfPreservation
@@ -105,38 +109,6 @@ class ReplicationEvent:
     override: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EvictionRun:
-    """What one eviction run found and did (``Registry.run_eviction``), read under the same lock: for
-    the operator's log, which says which leases went and when self-preservation starts or stops."""
-
-    evicted: list[tuple[str, str]]
-    # Expired leases found, evicted or not.
-    expired: int
-    # Self-preservation is on and renews are not above the threshold: no lease expires.
-    preserving: bool
-    renews_last_minute: int
-    renews_threshold: int
-    expected_clients: int
-
-    @property
-    def limited(self) -> bool:
-        """Fewer evicted than expired outside self-preservation: the per-run cap (size × (1 - pct))."""
-        return not self.preserving and len(self.evicted) < self.expired
-
-
-def reconcile_hashcode(counts: Mapping[str, int]) -> str:
-    """``STATUS_count_`` per status present, alphabetically (``Applications.getReconcileHashCode``)."""
-    return "".join(f"{status}_{counts[status]}_" for status in sorted(counts) if counts[status] > 0)
-
-
-def group_by_app(views: Iterable[LeaseView]) -> list[tuple[str, list[LeaseView]]]:
-    grouped: dict[str, list[LeaseView]] = {}
-    for view in views:
-        grouped.setdefault(view.instance.app, []).append(view)
-    return list(grouped.items())
-
-
 ChangeListener = Callable[[str, Iterable[str]], None]
 ReplicationListener = Callable[[ReplicationEvent], None]
 
@@ -166,16 +138,13 @@ class Registry:
     ):
         self._config = config
         self._lock = threading.Lock()
-        self._apps: dict[str, dict[str, Lease]] = {}
-        self._size = 0
-        self._status_counts: Counter[str] = Counter()
+        self._map = LeaseMap()
         self._overrides = OverrideMap(config.override_idle_expiry_ms)
         self._limits = WriteLimits(config)
         self._delta = DeltaQueue()
-        self._last_eviction_run: int | None = None
+        self._eviction = Eviction(rng or random.Random())
         self._on_change = on_change or (lambda app, vips: None)
         self._on_replicate = on_replicate
-        self._rng = rng or random.Random()
         # The "last 1000" lists and the cumulative counts the console and /metrics read.
         self._counters = Counters()
         # Called between pieces of a long scan so that a server's event loop gets a turn (the node sets
@@ -198,8 +167,8 @@ class Registry:
 
     @config.setter
     def config(self, config: RegistryRules) -> None:
-        """A node's knobs changed in place (tests turn self-preservation off this way): the
-        arithmetic reads the same ones."""
+        """A node's knobs changed in place (tests turn self-preservation off this way): the pieces
+        that read them get the same ones."""
         self._config = self._preservation.config = self._limits.config = config
         self._overrides.idle_expiry_ms = config.override_idle_expiry_ms
 
@@ -235,8 +204,6 @@ class Registry:
         closed for a while after a startup sync that found no instances."""
         return not self.awaiting_sync and self._preservation.allows_reads(now)
 
-    # ------------------------------------------------------------------------- override map
-
     def overrides(self) -> dict[str, str]:
         with self._lock:
             return self._overrides.statuses()
@@ -263,8 +230,8 @@ class Registry:
                 self._counters.writes[is_replication].too_large += 1
                 raise RecordTooLarge(too_large)
             if not is_replication:
-                registered = instance.instance_id in self._apps.get(instance.app, ())
-                self._limits.check_room(instance, self._size, registered)
+                registered = self._map.holds(instance.app, instance.instance_id)
+                self._limits.check_room(instance, len(self._map), registered)
             self._register(instance, now, is_replication)
             self._counters.writes[is_replication].registers += 1
 
@@ -273,14 +240,12 @@ class Registry:
     ) -> None:
         """Eureka ``AbstractInstanceRegistry.register`` (protocol reference 5.2)."""
         instance = self._limits.within_bounds(instance, now)
-        app_leases = self._apps.setdefault(instance.app, {})
-        existing = app_leases.get(instance.instance_id)
-        if existing is not None:
-            # The copy with the newer client-side clock wins; a tie goes to the incoming payload.
-            if existing.instance.last_dirty_timestamp > instance.last_dirty_timestamp:
-                instance = existing.instance
-        else:
+        existing = self._map.get(instance.app, instance.instance_id)
+        if existing is None:
             self._preservation.client_added()
+        elif existing.instance.last_dirty_timestamp > instance.last_dirty_timestamp:
+            # The copy with the newer client-side clock wins; a tie goes to the incoming payload.
+            instance = existing.instance
 
         override = self._overrides.use(instance.instance_id, now)
         if override is None and instance.overridden_status != c.UNKNOWN:
@@ -293,20 +258,11 @@ class Registry:
             action_type=c.ADDED,
             last_updated_timestamp=now,
         )
-        lease = Lease(
-            instance,
-            instance.duration_secs * 1000,
-            now,
-            service_up_ts=existing.service_up_ts if existing is not None else 0,
-        )
+        service_up_ts = existing.service_up_ts if existing is not None else 0
+        lease = Lease(instance, instance.duration_secs * 1000, now, service_up_ts=service_up_ts)
         if status == c.UP:
             lease.service_up(now)
-        app_leases[instance.instance_id] = lease
-        if existing is None:
-            self._size += 1
-        else:
-            self._status_counts[existing.instance.status] -= 1
-        self._status_counts[status] += 1
+        self._map.put(lease)
         self._delta.append(now, lease)
         if cause is None:
             cause = CAUSE_REGISTER if existing is None else CAUSE_REREGISTER
@@ -348,7 +304,7 @@ class Registry:
         writes = self._counters.writes[is_replication]
         config = self.config
         with self._lock:
-            lease = self._apps.get(app, {}).get(instance_id)
+            lease = self._map.get(app, instance_id)
             if lease is None:
                 writes.renews_not_found += 1
                 return RenewResult(Renew.NOT_FOUND)
@@ -360,19 +316,12 @@ class Registry:
                 return RenewResult(Renew.NOT_FOUND)
             if status != instance.status:
                 # Eureka changes the status silently here: no delta entry, no cache invalidation.
-                self._status_counts[instance.status] -= 1
-                self._status_counts[status] += 1
+                override = self._overrides.status(instance_id)
                 self.changes.append(
-                    now,
-                    app,
-                    instance_id,
-                    STATUS_CHANGED,
-                    instance.status,
-                    status,
-                    self._overrides.status(instance_id),
-                    is_replication,
+                    now, app, instance_id, STATUS_CHANGED, instance.status, status, override, is_replication
                 )
-                instance = lease.instance = instance.evolve(status=status)
+                self._map.replace_record(lease, instance.evolve(status=status))
+                instance = lease.instance
             self._preservation.renews.increment(now)
             writes.renews += 1
             lease.renew(now)
@@ -408,28 +357,17 @@ class Registry:
     def _cancel(self, app: str, instance_id: str, now: int, cause: str) -> bool:
         """Eureka ``internalCancel``: the override goes even when there is no lease."""
         self._overrides.remove(instance_id)
-        app_leases = self._apps.get(app)
-        lease = app_leases.pop(instance_id, None) if app_leases is not None else None
+        lease = self._map.pop(app, instance_id)
         if lease is None:
             return False
-        if not app_leases:
-            del self._apps[app]
-        self._size -= 1
-        self._status_counts[lease.instance.status] -= 1
         lease.cancel(now)
         lease.instance = lease.instance.evolve(action_type=c.DELETED, last_updated_timestamp=now)
         self._delta.append(now, lease)
         self._counters.cancelled(now, app, instance_id, cause)
         self._preservation.client_removed()
         self._on_change(app, _vips_of(lease.instance))
-        self.changes.append(
-            now,
-            app,
-            instance_id,
-            EVICTED if cause == CAUSE_EVICTION else CANCELLED,
-            lease.instance.status,
-            None,
-        )
+        action = EVICTED if cause == CAUSE_EVICTION else CANCELLED
+        self.changes.append(now, app, instance_id, action, lease.instance.status, None)
         return True
 
     def recent_cancel(self, app: str, instance_id: str) -> tuple[int, int] | None:
@@ -448,7 +386,7 @@ class Registry:
         it: one whose dirty timestamp is not after ``last_dirty`` and that was not written after
         ``cancelled_at``. A lease registered again since (a newer copy, or written here later) stays."""
         with self._lock:
-            lease = self._apps.get(app, {}).get(instance_id)
+            lease = self._map.get(app, instance_id)
             if lease is None or not copy_was_cancelled(
                 lease.instance.last_dirty_timestamp,
                 lease.instance.last_updated_timestamp,
@@ -462,7 +400,7 @@ class Registry:
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
         """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
-        lease = self._apps.get(app, {}).get(instance_id)
+        lease = self._map.get(app, instance_id)
         if lease is None:
             return None
         expiring = self._preservation.lease_expiration_enabled
@@ -479,22 +417,30 @@ class Registry:
             last_dirty_timestamp = min(last_dirty_timestamp, self._limits.latest_dirty(now))
             if last_dirty_timestamp > old.last_dirty_timestamp:
                 changes["last_dirty_timestamp"] = last_dirty_timestamp
-        new = lease.instance = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
-        self._status_counts[old.status] -= 1
-        self._status_counts[new.status] += 1
+        new = old.evolve(action_type=c.MODIFIED, last_updated_timestamp=now, **changes)
+        self._map.replace_record(lease, new)
         self._delta.append(now, lease)
         self._on_change(new.app, _vips_of(new))
         if new.status != old.status:
+            override = self._overrides.status(new.instance_id)
             self.changes.append(
-                now,
-                new.app,
-                new.instance_id,
-                STATUS_CHANGED,
-                old.status,
-                new.status,
-                self._overrides.status(new.instance_id),
-                replicated,
+                now, new.app, new.instance_id, STATUS_CHANGED, old.status, new.status, override, replicated
             )
+
+    def _status_call(
+        self, app: str, instance_id: str, now: int, action: str, status: str, is_replication: bool
+    ) -> Lease | None:
+        """What both status calls do first: find the visible lease (None: a 404) and renew it, and
+        send a client's call on to the peers with the status it asks for, whatever this node's copy
+        ends up showing (even when nothing changes here, as Eureka does: the peer may differ)."""
+        lease = self._visible_lease(app, instance_id, now)
+        if lease is None:
+            return None
+        lease.renew(now)
+        if not is_replication and self._on_replicate is not None:
+            instance = lease.instance.evolve(status=status)
+            self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, instance))
+        return lease
 
     def set_status_override(
         self,
@@ -508,15 +454,13 @@ class Registry:
     ) -> StatusChange | None:
         """``PUT .../status?value=X``. None when no visible instance (404); a no-op when already X."""
         with self._lock:
-            lease = self._visible_lease(app, instance_id, now)
+            lease = self._status_call(
+                app, instance_id, now, c.REPLICATE_STATUS_UPDATE, status, is_replication
+            )
             if lease is None:
                 return None
-            lease.renew(now)
             old = lease.instance
             old_override = self._overrides.status(instance_id)
-            if not is_replication:
-                # Replicated even when nothing changes here, as Eureka does: the peer may differ.
-                self._replicate_status(c.REPLICATE_STATUS_UPDATE, lease, status)
             self._counters.writes[is_replication].overrides_set += 1
             if old.status == status:
                 return StatusChange(old.status, status, old_override, old_override)
@@ -540,16 +484,13 @@ class Registry:
         is_replication: bool = False,
     ) -> StatusChange | None:
         """``DELETE .../status``. None when no visible instance (404); a missing override is still 200."""
+        action = c.REPLICATE_DELETE_STATUS_OVERRIDE
         with self._lock:
-            lease = self._visible_lease(app, instance_id, now)
+            lease = self._status_call(app, instance_id, now, action, new_status, is_replication)
             if lease is None:
                 return None
-            lease.renew(now)
             old_status = lease.instance.status
             removed = self._overrides.remove(instance_id)
-            if not is_replication:
-                # The peer applies the status this removal asks for (Eureka sends it in the item).
-                self._replicate_status(c.REPLICATE_DELETE_STATUS_OVERRIDE, lease, new_status)
             self._counters.writes[is_replication].overrides_removed += 1
             if removed is None:
                 return StatusChange(old_status, old_status, None, None)
@@ -563,12 +504,6 @@ class Registry:
             )
             self._counters.overridden(now, app, instance_id, CAUSE_OVERRIDE_REMOVED, new_status, actor)
             return StatusChange(old_status, new_status, removed, None)
-
-    def _replicate_status(self, action: str, lease: Lease, status: str) -> None:
-        """Status items carry the requested status, whatever this node's copy ends up showing."""
-        if self._on_replicate is not None:
-            instance = lease.instance.evolve(status=status)
-            self._on_replicate(ReplicationEvent(action, instance.app, instance.instance_id, instance))
 
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], now: int, is_replication: bool = False
@@ -596,51 +531,25 @@ class Registry:
 
     def run_eviction(self, now: int) -> EvictionRun:
         """Eureka's eviction: expired leases, at most ``size - int(size * pct)`` per run, chosen at
-        random; with what the run found (how many had expired, whether self-preservation kept them)."""
+        random; with what the run found (how many had expired, whether self-preservation kept them).
+
+        Expired leases are listed in self-preservation too (a pass Eureka skips there), so that what
+        it keeps is counted. The scan runs outside the lock (``scan_expired``)."""
+        timing = self.config.eureka_timing
         with self._lock:
-            interval = self.config.eviction_interval_ms
-            last = self._last_eviction_run
-            compensation = max(0, now - last - interval) if last is not None else 0
-            self._last_eviction_run = now
-            timing = self.config.eureka_timing
-            apps = list(self._apps)
-        # Listed in self-preservation too (a pass Eureka skips there): what it keeps is counted.
-        # The scan looks at copies of each app's leases outside the lock, giving others a turn every
-        # EVICTION_SCAN_STEP leases (``pause``): at 100,000 instances a scan under the lock held every
-        # heartbeat for tens of milliseconds (bench/README.md, "Numbers behind the code"). What it
-        # found is checked again under the lock: a lease renewed or replaced meanwhile is not evicted.
-        found: list[tuple[str, str, Lease]] = []
-        unpaused = 0
-        for app in apps:
-            with self._lock:
-                leases = list(self._apps.get(app, {}).items())
-            # In slices of at most EVICTION_SCAN_STEP, with a turn for others after every
-            # EVICTION_SCAN_STEP leases scanned (an application may hold many thousands).
-            for start in range(0, len(leases), EVICTION_SCAN_STEP):
-                part = leases[start : start + EVICTION_SCAN_STEP]
-                found.extend(
-                    (app, instance_id, lease)
-                    for instance_id, lease in expired_among(part, now, timing, compensation)
-                )
-                unpaused += len(part)
-                if unpaused >= EVICTION_SCAN_STEP:
-                    unpaused = 0
-                    self.pause()
+            compensation = self._eviction.start(now, self.config.eviction_interval_ms)
+            apps = self._map.app_names()
+        found = scan_expired(apps, self._leases_of, now, timing, compensation, EVICTION_SCAN_STEP, self.pause)
         with self._lock:
-            expired = [
-                (app, instance_id)
-                for app, instance_id, lease in found
-                if self._apps.get(app, {}).get(instance_id) is lease
-                and lease.is_expired(now, timing, compensation)
-            ]
+            expired = still_expired(found, self._map.get, now, timing, compensation)
+            preservation = self._preservation
             chosen: list[tuple[str, str]] = []
-            if expired and self._preservation.lease_expiration_enabled(now):
-                limit = self._size - int(self._size * self.config.renewal_percent_threshold)
-                chosen = self._rng.sample(expired, min(len(expired), limit))
+            if expired and preservation.lease_expiration_enabled(now):
+                size, percent = len(self._map), self.config.renewal_percent_threshold
+                chosen = self._eviction.choose(expired, size, percent)
             for app, instance_id in chosen:
                 self._cancel(app, instance_id, now, CAUSE_EVICTION)
             self._counters.eviction_run(expired, chosen)
-            preservation = self._preservation
             return EvictionRun(
                 evicted=chosen,
                 expired=len(expired),
@@ -650,10 +559,14 @@ class Registry:
                 expected_clients=preservation.expected_clients,
             )
 
+    def _leases_of(self, app: str) -> list[tuple[str, Lease]]:
+        with self._lock:
+            return self._map.leases_of(app)
+
     def recount_expected_clients(self, now: int) -> None:
         """The 15-minute recount: adopt the local registry size unless it fell below the threshold share."""
         with self._lock:
-            self._preservation.recount(self._size)
+            self._preservation.recount(len(self._map))
 
     def prune(self, now: int) -> int:
         """Drop delta-queue entries past retention and override entries idle too long."""
@@ -689,15 +602,13 @@ class Registry:
         registry's.
 
         Under the lock only each application's leases are listed, so a writer waits for a list copy
-        per application (a few milliseconds at 100,000 instances), not for the encoding: the
-        snapshot writer encodes them afterwards, reusing what it encoded of records and entries it
-        has seen (registry/runtime/snapshots.py). Each lease's record and times are read after the
-        lock, a turn for the event loop every EVICTION_SCAN_STEP leases: reading them under it held every
-        heartbeat for 75-90 ms at 100,000 instances, every snapshot. So a lease renewed meanwhile is
-        saved with that renewal, which is newer than ``saved_at``, and as true; the set of leases
-        and the change log are as of the lock."""
+        per application, not for the encoding (the snapshot writer's, registry/runtime/snapshots.py).
+        Each lease's record and times are read after the lock, with a turn for the event loop every
+        EVICTION_SCAN_STEP leases (``SavedParts.collect``): a lease renewed meanwhile is saved with
+        that renewal, which is newer than ``saved_at``, and as true; the set of leases and the
+        change log are as of the lock."""
         with self._lock:
-            listed = [(app, list(leases.values())) for app, leases in self._apps.items()]
+            listed = self._map.listed()
             preservation = self._preservation
             header = saved_header(
                 now,
@@ -729,32 +640,22 @@ class Registry:
         """
         saved = SavedState.parse(state, now, max_age_ms)
         with self._lock:
-            leases = [
-                lease
-                for lease in saved.leases
-                if lease.instance.instance_id not in self._apps.get(lease.instance.app, ())
-            ]
+            leases = [lease for lease in saved.leases if not self._map.holds(*_key_of(lease))]
             preservation = self._preservation
             preservation.restore(max(saved.expected_clients, len(leases)), saved.renews_last_minute, now)
             expired: set[int] = set()
             if preservation.lease_expiration_enabled(now):
-                expired = {
-                    id(lease)
-                    for _, lease in expired_among(
-                        [(None, lease) for lease in leases], now, self.config.eureka_timing
-                    )
-                }
+                timing = self.config.eureka_timing
+                pairs = [(None, lease) for lease in leases]
+                expired = {id(lease) for _, lease in expired_among(pairs, now, timing)}
             dropped_ids = set()
             restored = 0
             for lease in leases:
-                instance = lease.instance
                 if id(lease) in expired:
-                    dropped_ids.add(instance.instance_id)
+                    dropped_ids.add(lease.instance.instance_id)
                     preservation.client_removed()
                     continue
-                self._apps.setdefault(instance.app, {})[instance.instance_id] = lease
-                self._size += 1
-                self._status_counts[instance.status] += 1
+                self._map.put(lease)
                 restored += 1
             for instance_id, status, last_access, actor in saved.overrides:
                 if instance_id not in dropped_ids:
@@ -769,28 +670,23 @@ class Registry:
         """Every lease, including expired ones not yet evicted (as Eureka's full fetch)."""
         timing = self.config.eureka_timing
         with self._lock:
-            apps = [
-                (app, [lease.view(timing) for lease in leases.values()]) for app, leases in self._apps.items()
-            ]
-            return Snapshot(apps, reconcile_hashcode(self._status_counts))
+            return Snapshot(self._map.views(timing), self._map.hashcode())
 
     def instances(self) -> list[tuple[str, list[InstanceInfo]]]:
         """Every instance record by app, expired or not: references only, so the lock is held for
-        one list per app (the console filters 10,000 of these per page view)."""
+        one list per app (the console filters many of these per page view)."""
         with self._lock:
-            return [
-                (app, [lease.instance for lease in leases.values()]) for app, leases in self._apps.items()
-            ]
+            return self._map.records()
 
     def app_names(self) -> list[str]:
         """Applications in the order a full snapshot lists them."""
         with self._lock:
-            return list(self._apps)
+            return self._map.app_names()
 
     def snapshot_app(self, app: str) -> list[LeaseView]:
         timing = self.config.eureka_timing
         with self._lock:
-            return [lease.view(timing) for lease in self._apps.get(app, {}).values()]
+            return self._map.app_views(app, timing)
 
     def snapshot_delta(self) -> Snapshot:
         """Changed instances of the retention window with their *current* data, and the full-registry hash."""
@@ -805,12 +701,12 @@ class Registry:
         Under the lock each changed lease is listed with its record, which is what the hashcode
         counts (a status change replaces the record, so a record read later could disagree with
         it). Its times are read after the lock, a turn for the event loop every EVICTION_SCAN_STEP
-        leases: building every view under it held every heartbeat for 120-150 ms once a fleet of
-        100,000 had registered (the whole fleet is in the delta for three minutes). A lease
-        renewed meanwhile shows that renewal, which is newer and as true."""
+        leases (``changed_views``): building every view under it held every heartbeat while a
+        whole fleet that had just registered was in the delta. A lease renewed meanwhile shows
+        that renewal, which is newer and as true."""
         with self._lock:
             outline, listed, version = self._delta.read(known)
-            hashcode = reconcile_hashcode(self._status_counts)
+            hashcode = self._map.hashcode()
         changed = changed_views(listed, self.config.eureka_timing, EVICTION_SCAN_STEP, self.pause)
         return DeltaParts(outline, changed, hashcode, version)
 
@@ -818,12 +714,7 @@ class Registry:
         """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""
         timing = self.config.eureka_timing
         with self._lock:
-            views = [
-                lease.view(timing)
-                for leases in self._apps.values()
-                for lease in leases.values()
-                if vip in (lease.instance.secure_vips() if secure else lease.instance.vips())
-            ]
+            views = self._map.vip_views(vip, secure, timing)
         counts = Counter(view.instance.status for view in views)
         return Snapshot(group_by_app(views), reconcile_hashcode(counts), -1)
 
@@ -835,16 +726,14 @@ class Registry:
     def find_instance(self, instance_id: str, now: int) -> LeaseView | None:
         """``GET instances/{id}``: the first app holding the id."""
         with self._lock:
-            for app, leases in self._apps.items():
-                if instance_id in leases:
-                    lease = self._visible_lease(app, instance_id, now)
-                    return lease.view(self.config.eureka_timing) if lease is not None else None
-            return None
+            app = self._map.find(instance_id)
+            lease = self._visible_lease(app, instance_id, now) if app is not None else None
+            return lease.view(self.config.eureka_timing) if lease is not None else None
 
     def lease(self, app: str, instance_id: str) -> tuple[LeaseView, str | None] | None:
         """The lease and its recorded override, expired or not (the console's instance page)."""
         with self._lock:
-            lease = self._apps.get(app, {}).get(instance_id)
+            lease = self._map.get(app, instance_id)
             if lease is None:
                 return None
             return lease.view(self.config.eureka_timing), self._overrides.status(instance_id)
@@ -855,7 +744,7 @@ class Registry:
             return self._counters.recent()
 
     def size(self) -> int:
-        return self._size
+        return len(self._map)
 
     def event_counts(self) -> EventCounts:
         """Cumulative counts of writes, evictions and prevented evictions since the map was made."""
@@ -867,19 +756,23 @@ class Registry:
         preservation = self._preservation
         with self._lock:
             return {
-                "instances": self._size,
-                "applications": len(self._apps),
+                "instances": len(self._map),
+                "applications": self._map.app_count(),
                 "expected_clients": preservation.expected_clients,
                 "renews_threshold": preservation.renews_threshold,
                 "renews_last_minute": preservation.renews_last_minute(now),
-                "lease_expiration_enabled": self._preservation.lease_expiration_enabled(now),
+                "lease_expiration_enabled": preservation.lease_expiration_enabled(now),
                 "self_preservation_enabled": self.config.enable_self_preservation,
                 "delta_queue_length": len(self._delta),
                 "overrides": len(self._overrides),
-                "status_counts": {k: v for k, v in self._status_counts.items() if v > 0},
+                "status_counts": self._map.status_counts(),
                 "start_ts": preservation.start_ts,
             }
 
 
 def _vips_of(instance: InstanceInfo) -> tuple[str, ...]:
     return tuple(vip for vip in (instance.vip_address, instance.secure_vip_address) if vip)
+
+
+def _key_of(lease: Lease) -> tuple[str, str]:
+    return lease.instance.app, lease.instance.instance_id

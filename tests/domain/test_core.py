@@ -339,8 +339,7 @@ def test_eviction_cap_matches_eureka(size, cap):
 def test_eviction_choice_depends_on_the_random_source():
     picks = set()
     for seed in range(5):
-        registry, _ = make_registry(enable_self_preservation=False)
-        registry._rng = random.Random(seed)
+        registry = Registry(RegistryRules(enable_self_preservation=False), T0, rng=random.Random(seed))
         fill(registry, 20, T0)
         picks.add(tuple(sorted(registry.run_eviction(T0 + 100 * SEC).evicted)))
     assert len(picks) > 1
