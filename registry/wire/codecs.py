@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from xml.etree.ElementTree import Element, TreeBuilder
 from xml.parsers import expat
-from xml.sax.saxutils import escape, quoteattr
 
 import orjson
 from defusedxml import DefusedXmlException
@@ -150,6 +150,47 @@ def render(root: str, body: dict[str, Any], fmt: str) -> bytes:
     return "".join(parts).encode()
 
 
+def _unassigned_bmp_ranges() -> str:
+    """The code points below U+10000 that Unicode leaves unassigned, as ranges of a regex class."""
+    ranges: list[list[int]] = []
+    for point in range(0xA0, 0x10000):
+        if unicodedata.category(chr(point)) == "Cn":
+            if ranges and ranges[-1][1] == point - 1:
+                ranges[-1][1] = point
+            else:
+                ranges.append([point, point])
+    return "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in ranges)
+
+
+# XML text is written as the Java server's XStream writes it (PrettyPrintWriter in its default, quirks
+# mode): the five predefined entities, and a character reference ``&#x<lowercase hex>;`` for CR, for the
+# C0 and C1 controls and DEL, and for a UTF-16 unit Java's Character.isDefined says is unassigned (the
+# JVM's Unicode version decides which; Python's is used here, and the two agree on all but the code
+# points added in between). A raw CR would reach every XML reader as LF (XML's end-of-line handling),
+# which is why it is escaped at all. Attribute values also escape LF and TAB, which a parser would
+# otherwise turn into spaces (attribute-value normalization); element text keeps them raw.
+_XML_ESCAPED = f"&<>\"'\r\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_unassigned_bmp_ranges()}"
+_XML_TEXT_SPECIAL = re.compile(f"[{_XML_ESCAPED}]")
+_XML_ATTRIBUTE_SPECIAL = re.compile(f"[\t\n{_XML_ESCAPED}]")
+_XML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;"}
+
+
+def _xml_reference(match: re.Match) -> str:
+    char = match.group()
+    return _XML_ENTITIES.get(char) or f"&#x{ord(char):x};"
+
+
+def xml_text(text: str, _search=_XML_TEXT_SPECIAL.search, _sub=_XML_TEXT_SPECIAL.sub) -> str:
+    """``text`` escaped for an element's content, byte for byte as XStream escapes it."""
+    # Most values (hosts, URLs, ids, timestamps) need nothing: one scan, and the string itself back.
+    return text if _search(text) is None else _sub(_xml_reference, text)
+
+
+def xml_attribute(text: str, _sub=_XML_ATTRIBUTE_SPECIAL.sub) -> str:
+    """``text`` escaped for an attribute value in double quotes, as XStream escapes it."""
+    return _sub(_xml_reference, text)
+
+
 def _xml_name(key: str) -> str:
     """XStream's XmlFriendlyNameCoder, applied to map keys that become element names."""
     return key.replace("_", "__").replace("$", "_-")
@@ -161,23 +202,23 @@ def _xml_element(name: str, value: Any, parts: list[str], is_map: bool = False) 
             _xml_element(name, item, parts)
         return
     if not isinstance(value, dict):
-        parts.append(f"<{name}>{escape(str(value))}</{name}>")
+        parts.append(f"<{name}>{xml_text(str(value))}</{name}>")
         return
     if value is _EMPTY_METADATA:
         parts.append(f'<{name} class="{c.EMPTY_MAP_CLASS}"/>')
         return
     attrs = "".join(
-        f" {'class' if key == '@class' else key[1:]}={quoteattr(str(v))}"
+        f' {"class" if key == "@class" else key[1:]}="{xml_attribute(str(v))}"'
         for key, v in value.items()
         if key.startswith("@") and not is_map
     )
     if "$" in value and not is_map:
-        parts.append(f"<{name}{attrs}>{escape(str(value['$']))}</{name}>")
+        parts.append(f"<{name}{attrs}>{xml_text(str(value['$']))}</{name}>")
         return
     parts.append(f"<{name}{attrs}>")
     for key, child in value.items():
         if is_map:
-            parts.append(f"<{_xml_name(key)}>{escape(str(child))}</{_xml_name(key)}>")
+            parts.append(f"<{_xml_name(key)}>{xml_text(str(child))}</{_xml_name(key)}>")
         elif not key.startswith("@"):
             # JSON writes overriddenStatus, XStream writes overriddenstatus.
             tag = "overriddenstatus" if key == "overriddenStatus" else key
