@@ -145,7 +145,7 @@ class Registry:
         self._eviction = Eviction(rng or random.Random())
         self._on_change = on_change or (lambda app, vips: None)
         self._on_replicate = on_replicate
-        # The "last 1000" lists and the cumulative counts the console and /metrics read.
+        # The console's "last 1000" lists and the cumulative counts /metrics reads.
         self._counters = Counters()
         # Called between pieces of a long scan so that a server's event loop gets a turn (the node sets
         # its pacer's tick; nothing to do with threads, which the interpreter preempts).
@@ -564,7 +564,7 @@ class Registry:
             return self._map.leases_of(app)
 
     def recount_expected_clients(self, now: int) -> None:
-        """The 15-minute recount: adopt the local registry size unless it fell below the threshold share."""
+        """The periodic recount: adopt the local registry size unless it fell below the threshold share."""
         with self._lock:
             self._preservation.recount(len(self._map))
 
