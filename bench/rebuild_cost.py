@@ -36,7 +36,7 @@ RETENTION_S = 180
 
 def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: int) -> None:
     from registry.cache.response_cache import APPS, DELTA, CacheKey
-    from registry.domain.core import Registry, RegistryConfig
+    from registry.domain.core import Registry, RegistryRules
     from registry.runtime.gc_policy import GcPolicy
     from registry.wire.codecs import build_instance
     from registry.wire.payloads import PayloadBuilder, build_payload
@@ -45,7 +45,7 @@ def run_variant(variant: str, n: int, apps: int, rate: int, seconds: int, seed: 
     rng = random.Random(seed)
     now = [1_796_000_000_000]
     holder: list[PayloadBuilder] = []
-    registry = Registry(RegistryConfig(), now[0], on_change=lambda app, vips: holder[0].invalidate(app))
+    registry = Registry(RegistryRules(), now[0], on_change=lambda app, vips: holder[0].invalidate(app))
     builder = PayloadBuilder(registry, lambda: now[0], 180_000)
     holder.append(builder)
 

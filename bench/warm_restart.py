@@ -31,7 +31,7 @@ from nodes import ROOT, Node, free_port
 
 sys.path.insert(0, str(ROOT))
 
-from registry.domain.core import Registry, RegistryConfig  # noqa: E402
+from registry.domain.core import Registry, RegistryRules  # noqa: E402
 from registry.runtime.snapshots import FileStore, WarmRestart, decode, encode  # noqa: E402
 from registry.wire.codecs import build_instance  # noqa: E402
 
@@ -86,7 +86,7 @@ class TimedLock:
 
 def in_process(rounds: int) -> None:
     now = 1_796_000_000_000
-    registry = Registry(RegistryConfig(), now)
+    registry = Registry(RegistryRules(), now)
     for i in range(INSTANCES):
         registry.register(build_instance(instance(i), now), now)
     # As the node's GC policy does (registry/runtime/gc_policy.py): long-lived leases frozen, so a
@@ -109,7 +109,7 @@ def in_process(rounds: int) -> None:
         numbers["export"].append((exported - started) * 1000)
         numbers["encode"].append((encoded - exported) * 1000)
         numbers["save"].append((saved - encoded) * 1000)
-        fresh = Registry(RegistryConfig(), now)
+        fresh = Registry(RegistryRules(), now)
         started = time.perf_counter()
         fresh.restore_state(decode(store.load()), now + 1000)
         numbers["restore"].append((time.perf_counter() - started) * 1000)
