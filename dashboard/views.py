@@ -66,6 +66,7 @@ def _status_context(request) -> tuple[dict, int]:
         "instance_info": console_data.instance_info(node, now),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
         "remote_regions": console_data.remote_regions(node),
+        "charts": _charts(node, now),
     }
     if not form.is_valid():
         return context, 400
@@ -86,6 +87,29 @@ def _status_context(request) -> tuple[dict, int]:
     context["detail_prefix"] = reverse("dashboard:instances")
     context["admin_prefix"] = reverse("admin:registry_instances")
     return context, 200
+
+
+def _charts(node, now) -> list:
+    """The last hour's charts, or none when the node keeps no history."""
+    if node.history is None:
+        return []
+    return console_data.node_charts(node.history.samples(), now, timezone.get_current_timezone())
+
+
+def _timeline(node, app, instance_id, detail, now):
+    """The instance's last hour (status changes, renewal gaps), or None without a history or lease."""
+    gaps = node.registry.renew_gaps(app, instance_id) if detail is not None else None
+    if node.status_trail is None or gaps is None:
+        return None
+    return console_data.instance_chart(
+        node.status_trail.of(app, instance_id, now),
+        gaps.gaps,
+        detail.view.instance.status,
+        gaps.last_renewal_ts,
+        gaps.gap_after_ms,
+        now,
+        timezone.get_current_timezone(),
+    )
 
 
 @console_page
@@ -135,5 +159,6 @@ def instance_page(request, app, instance_id):
         "is_staff": request.user.is_authenticated and request.user.is_staff,
         # Active health checks (registry/health/): None when off or the instance asks for none.
         "health": node.health.view(app, instance_id) if node.health is not None else None,
+        "timeline": _timeline(node, app, instance_id, detail, now),
     }
     return render(request, "dashboard/instance.html", context, status=200 if detail else 404)

@@ -2,10 +2,12 @@
 
 The pages (``dashboard/``) and the admin's override pages (``registry/admin/``) see the registry only
 through the names below: the console's blocks (``console.py``: system status, general and instance
-info, replicas, remote regions, recent events, leases) and the instance search both share
-(``queries.py``: filters, grouping, paging). Neither imports the other, nor the node's internals.
+info, replicas, remote regions, recent events, leases), the instance search both share
+(``queries.py``: filters, grouping, paging) and the last hour's charts (``charts.py``). None imports
+the others' pages, nor the node's internals.
 """
 
+from registry.console_data.charts import instance_chart, node_charts
 from registry.console_data.console import (
     events_of,
     format_time,
@@ -29,6 +31,8 @@ from registry.console_data.queries import (
 )
 
 __all__ = [
+    "instance_chart",
+    "node_charts",
     "STATUS_ORDER",
     "BadQuery",
     "InstanceQuery",

@@ -9,18 +9,24 @@ alone, and each chart carries a table of the same numbers for screen readers and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
-from registry.domain.history import STATUS_ORDER, Sample, holding_stretches, per_minute
+from registry.domain.changes import Change
+from registry.domain.history import STATUS_ORDER, WINDOW_MS, Sample, holding_stretches, per_minute
 
 WIDTH = 720
 HEIGHT = 180
 # Room for the y labels on the left and the time labels below.
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 10, 24
-WINDOW_MS = 3_600_000
-TICK_MS = 600_000
+# Time ticks: the first of these steps that puts at most MAX_TICKS ticks across the span drawn.
+TICK_STEPS_MS = (10_000, 30_000, 60_000, 300_000, 600_000)
+MAX_TICKS = 7
+# A node younger than the hour has its charts drawn across its lifetime, but never across less.
+MIN_SPAN_MS = 60_000
+# Rows of a chart's table at most (one a minute over the hour).
+TABLE_ROWS = 60
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ class Line:
 class Area:
     key: str
     label: str
-    style: str
+    # A fill pattern defined in each chart's SVG (hatch, cross, dots, bars), or "" for a plain fill.
+    pattern: str
     path: str
     latest: int
 
@@ -62,6 +69,19 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A stretch of time in one status (an instance's timeline)."""
+
+    x: float
+    width: float
+    status: str
+    pattern: str
+    title: str
+    from_ms: int
+    to_ms: int
+
+
+@dataclass(frozen=True)
 class Tick:
     at: float  # x for time ticks, y for value ticks
     label: str
@@ -76,6 +96,7 @@ class Chart:
     areas: list[Area] = field(default_factory=list)
     bands: list[Band] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     x_ticks: list[Tick] = field(default_factory=list)
     y_ticks: list[Tick] = field(default_factory=list)
     # The same numbers as a table: column headings, then one row a sample (times as labels).
@@ -89,8 +110,26 @@ class Chart:
     plot_bottom: int = HEIGHT - BOTTOM
 
     @property
+    def segment_statuses(self) -> list[Segment]:
+        """The first segment of each status, for the legend."""
+        seen: dict[str, Segment] = {}
+        for segment in self.segments:
+            seen.setdefault(segment.status, segment)
+        return list(seen.values())
+
+    @property
+    def plot_height(self) -> int:
+        return self.plot_bottom - self.plot_top
+
+    @property
     def empty(self) -> bool:
-        return not (self.lines or self.areas)
+        return not (self.lines or self.areas or self.segments)
+
+    @property
+    def table(self) -> list[list[str]]:
+        """The rows for the page's table: at most one a minute (the newest always), so an hour is ~60."""
+        step = max(1, -(-len(self.rows) // TABLE_ROWS))
+        return self.rows[::-1][::step][::-1]
 
 
 def nice_ceiling(value: float) -> float:
@@ -104,16 +143,32 @@ def nice_ceiling(value: float) -> float:
     return 10 * power  # pragma: no cover - the loop always returns
 
 
-class Frame:
-    """Maps (time, value) to the plot area: the hour ending at ``now`` across, 0..top up."""
+def _top(values: Iterable[float]) -> float:
+    """The value axis' top for these values: a round number at or above the largest (at least 1)."""
+    return nice_ceiling(max(values, default=1))
 
-    def __init__(self, now: int, top: float):
-        self.start = now - WINDOW_MS
+
+class Frame:
+    """Maps (time, value) to the plot area: ``start`` to ``now`` across (the hour ending at ``now``
+    unless told otherwise), 0..top up."""
+
+    def __init__(self, now: int, top: float, start: int | None = None):
+        self.start = now - WINDOW_MS if start is None else start
         self.now = now
+        self.span = max(now - self.start, 1)
         self.top = top if top > 0 else 1
 
+    @classmethod
+    def of(cls, samples: Sequence[Sample], now: int, top: float) -> Frame:
+        """The hour ending at ``now``, or the samples' own span when they began later (a young node),
+        so that a few minutes of history fill the chart instead of its right edge."""
+        start = now - WINDOW_MS
+        if samples:
+            start = min(max(samples[0].at_ms, start), now - MIN_SPAN_MS)
+        return cls(now, top, start)
+
     def x(self, at_ms: int) -> float:
-        share = (min(max(at_ms, self.start), self.now) - self.start) / WINDOW_MS
+        share = (min(max(at_ms, self.start), self.now) - self.start) / self.span
         return round(LEFT + share * (WIDTH - LEFT - RIGHT), 1)
 
     def y(self, value: float) -> float:
@@ -136,10 +191,16 @@ def _seconds_clock(at_ms: int, tz: tzinfo) -> str:
     return datetime.fromtimestamp(at_ms / 1000, tz).strftime("%H:%M:%S")
 
 
-def _axes(chart: Chart, frame: Frame, tz: tzinfo, unit: Callable[[float], str] = lambda v: f"{v:g}") -> None:
-    first = frame.start + (-frame.start) % TICK_MS
-    chart.x_ticks = [Tick(frame.x(at), _clock(at, tz)) for at in range(first, frame.now + 1, TICK_MS)]
-    chart.y_ticks = [Tick(frame.y(frame.top * share), unit(frame.top * share)) for share in (0, 0.5, 1)]
+def _axes(chart: Chart, frame: Frame, tz: tzinfo) -> None:
+    chart.x_ticks = _time_ticks(frame, tz)
+    chart.y_ticks = [Tick(frame.y(frame.top * share), f"{frame.top * share:g}") for share in (0, 0.5, 1)]
+
+
+def _time_ticks(frame: Frame, tz: tzinfo) -> list[Tick]:
+    step = next((s for s in TICK_STEPS_MS if frame.span // s < MAX_TICKS), TICK_STEPS_MS[-1])
+    label = _clock if step >= 60_000 else _seconds_clock
+    first = frame.start + (-frame.start) % step
+    return [Tick(frame.x(at), label(at, tz)) for at in range(first, frame.now + 1, step)]
 
 
 def _pairs(samples: Sequence[Sample]) -> zip:
@@ -160,8 +221,8 @@ def renews_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
         "Heartbeats received in the last minute and the threshold below which self-preservation "
         "keeps expired leases; shaded: self-preservation held eviction; triangles: evictions.",
     )
-    top = nice_ceiling(max([s.renews_last_minute for s in taken] + [s.renews_threshold for s in taken] + [1]))
-    frame = Frame(now, top)
+    top = _top(max(s.renews_last_minute, s.renews_threshold) for s in taken)
+    frame = Frame.of(taken, now, top)
     _axes(chart, frame, tz)
     if not taken:
         return chart
@@ -202,7 +263,14 @@ def renews_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
     return chart
 
 
-STATUS_STYLES = {status: f"fill-{status.lower().replace('_', '-')}" for status in STATUS_ORDER}
+# UP plain, every other status a pattern of its own (the stack reads in grey print too).
+STATUS_PATTERNS = {
+    "UP": "",
+    "STARTING": "hatch",
+    "OUT_OF_SERVICE": "cross",
+    "DOWN": "dots",
+    "UNKNOWN": "bars",
+}
 
 
 def statuses_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
@@ -214,7 +282,7 @@ def statuses_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
         "Registered instances by status, stacked: UP at the bottom, then STARTING, OUT_OF_SERVICE, "
         "DOWN and UNKNOWN, each with its own fill pattern.",
     )
-    frame = Frame(now, nice_ceiling(max([s.instances for s in taken] + [1])))
+    frame = Frame.of(taken, now, _top(s.instances for s in taken))
     _axes(chart, frame, tz)
     if not taken:
         return chart
@@ -225,7 +293,7 @@ def statuses_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
             upper = [(s.at_ms, value) for s, value in zip(taken, above, strict=True)]
             lower = [(s.at_ms, value) for s, value in zip(taken, below, strict=True)]
             path = frame.path(upper) + " " + frame.path(list(reversed(lower))).replace("M", "L", 1) + " Z"
-            chart.areas.append(Area(status, status, STATUS_STYLES[status], path, taken[-1].statuses[index]))
+            chart.areas.append(Area(status, status, STATUS_PATTERNS[status], path, taken[-1].statuses[index]))
         below = above
     chart.columns = ["Time", *STATUS_ORDER]
     chart.rows = [[_seconds_clock(s.at_ms, tz), *(str(count) for count in s.statuses)] for s in taken]
@@ -245,7 +313,7 @@ def writes_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
         ("cancels", "Cancels", "line-dashed", per_minute(taken, "cancels")),
         ("evictions", "Evictions", "line-dotted", per_minute(taken, "evictions")),
     ]
-    frame = Frame(now, nice_ceiling(max([rate for *_, values in series for _, rate in values] + [1])))
+    frame = Frame.of(taken, now, _top(rate for *_, values in series for _, rate in values))
     _axes(chart, frame, tz)
     for key, label, style, values in series:
         if values:
@@ -279,7 +347,7 @@ def peers_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]
             url: [(s.at_ms, getattr(p, attribute) / unit) for s in taken for p in s.peers if p.url == url]
             for url in urls
         }
-        frame = Frame(now, nice_ceiling(max([v for values in per_peer.values() for _, v in values] + [1])))
+        frame = Frame.of(taken, now, _top(v for values in per_peer.values() for _, v in values))
         _axes(chart, frame, tz)
         for index, url in enumerate(urls):
             values = per_peer[url]
@@ -321,7 +389,7 @@ def regions_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart | No
         ]
         for name in names
     }
-    frame = Frame(now, nice_ceiling(max([v for values in per_region.values() for _, v in values] + [1])))
+    frame = Frame.of(taken, now, _top(v for values in per_region.values() for _, v in values))
     _axes(chart, frame, tz)
     for index, name in enumerate(names):
         values = per_region[name]
@@ -361,3 +429,76 @@ def node_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:
     if regions is not None:
         charts.append(regions)
     return charts
+
+
+# The instance timeline: a status row above a renewals row (templates/dashboard/_instance_chart.html).
+TIMELINE_HEIGHT = 96
+
+
+def instance_chart(
+    changes: Sequence[Change],
+    gaps: Sequence[tuple[int, int]],
+    status: str,
+    last_renewal_ts: int,
+    gap_after_ms: int,
+    now: int,
+    tz: tzinfo,
+) -> Chart:
+    """One instance's last hour: its status over time (from its changes, ``status`` now) and the
+    stretches with no renewal for longer than ``gap_after_ms`` (``gaps``, and one still open when
+    the last renewal is that old)."""
+    chart = Chart(
+        "instance",
+        "Status and renewals over the last hour",
+        "Top row: the instance's status over time, one fill pattern a status. Bottom row, hatched: "
+        "stretches with no renewal for longer than one and a half renewal intervals.",
+        height=TIMELINE_HEIGHT,
+        plot_bottom=TIMELINE_HEIGHT - BOTTOM,
+    )
+    frame = Frame(now, 1)
+    chart.x_ticks = _time_ticks(frame, tz)
+    window = [change for change in changes if frame.start <= change.timestamp <= now]
+    # The status at the window's start: what the first change in it changed from, else the status now.
+    start_status = (window[0].old_status if window else status) or ""
+    edges = [(frame.start, start_status)] + [(change.timestamp, change.new_status or "") for change in window]
+    for (begin, state), (end, _) in zip(edges, [*edges[1:], (now, "")], strict=True):
+        if end <= begin or not state:
+            continue  # no time in it, or not registered (between a cancel and a registration)
+        x = frame.x(begin)
+        chart.segments.append(
+            Segment(
+                x,
+                max(frame.x(end) - x, 1.0),
+                state,
+                STATUS_PATTERNS.get(state, "bars"),
+                f"{state} {_seconds_clock(begin, tz)}–{_seconds_clock(end, tz)}",
+                begin,
+                end,
+            )
+        )
+    stretches = [(begin, end) for begin, end in gaps if end >= frame.start]
+    if now - last_renewal_ts > gap_after_ms:
+        stretches.append((last_renewal_ts, now))
+    for begin, end in stretches:
+        x = frame.x(begin)
+        seconds = (end - begin) // 1000
+        chart.bands.append(
+            Band(
+                x,
+                max(frame.x(end) - x, 1.0),
+                f"No renewal for {seconds} s ({_seconds_clock(begin, tz)}–{_seconds_clock(end, tz)})",
+                begin,
+                end,
+            )
+        )
+    chart.columns = ["Time", "Change", "From", "To"]
+    chart.rows = [
+        [
+            _seconds_clock(change.timestamp, tz),
+            change.action,
+            change.old_status or "",
+            change.new_status or "",
+        ]
+        for change in window
+    ]
+    return chart

@@ -836,6 +836,13 @@ class DashboardConfig:
     page_size: int = setting(
         500, "EUREKA_DASHBOARD_PAGE_SIZE", "Instances per page of the console's table.", minimum=10
     )
+    # The console's last-hour charts keep 3,600,000 / this many samples (360 at 10 s).
+    history_interval_ms: int = setting(
+        10_000,
+        "EUREKA_DASHBOARD_HISTORY_INTERVAL_MS",
+        "How often the node samples itself for the console's last-hour charts; 0: no charts.",
+        minimum=0,
+    )
 
     @property
     def prefix(self) -> str:
@@ -1004,6 +1011,7 @@ class EurekaConfig:
             "recount_expected_clients": self.registry.renewal_threshold_update_interval_ms,
             "prune_webhook_deliveries": self.webhooks.prune_interval_ms,
             "fetch_remote_regions": self.remote_regions.fetch_interval_ms,
+            "sample_history": self.dashboard.history_interval_ms,
         }
 
 

@@ -20,6 +20,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import constants as c
 from .changes import (
@@ -59,6 +60,14 @@ class Renew(enum.Enum):
     OK = 200
     NOT_FOUND = 404
     CONFLICT = 409
+
+
+class RenewGaps(NamedTuple):
+    """A lease's recent stretches without renewal (``Lease.gaps``), for the console's instance page."""
+
+    gaps: tuple[tuple[int, int], ...]
+    last_renewal_ts: int
+    gap_after_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +269,8 @@ class Registry:
         )
         service_up_ts = existing.service_up_ts if existing is not None else 0
         lease = Lease(instance, instance.duration_secs * 1000, now, service_up_ts=service_up_ts)
+        if existing is not None:
+            lease.carry_gaps(existing, now)
         if status == c.UP:
             lease.service_up(now)
         self._map.put(lease)
@@ -737,6 +748,15 @@ class Registry:
             if lease is None:
                 return None
             return lease.view(self.config.eureka_timing), self._overrides.status(instance_id)
+
+    def renew_gaps(self, app: str, instance_id: str) -> RenewGaps | None:
+        """The lease's recent stretches without renewal, its last renewal (never Eureka's inflated
+        one) and how late a renewal counts as a gap; None without a lease."""
+        with self._lock:
+            lease = self._map.get(app, instance_id)
+            if lease is None:
+                return None
+            return RenewGaps(lease.gaps, lease.last_renewal_ts, lease.gap_after_ms)
 
     def recent_events(self) -> tuple[list[RecentEvent], list[RecentEvent], list[RecentEvent]]:
         """Copies of the registered, cancelled and override lists, oldest first."""

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.domain import constants as c
+from registry.domain.changes import METADATA_CHANGED, Change
 
 # The order of statuses in a sample (and in the stacked chart, bottom up): the healthy state first.
 STATUS_ORDER = (c.UP, c.STARTING, c.OUT_OF_SERVICE, c.DOWN, c.UNKNOWN)
+# What the console draws: the last hour.
+WINDOW_MS = 3_600_000
 DEFAULT_INTERVAL_MS = 10_000
-DEFAULT_CAPACITY = 360
+DEFAULT_CAPACITY = WINDOW_MS // DEFAULT_INTERVAL_MS
 HISTORY_FORMAT = 1
 
 
@@ -108,11 +111,14 @@ class History:
     def restore(self, data: Mapping[str, Any], now: int) -> int:
         """Take the samples of an exported history that are within the last ``capacity`` intervals
         before ``now``; a different format or status order restores nothing. Returns how many."""
-        if data.get("format") != HISTORY_FORMAT or list(data.get("statuses", ())) != list(STATUS_ORDER):
+        if not isinstance(data, Mapping) or data.get("format") != HISTORY_FORMAT:
+            return 0
+        rows = data.get("samples")
+        if data.get("statuses") != list(STATUS_ORDER) or not isinstance(rows, list):
             return 0
         oldest = now - self.capacity * self.interval_ms
         restored = 0
-        for row in data.get("samples", ()):
+        for row in rows:
             try:
                 sample = _sample_from_list(row)
             except (TypeError, ValueError, IndexError):
@@ -120,6 +126,51 @@ class History:
             if oldest <= sample.at_ms <= now and self.record(sample):
                 restored += 1
         return restored
+
+
+class StatusTrail:
+    """Each instance's status changes of the last hour, for its page: registrations, status changes,
+    cancels and evictions, as the change log tells them (``Registry.subscribe_changes``).
+
+    The change log itself keeps only the delta's few minutes. This keeps the newest ``kept`` changes
+    of each instance, and ``prune`` forgets instances whose newest change is older than the window.
+    ``note`` runs under the registry's lock: a dict lookup and a deque append, nothing on renews.
+    """
+
+    def __init__(self, window_ms: int = WINDOW_MS, kept: int = 60):
+        self.window_ms = window_ms
+        self.kept = kept
+        self._trails: dict[tuple[str, str], deque[Change]] = {}
+
+    def __len__(self) -> int:
+        return len(self._trails)
+
+    def note(self, change: Change) -> None:
+        if change.action == METADATA_CHANGED:
+            return
+        key = (change.app.upper(), change.instance_id)
+        trail = self._trails.get(key)
+        if trail is None:
+            # Made holding its first change, so that ``prune`` (another thread) never sees it empty.
+            self._trails[key] = deque((change,), maxlen=self.kept)
+        else:
+            trail.append(change)
+
+    def of(self, app: str, instance_id: str, now: int) -> list[Change]:
+        """The instance's changes within the window, oldest first."""
+        trail = self._trails.get((app.upper(), instance_id))
+        if not trail:
+            return []
+        return [change for change in list(trail) if now - change.timestamp <= self.window_ms]
+
+    def prune(self, now: int) -> int:
+        """Forget instances with no change within the window; returns how many."""
+        stale = [
+            key for key, trail in list(self._trails.items()) if now - trail[-1].timestamp > self.window_ms
+        ]
+        for key in stale:
+            self._trails.pop(key, None)
+        return len(stale)
 
 
 def per_minute(samples: list[Sample], field: str) -> list[tuple[int, float]]:

@@ -13,6 +13,10 @@ LEASE_EXPIRY_EUREKA = "eureka"
 K = TypeVar("K")
 
 
+# Renewal gaps kept per lease (the console's instance page draws the last hour's).
+GAPS_KEPT = 10
+
+
 class Lease:
     """A lease on one instance.
 
@@ -30,6 +34,8 @@ class Lease:
         "renewed",
         "eviction_ts",
         "service_up_ts",
+        "gap_after_ms",
+        "gaps",
     )
 
     def __init__(self, instance: InstanceInfo, duration_ms: int, now: int, service_up_ts: int = 0):
@@ -40,10 +46,27 @@ class Lease:
         self.renewed = False
         self.eviction_ts = 0
         self.service_up_ts = service_up_ts
+        # A renewal later than one and a half of the instance's renewal intervals after the one before
+        # is a gap (a heartbeat or more went missing): the newest GAPS_KEPT are kept, for its page.
+        self.gap_after_ms = max(instance.renewal_interval_secs, 1) * 1_500
+        self.gaps: tuple[tuple[int, int], ...] = ()
 
     def renew(self, now: int) -> None:
+        if now - self.last_renewal_ts > self.gap_after_ms:
+            self.note_gap(self.last_renewal_ts, now)
         self.last_renewal_ts = now
         self.renewed = True
+
+    def note_gap(self, since: int, until: int) -> None:
+        """A stretch with no renewal (a new tuple each time: readers take it without the lock)."""
+        self.gaps = (*self.gaps[-(GAPS_KEPT - 1) :], (since, until))
+
+    def carry_gaps(self, previous: Lease, now: int) -> None:
+        """A re-registration's new lease keeps the gaps of the lease it replaces, and one more when
+        the registration itself came that late (the instance was gone, or its lease expired)."""
+        self.gaps = previous.gaps
+        if now - previous.last_renewal_ts > previous.gap_after_ms:
+            self.note_gap(previous.last_renewal_ts, now)
 
     def cancel(self, now: int) -> None:
         if self.eviction_ts <= 0:

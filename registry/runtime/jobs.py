@@ -65,6 +65,19 @@ def fetch_remote_regions(node: JobTarget, now: int) -> object:
     return regions.start_fetches() if regions is not None else None
 
 
+def sample_history(node: JobTarget, now: int) -> object:
+    """One sample of the node for the console's last-hour charts (registry/domain/history.py)."""
+    history = getattr(node, "history", None)
+    if history is None:
+        return None
+    from registry.runtime.sampler import take_sample
+
+    trail = getattr(node, "status_trail", None)
+    if trail is not None:
+        trail.prune(now)
+    return history.record(take_sample(node, now))
+
+
 __all__ = ["JOBS", "LOCAL_JOBS", "Job", "JobTarget"]
 
 # job name -> function; the interval of each comes from Node.job_intervals() (registry/runtime/schedule.py).
@@ -78,4 +91,5 @@ JOBS: dict[str, Job] = {
     "freeze_gc": freeze_gc,
     "prune_webhook_deliveries": prune_webhook_deliveries,
     "fetch_remote_regions": fetch_remote_regions,
+    "sample_history": sample_history,
 }

@@ -19,6 +19,8 @@ from registry.cache.response_cache import ReadOnlyTier, ResponseCache
 from registry.cluster.peers import PeerSet
 from registry.domain.core import Registry
 from registry.domain.findings import RegistrationSources
+from registry.domain.history import WINDOW_MS as HISTORY_WINDOW_MS
+from registry.domain.history import History, StatusTrail
 from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
@@ -121,6 +123,11 @@ class Node:
     loop_watch: LoopWatch | None = None
     # Remote regions fetched and merged into payloads (registry/cluster/regions.py); None: none.
     remote_regions: RemoteRegions | None = None
+    # The console's last hour (registry/domain/history.py), sampled by the sample_history job; None
+    # when EUREKA_DASHBOARD_HISTORY_INTERVAL_MS is 0.
+    history: History | None = None
+    # Each instance's status changes of the last hour, for its page (with the history, or None).
+    status_trail: StatusTrail | None = None
     _stop_loop_watch: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +140,8 @@ class Node:
             self.jobs = {name: job for name, job in self.jobs.items() if name != "freeze_gc"}
         if self.remote_regions is None:
             self.jobs = {name: job for name, job in self.jobs.items() if name != "fetch_remote_regions"}
+        if self.history is None:
+            self.jobs = {name: job for name, job in self.jobs.items() if name != "sample_history"}
         for name in self.jobs:
             self.job_records.setdefault(name, JobRecord())
 
@@ -339,6 +348,14 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         builder.remote_fallback = remote_regions.fallback
     peers = PeerSet(list(config.cluster.peer_urls))
     cluster = _cluster_member(registry, peers, config, clock) if config.cluster.clustered else None
+    history = _history(config)
+    status_trail = None
+    if history is not None:
+        status_trail = StatusTrail(window_ms=HISTORY_WINDOW_MS)
+        registry.subscribe_changes(status_trail.note)
+    warm_restart = build_warm_restart(registry, config, clock) if config.warm_restart.enabled else None
+    if warm_restart is not None:
+        warm_restart.history = history
     return Node(
         registry=registry,
         cache=cache,
@@ -349,10 +366,20 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         cluster=cluster,
         health=_health_checker(registry, config, clock),
         health_policy=_node_health_policy(config),
-        warm_restart=build_warm_restart(registry, config, clock) if config.warm_restart.enabled else None,
+        warm_restart=warm_restart,
         change_publisher=_change_publisher(registry, config),
         remote_regions=remote_regions,
+        history=history,
+        status_trail=status_trail,
     )
+
+
+def _history(config: EurekaConfig) -> History | None:
+    """An hour of samples at the configured interval (at least two, for a rate)."""
+    interval_ms = config.dashboard.history_interval_ms
+    if not interval_ms:
+        return None
+    return History(capacity=max(2, HISTORY_WINDOW_MS // interval_ms), interval_ms=interval_ms)
 
 
 def _remote_regions(

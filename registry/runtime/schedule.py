@@ -22,8 +22,9 @@ RUN_NODE_JOB = "registry.tasks.run_node_job"
 # A run that could not start before this share of its interval has passed is dropped, never queued up.
 EXPIRES_SHARE = 0.9
 # Jobs about the serving process itself, not the registry: its own scheduler runs them in both modes
-# (the GC policy looks every second; through Celery beat that was a task and a control request each).
-LOCAL_JOBS = frozenset({"freeze_gc"})
+# (the GC policy looks every second; through Celery beat that was a task and a control request each;
+# the console's history is the process's own memory of itself).
+LOCAL_JOBS = frozenset({"freeze_gc", "sample_history"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ import orjson
 from registry.cache.pacing import PACER
 from registry.domain.changes import Change
 from registry.domain.core import Registry
+from registry.domain.history import History
 from registry.domain.snapshot_format import BadSnapshot, instance_row
 
 if TYPE_CHECKING:
@@ -276,6 +277,9 @@ class WarmRestart:
         self.max_age_ms = max_age_ms
         # Set under gevent so that compressing and writing a snapshot does not hold up heartbeats.
         self.runner: Runner = _run_here
+        # The console's last hour (registry/domain/history.py), saved beside the map when the node
+        # keeps one: a few KB, so the charts go on across a restart.
+        self.history: History | None = None
         self.restored: int | None = None
         self.refused: str | None = None
         self.last_write: WriteReport | None = None
@@ -305,7 +309,8 @@ class WarmRestart:
             return 0
         now = self.clock()
         try:
-            count = self.registry.restore_state(decode(data), now, self.max_age_ms)
+            state = decode(data)
+            count = self.registry.restore_state(state, now, self.max_age_ms)
         except BadSnapshot as exc:
             self.refused = f"snapshot at {where} refused: {exc}"
             logger.warning(
@@ -313,6 +318,8 @@ class WarmRestart:
             )
             return 0
         self.restored = count
+        if self.history is not None and isinstance(state, dict):
+            self.history.restore(state.get("history") or {}, now)
         restored = self.registry.restored
         age_ms = restored.age_ms if restored is not None else 0
         expired = restored.expired if restored is not None else 0
@@ -395,7 +402,10 @@ class WarmRestart:
                     for first_id, entries in itertools.groupby(parts.changes, _change_block)
                 ),
             )
-            pieces.append(b"]}}")
+            if self.history is not None:
+                pieces.append(b']},"history":' + orjson.dumps(self.history.export()) + b"}")
+            else:
+                pieces.append(b"]}}")
         finally:
             self._records.rotate()
             self._changes.rotate()

@@ -397,6 +397,7 @@ def test_live_fragment_has_the_changing_sections_only(fleet):
     page = soup(response)
     assert [div["data-live"] for div in page.find_all(attrs={"data-live": True})] == [
         "header",
+        "charts",
         "instances",
         "info",
     ]

@@ -106,6 +106,7 @@ def test_each_job_interval_comes_from_one_setting():
             "EUREKA_DELTA_RETENTION_TIMER_INTERVAL_MS": "4321",
             "EUREKA_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS": "99999",
             "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "9",
+            "EUREKA_DASHBOARD_HISTORY_INTERVAL_MS": "5000",
         }
     )
     assert config.job_intervals_ms() == {
@@ -115,6 +116,7 @@ def test_each_job_interval_comes_from_one_setting():
         "recount_expected_clients": 99999,
         "prune_webhook_deliveries": 3_600_000,
         "fetch_remote_regions": 9_000,
+        "sample_history": 5_000,
     }
 
 

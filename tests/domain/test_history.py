@@ -6,12 +6,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from registry.domain.changes import Change
 from registry.domain.history import (
     STATUS_ORDER,
     History,
     PeerPoint,
     RegionPoint,
     Sample,
+    StatusTrail,
     holding_stretches,
     per_minute,
     status_tuple,
@@ -132,3 +134,30 @@ def test_restore_refuses_another_format_or_status_order(change):
     history.record(sample(T0))
     data = {**history.export(), **change}
     assert History().restore(data, now=T0 + SEC) == 0
+
+
+def change(
+    at_ms, action="STATUS_CHANGED", old="UP", new="DOWN", app="ORDERS", instance_id="host1:orders:8080"
+):
+    return Change(at_ms, at_ms, app, instance_id, action, old, new)
+
+
+def test_a_status_trail_keeps_each_instances_changes_of_the_window():
+    trail = StatusTrail(window_ms=60 * SEC, kept=3)
+    trail.note(change(T0, "REGISTERED", None, "UP"))
+    trail.note(change(T0 + SEC, "METADATA_CHANGED", "UP", "UP"))  # not a status: not kept
+    trail.note(change(T0 + 2 * SEC))
+    trail.note(change(T0 + 3 * SEC, old="DOWN", new="UP", app="orders"))  # the app's case does not matter
+    trail.note(change(T0 + 4 * SEC, instance_id="other"))
+    assert [c.timestamp for c in trail.of("ORDERS", "host1:orders:8080", T0 + 5 * SEC)] == [
+        T0,
+        T0 + 2 * SEC,
+        T0 + 3 * SEC,
+    ]
+    trail.note(change(T0 + 5 * SEC, old="UP", new="OUT_OF_SERVICE"))
+    # Three kept: the oldest went.
+    assert [c.timestamp for c in trail.of("orders", "host1:orders:8080", T0 + 6 * SEC)][0] == T0 + 2 * SEC
+    # Out of the window: not shown, and forgotten by prune.
+    assert trail.of("ORDERS", "other", T0 + 65 * SEC) == []
+    assert trail.prune(T0 + 65 * SEC) == 1 and len(trail) == 1
+    assert trail.of("ORDERS", "nobody", T0) == []

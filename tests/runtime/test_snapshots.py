@@ -12,16 +12,19 @@ import copy
 import gzip
 import logging
 import zlib
+from types import SimpleNamespace
 
 import orjson
 import pytest
 
 from registry.domain import constants as c
 from registry.domain.core import Registry, RegistryRules, Renew
+from registry.domain.history import History
 from registry.domain.instances import DataCenterInfo, freeze
 from registry.domain.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
 from registry.runtime import snapshots
 from registry.runtime.node import build_node, reset_node
+from registry.runtime.sampler import take_sample
 from registry.runtime.snapshots import (
     FILE_NAME,
     FileStore,
@@ -419,6 +422,37 @@ def test_the_keeper_writes_a_snapshot_a_restarted_keeper_restores(tmp_path):
     assert second.restore() == 4 and restarted.size() == 4
     status = second.status(now[0])
     assert status["restored_instances"] == 4 and status["restored_snapshot_age_ms"] == 3 * SEC
+
+
+def test_the_consoles_history_is_saved_beside_the_map_and_restored(tmp_path):
+    now = [T0]
+    registry = fleet()
+    history = History(capacity=6, interval_ms=10 * SEC)
+    for _ in range(4):
+        now[0] += 10 * SEC
+        history.record(
+            take_sample(SimpleNamespace(registry=registry, cluster=None, remote_regions=None), now[0])
+        )
+    first = keeper(registry, FileStore(tmp_path / FILE_NAME), now)
+    first.history = history
+    assert first.write() is not None
+    assert decode(first.store.load())["history"] == orjson.loads(orjson.dumps(history.export()))
+
+    now[0] += 40 * SEC  # a minute's window at 10 s: three of the four samples are still in it
+    second = keeper(Registry(RegistryRules(**FAST), now[0]), first.store, now)
+    second.history = History(capacity=6, interval_ms=10 * SEC)
+    assert second.restore() == 4
+    assert second.history.samples() == history.samples()[1:]
+
+
+def test_a_snapshot_without_a_history_restores_the_map_and_an_empty_history(tmp_path):
+    now = [T0 + 7 * SEC]
+    store = FileStore(tmp_path / FILE_NAME)
+    assert keeper(fleet(), store, now).write() is not None
+    assert "history" not in decode(store.load())
+    second = keeper(Registry(RegistryRules(**FAST), now[0]), store, now)
+    second.history = History()
+    assert second.restore() == 4 and len(second.history) == 0
 
 
 def first_snapshot(tmp_path) -> tuple[list[int], Registry, FileStore, WarmRestart]:
