@@ -32,9 +32,9 @@ import orjson
 
 from registry.cache.pacing import PACER
 from registry.domain import constants as c
-from registry.domain.core import reconcile_hashcode
 from registry.domain.endpoints import Peer, Whitelist
 from registry.domain.instances import InstanceInfo
+from registry.domain.lease_map import reconcile_hashcode
 from registry.domain.leases import LeaseView
 from registry.wire.codecs import BadInput, build_instance, instances_in, parse_long
 

@@ -4,8 +4,10 @@ Every operation takes ``now`` (epoch milliseconds) from the caller and reads no 
 the rules are unit-tested with a fake clock. One lock guards all state; operations hold it for O(1)
 work, except the periodic jobs (eviction, recount) and the snapshot copies behind cache misses.
 
-``Registry`` keeps the lock, the map and the writes (register, renew, cancel, override, evict); what
-they also move lives in small classes it calls under that lock, each with its own tests: the map's
+``Registry`` keeps the lock, the map and the writes (register, renew, cancel, override, evict); its
+reads (``map_reads.py``) and a warm restart's export and restore (``saved_state.py``) are classes it
+inherits, so that this module holds the write rules alone. What the writes also move lives in small
+classes it calls under that lock, each with its own tests: the map's
 leases and counts (``lease_map.py``), the override map (``overrides.py``), the limits and status
 rules a write obeys (``write_rules.py``), the eviction run's pieces (``eviction.py``), the delta
 queue (``delta.py``), the self-preservation arithmetic (``preservation.py``), the console's counters
@@ -17,10 +19,8 @@ from __future__ import annotations
 import enum
 import random
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from . import constants as c
 from .changes import (
@@ -29,7 +29,6 @@ from .changes import (
     METADATA_CHANGED,
     REGISTERED,
     STATUS_CHANGED,
-    Change,
     ChangeLog,
 )
 from .config import RegistryRules
@@ -42,17 +41,17 @@ from .counters import (
     CAUSE_REGISTER,
     CAUSE_REREGISTER,
     Counters,
-    EventCounts,
-    RecentEvent,
 )
-from .delta import DeltaParts, DeltaQueue, changed_views
+from .delta import DeltaQueue
 from .eviction import Eviction, EvictionRun, scan_expired, still_expired
 from .instances import InstanceInfo, freeze
-from .lease_map import LeaseMap, group_by_app, reconcile_hashcode
-from .leases import Lease, LeaseView, expired_among
+from .lease_map import LeaseMap
+from .leases import Lease, LeaseView
+from .map_reads import SCAN_STEP, MapReads
 from .overrides import OverrideMap
-from .preservation import Preservation, SelfPreservation
-from .snapshot_format import Restored, SavedParts, SavedState, saved_header
+from .preservation import Preservation
+from .saved_state import SavedStateParts
+from .snapshot_format import Restored
 from .write_rules import RecordTooLarge, WriteLimits, copy_was_cancelled, resolve_status
 
 
@@ -62,28 +61,11 @@ class Renew(enum.Enum):
     CONFLICT = 409
 
 
-class RenewGaps(NamedTuple):
-    """A lease's recent stretches without renewal (``Lease.gaps``), for the console's instance page."""
-
-    gaps: tuple[tuple[int, int], ...]
-    last_renewal_ts: int
-    gap_after_ms: int
-
-
 @dataclass(frozen=True, slots=True)
 class RenewResult:
     outcome: Renew
     # The node's own copy, returned with a 409 so a replicating peer can adopt it.
     current: LeaseView | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Instances grouped by app plus the reconcile hashcode, all read under one lock acquisition."""
-
-    apps: list[tuple[str, list[LeaseView]]]
-    hashcode: str
-    version: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +104,7 @@ ChangeListener = Callable[[str, Iterable[str]], None]
 ReplicationListener = Callable[[ReplicationEvent], None]
 
 
-# Leases an eviction scan (or a snapshot's read of lease times) looks at between two turns given to
-# others (``Registry.pause``).
-EVICTION_SCAN_STEP = 2_000
-
-
-class Registry:
+class Registry(MapReads, SavedStateParts):
     """``app -> {instance id -> Lease}`` plus the state Eureka keeps beside it.
 
     ``on_change(app, vips)`` is called (under the lock, so it must be cheap) after every change that
@@ -159,6 +136,9 @@ class Registry:
         # Called between pieces of a long scan so that a server's event loop gets a turn (the node sets
         # its pacer's tick; nothing to do with threads, which the interpreter preempts).
         self.pause: Callable[[], None] = lambda: None
+        # Leases a long scan (eviction, the delta's views, a snapshot's lease times) looks at between
+        # two turns given to others (``pause``).
+        self.scan_step = SCAN_STEP
         # Expected clients, the renewal threshold and the renewals per minute (self-preservation).
         self._preservation = Preservation(config, now)
         # Every change, numbered, for the change feed and webhooks (registry/domain/changes.py).
@@ -203,24 +183,6 @@ class Registry:
     def start_up_sync_done(self) -> None:
         """The start-up sync has merged what its peers hold, or has given up: reads are served."""
         self.awaiting_sync = False
-
-    def self_preservation(self, now: int) -> SelfPreservation:
-        with self._lock:
-            return self._preservation.report(now)
-
-    def allows_reads(self, now: int) -> bool:
-        """Closed until the start-up sync is done (``await_start_up_sync``), then Eureka's read gate:
-        closed for a while after a startup sync that found no instances."""
-        return not self.awaiting_sync and self._preservation.allows_reads(now)
-
-    def overrides(self) -> dict[str, str]:
-        with self._lock:
-            return self._overrides.statuses()
-
-    def override_actor(self, instance_id: str) -> str | None:
-        """Who set the id's override (``Override.actor``); None when there is none."""
-        with self._lock:
-            return self._overrides.actor(instance_id)
 
     # ------------------------------------------------------------------------------- writes
 
@@ -550,7 +512,7 @@ class Registry:
         with self._lock:
             compensation = self._eviction.start(now, self.config.eviction_interval_ms)
             apps = self._map.app_names()
-        found = scan_expired(apps, self._leases_of, now, timing, compensation, EVICTION_SCAN_STEP, self.pause)
+        found = scan_expired(apps, self._leases_of, now, timing, compensation, self.scan_step, self.pause)
         with self._lock:
             expired = still_expired(found, self._map.get, now, timing, compensation)
             preservation = self._preservation
@@ -587,212 +549,6 @@ class Registry:
             self.changes.prune(now)
             return dropped
 
-    def changes_since(
-        self,
-        after_id: int,
-        limit: int,
-        apps: Iterable[str] | None = None,
-        actions: Iterable[str] | None = None,
-    ) -> list[Change]:
-        """``ChangeLog.since`` under the lock (raises ``TooOld``)."""
-        with self._lock:
-            return self.changes.since(after_id, limit, apps, actions)
-
-    def subscribe_changes(self, listener: Callable[[Change], None]) -> Callable[[], None]:
-        """Have ``listener`` called (under the lock: cheap, no I/O) for every change; returns the
-        function that stops it."""
-        with self._lock:
-            return self.changes.subscribe(listener)
-
-    # ------------------------------------------------------------------------- warm restart
-
-    def export_parts(self, now: int) -> SavedParts:
-        """What a snapshot saves, as references: the records by app, each lease's times (in the same
-        order), the overrides, the self-preservation numbers and the change log. Not the delta
-        queue: a restored node starts with an empty delta, whose hashcode is then the full
-        registry's.
-
-        Under the lock only each application's leases are listed, so a writer waits for a list copy
-        per application, not for the encoding (the snapshot writer's, registry/runtime/snapshots.py).
-        Each lease's record and times are read after the lock, with a turn for the event loop every
-        EVICTION_SCAN_STEP leases (``SavedParts.collect``): a lease renewed meanwhile is saved with
-        that renewal, which is newer than ``saved_at``, and as true; the set of leases and the
-        change log are as of the lock."""
-        with self._lock:
-            listed = self._map.listed()
-            preservation = self._preservation
-            header = saved_header(
-                now,
-                self._overrides.rows(),
-                preservation.expected_clients,
-                preservation.renews_threshold,
-                preservation.renews_last_minute(now),
-            )
-            last_change_id, changes = self.changes.copy()
-        return SavedParts.collect(header, listed, last_change_id, changes, EVICTION_SCAN_STEP, self.pause)
-
-    def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
-        """Take back what ``export_parts`` saved (warm restart); returns how many instances.
-
-        1. refuse (``BadSnapshot``) another format, a state older than ``max_age_ms``, or any part not
-           of the shape written: everything is parsed before the map is touched, so a refusal
-           leaves the node as it was (empty, at start-up);
-        2. leases keep their renewal times, so an instance that died before the restart expires
-           when it would have;
-        3. the node opens for traffic at once, counting the saved expected clients and carrying the
-           last minute's renews over, so self-preservation neither fires nor waits on the restart;
-        4. leases already expired at ``now`` are dropped, by eviction's rule (``expired_among``, with
-           the node's lease timing; none while those numbers put the node in self-preservation,
-           which evicts nothing), each taken off the expected clients as an eviction would: served
-           until the first eviction run, they listed instances whose clients had stopped renewing
-           (``Restored.expired`` counts them).
-
-        An instance the map already holds is kept as it is (it was written after the snapshot).
-        """
-        saved = SavedState.parse(state, now, max_age_ms)
-        with self._lock:
-            leases = [lease for lease in saved.leases if not self._map.holds(*_key_of(lease))]
-            preservation = self._preservation
-            preservation.restore(max(saved.expected_clients, len(leases)), saved.renews_last_minute, now)
-            expired: set[int] = set()
-            if preservation.lease_expiration_enabled(now):
-                timing = self.config.eureka_timing
-                pairs = [(None, lease) for lease in leases]
-                expired = {id(lease) for _, lease in expired_among(pairs, now, timing)}
-            dropped_ids = set()
-            restored = 0
-            for lease in leases:
-                if id(lease) in expired:
-                    dropped_ids.add(lease.instance.instance_id)
-                    preservation.client_removed()
-                    continue
-                self._map.put(lease)
-                restored += 1
-            for instance_id, status, last_access, actor in saved.overrides:
-                if instance_id not in dropped_ids:
-                    self._overrides.set_default(instance_id, status, last_access, actor)
-            self.changes.restore(saved.changes)
-            self.restored = Restored(restored, saved.saved_at, now, expired=len(expired))
-            return restored
-
-    # -------------------------------------------------------------------------------- reads
-
-    def snapshot(self) -> Snapshot:
-        """Every lease, including expired ones not yet evicted (as Eureka's full fetch)."""
-        timing = self.config.eureka_timing
-        with self._lock:
-            return Snapshot(self._map.views(timing), self._map.hashcode())
-
-    def instances(self) -> list[tuple[str, list[InstanceInfo]]]:
-        """Every instance record by app, expired or not: references only, so the lock is held for
-        one list per app (the console filters many of these per page view)."""
-        with self._lock:
-            return self._map.records()
-
-    def app_names(self) -> list[str]:
-        """Applications in the order a full snapshot lists them."""
-        with self._lock:
-            return self._map.app_names()
-
-    def snapshot_app(self, app: str) -> list[LeaseView]:
-        timing = self.config.eureka_timing
-        with self._lock:
-            return self._map.app_views(app, timing)
-
-    def snapshot_delta(self) -> Snapshot:
-        """Changed instances of the retention window with their *current* data, and the full-registry hash."""
-        parts = self.delta_parts({})
-        apps = [(app, parts.changed[app]) for app, _ in parts.outline]
-        return Snapshot(apps, parts.hashcode, parts.version)
-
-    def delta_parts(self, known: Mapping[str, int]) -> DeltaParts:
-        """The delta as ``snapshot_delta`` gives it, but with instances only for the apps whose part
-        changed since the versions in ``known`` (app -> version): one lock, one consistent delta.
-
-        Under the lock each changed lease is listed with its record, which is what the hashcode
-        counts (a status change replaces the record, so a record read later could disagree with
-        it). Its times are read after the lock, a turn for the event loop every EVICTION_SCAN_STEP
-        leases (``changed_views``): building every view under it held every heartbeat while a
-        whole fleet that had just registered was in the delta. A lease renewed meanwhile shows
-        that renewal, which is newer and as true."""
-        with self._lock:
-            outline, listed, version = self._delta.read(known)
-            hashcode = self._map.hashcode()
-        changed = changed_views(listed, self.config.eureka_timing, EVICTION_SCAN_STEP, self.pause)
-        return DeltaParts(outline, changed, hashcode, version)
-
-    def snapshot_vip(self, vip: str, secure: bool) -> Snapshot:
-        """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""
-        timing = self.config.eureka_timing
-        with self._lock:
-            views = self._map.vip_views(vip, secure, timing)
-        counts = Counter(view.instance.status for view in views)
-        return Snapshot(group_by_app(views), reconcile_hashcode(counts), -1)
-
-    def get_instance(self, app: str, instance_id: str, now: int) -> LeaseView | None:
-        with self._lock:
-            lease = self._visible_lease(app, instance_id, now)
-            return lease.view(self.config.eureka_timing) if lease is not None else None
-
-    def find_instance(self, instance_id: str, now: int) -> LeaseView | None:
-        """``GET instances/{id}``: the first app holding the id."""
-        with self._lock:
-            app = self._map.find(instance_id)
-            lease = self._visible_lease(app, instance_id, now) if app is not None else None
-            return lease.view(self.config.eureka_timing) if lease is not None else None
-
-    def lease(self, app: str, instance_id: str) -> tuple[LeaseView, str | None] | None:
-        """The lease and its recorded override, expired or not (the console's instance page)."""
-        with self._lock:
-            lease = self._map.get(app, instance_id)
-            if lease is None:
-                return None
-            return lease.view(self.config.eureka_timing), self._overrides.status(instance_id)
-
-    def renew_gaps(self, app: str, instance_id: str) -> RenewGaps | None:
-        """The lease's recent stretches without renewal, its last renewal (never Eureka's inflated
-        one) and how late a renewal counts as a gap; None without a lease."""
-        with self._lock:
-            lease = self._map.get(app, instance_id)
-            if lease is None:
-                return None
-            return RenewGaps(lease.gaps, lease.last_renewal_ts, lease.gap_after_ms)
-
-    def recent_events(self) -> tuple[list[RecentEvent], list[RecentEvent], list[RecentEvent]]:
-        """Copies of the registered, cancelled and override lists, oldest first."""
-        with self._lock:
-            return self._counters.recent()
-
-    def size(self) -> int:
-        return len(self._map)
-
-    def event_counts(self) -> EventCounts:
-        """Cumulative counts of writes, evictions and prevented evictions since the map was made."""
-        with self._lock:
-            return self._counters.counts()
-
-    def stats(self, now: int) -> dict:
-        """Numbers the status console and /status show."""
-        preservation = self._preservation
-        with self._lock:
-            return {
-                "instances": len(self._map),
-                "applications": self._map.app_count(),
-                "expected_clients": preservation.expected_clients,
-                "renews_threshold": preservation.renews_threshold,
-                "renews_last_minute": preservation.renews_last_minute(now),
-                "lease_expiration_enabled": preservation.lease_expiration_enabled(now),
-                "self_preservation_enabled": self.config.enable_self_preservation,
-                "delta_queue_length": len(self._delta),
-                "overrides": len(self._overrides),
-                "status_counts": self._map.status_counts(),
-                "start_ts": preservation.start_ts,
-            }
-
 
 def _vips_of(instance: InstanceInfo) -> tuple[str, ...]:
     return tuple(vip for vip in (instance.vip_address, instance.secure_vip_address) if vip)
-
-
-def _key_of(lease: Lease) -> tuple[str, str]:
-    return lease.instance.app, lease.instance.instance_id

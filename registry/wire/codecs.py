@@ -20,9 +20,9 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
 from registry.domain import constants as c
-from registry.domain.core import Snapshot
 from registry.domain.instances import DataCenterInfo, InstanceInfo, data_center_info, freeze, shared
 from registry.domain.leases import LeaseView
+from registry.domain.map_reads import Snapshot
 
 JSON = "json"
 XML = "xml"

@@ -52,9 +52,11 @@ from registry.cache.response_cache import (
     Pieces,
     deflate_chunk,
 )
-from registry.domain.core import Registry, Snapshot, reconcile_hashcode
+from registry.domain.core import Registry
 from registry.domain.jsonbytes import dumps_to_keep
+from registry.domain.lease_map import reconcile_hashcode
 from registry.domain.leases import LeaseView
+from registry.domain.map_reads import Snapshot
 from registry.wire.codecs import JSON, application_dict, applications_dict, instance_dict, render
 
 AppViews = list[tuple[str, list[LeaseView]]]

@@ -7,8 +7,9 @@ import random
 import pytest
 
 from registry.domain import constants as c
-from registry.domain.core import Registry, RegistryRules, Renew, reconcile_hashcode
+from registry.domain.core import Registry, RegistryRules, Renew
 from registry.domain.instances import InstanceInfo
+from registry.domain.lease_map import reconcile_hashcode
 from registry.domain.leases import Lease, MeasuredRate, expired_among, views_of
 from registry.domain.write_rules import LimitExceeded, RegistryFull
 
@@ -356,11 +357,9 @@ def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
     assert registry.run_eviction(T0 + 380 * SEC).evicted == [("ORDERS", "host0:orders:8080")]
 
 
-def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile(monkeypatch):
-    import registry.domain.core as core
-
-    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
+def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile():
     registry, _ = make_registry(enable_self_preservation=False)
+    registry.scan_step = 3
     fill(registry, 10, T0)
     late = T0 + 100 * SEC
     turns = []
@@ -380,12 +379,10 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
 
 
 def ten_leases_read_in_steps_of_three(monkeypatch, meanwhile) -> tuple[Registry, list]:
-    """A registry of 10 leases whose long reads (EVICTION_SCAN_STEP) turn every 3 leases, running
+    """A registry of 10 leases whose long reads (``scan_step``) turn every 3 leases, running
     ``meanwhile(registry)`` at each turn as the event loop would serve a write; the list counts turns."""
-    import registry.domain.core as core
-
-    monkeypatch.setattr(core, "EVICTION_SCAN_STEP", 3)
     registry, _ = make_registry()
+    registry.scan_step = 3
     fill(registry, 10, T0)
     turns = []
 
