@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "churn_stall": ("churn_stall.py", "Heartbeats under churn"),
     "console_page": ("console_page.py", "Console pages with 10,000 instances"),
     "feed_cost": ("feed_cost.py", "Change feed cost"),
+    "history_cost": ("setting_cost.py", "Console history cost"),
     "health_round": ("health_round.py", "Health checks"),
     "junk_names": ("junk_names.py", "Junk names"),
     "memory_cost": ("memory_cost.py", "Memory at 100,000 instances"),
@@ -39,6 +40,14 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "soak": ("soak.py", "Soak"),
     "stack_eviction": ("stack_eviction.py", "Eviction on a running stack"),
     "warm_restart": ("warm_restart.py", "Warm restart"),
+}
+
+# Benchmarks that are another's script with arguments of their own, put before the caller's.
+PRESETS: dict[str, list[str]] = {
+    "history_cost": [
+        *("--a", "EUREKA_DASHBOARD_HISTORY_INTERVAL_MS=0"),
+        *("--b", "EUREKA_DASHBOARD_HISTORY_INTERVAL_MS=10000"),
+    ],
 }
 
 # Scripts that a listed benchmark runs, not run on their own: file -> benchmark name.
@@ -69,6 +78,7 @@ def usage() -> str:
 
 def command(name: str, args: list[str]) -> list[str]:
     file = BENCH / BENCHMARKS[name][0]
+    args = [*PRESETS.get(name, []), *args]
     if file.suffix == ".sh":
         return ["bash", str(file), *args]
     return [sys.executable, str(file), *args]
