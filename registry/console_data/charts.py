@@ -9,7 +9,7 @@ alone, and each chart carries a table of the same numbers for screen readers and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -331,42 +331,69 @@ def writes_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart:
 PEER_STYLES = ("line-solid", "line-dashed", "line-dotted", "line-dashdot")
 
 
+def _line_per_name(
+    chart: Chart,
+    taken: list[Sample],
+    now: int,
+    tz: tzinfo,
+    names: list[str],
+    read: Callable[[Sample, str], float | None],
+    missing: str = "",
+) -> Chart:
+    """One line a name (a peer, a region), each in its own dash pattern: ``read(sample, name)`` is the
+    name's value in a sample, None where it has none (no point, and ``missing`` in the table)."""
+    per_name = {name: [(s.at_ms, v) for s in taken if (v := read(s, name)) is not None] for name in names}
+    frame = Frame.of(taken, now, _top(v for values in per_name.values() for _, v in values))
+    _axes(chart, frame, tz)
+    for index, name in enumerate(names):
+        values = per_name[name]
+        if values:
+            style = PEER_STYLES[index % len(PEER_STYLES)]
+            chart.lines.append(Line(name, name, style, frame.path(values), len(values), values[-1][1]))
+    chart.columns = ["Time", *names]
+    chart.rows = [
+        [
+            _seconds_clock(s.at_ms, tz),
+            *(missing if (v := read(s, name)) is None else f"{v:g}" for name in names),
+        ]
+        for s in taken
+    ]
+    return chart
+
+
 def peers_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:
     """Per peer, the replication queue's length and its oldest item's age; [] without peers."""
     taken = _recent(samples, now)
     urls = sorted({peer.url for s in taken for peer in s.peers})
     if not urls:
         return []
-    charts = []
-    for key, title, attribute, unit in (
-        ("peer-queue", "Replication queue per peer (items)", "queued", 1),
-        ("peer-lag", "Replication lag per peer (oldest queued item, seconds)", "lag_ms", 1000),
-    ):
-        chart = Chart(key, title, "One line a peer, each in its own dash pattern.")
-        per_peer = {
-            url: [(s.at_ms, getattr(p, attribute) / unit) for s in taken for p in s.peers if p.url == url]
-            for url in urls
-        }
-        frame = Frame.of(taken, now, _top(v for values in per_peer.values() for _, v in values))
-        _axes(chart, frame, tz)
-        for index, url in enumerate(urls):
-            values = per_peer[url]
-            if values:
-                style = PEER_STYLES[index % len(PEER_STYLES)]
-                chart.lines.append(Line(url, url, style, frame.path(values), len(values), values[-1][1]))
-        chart.columns = ["Time", *urls]
-        chart.rows = [
-            [
-                _seconds_clock(s.at_ms, tz),
-                *(
-                    next((f"{getattr(p, attribute) / unit:g}" for p in s.peers if p.url == url), "")
-                    for url in urls
-                ),
-            ]
-            for s in taken
-        ]
-        charts.append(chart)
-    return charts
+
+    def reader(attribute: str, unit: int) -> Callable[[Sample, str], float | None]:
+        def read(sample: Sample, url: str) -> float | None:
+            found = next((peer for peer in sample.peers if peer.url == url), None)
+            return None if found is None else getattr(found, attribute) / unit
+
+        return read
+
+    summary = "One line a peer, each in its own dash pattern."
+    return [
+        _line_per_name(
+            Chart("peer-queue", "Replication queue per peer (items)", summary),
+            taken,
+            now,
+            tz,
+            urls,
+            reader("queued", 1),
+        ),
+        _line_per_name(
+            Chart("peer-lag", "Replication lag per peer (oldest queued item, seconds)", summary),
+            taken,
+            now,
+            tz,
+            urls,
+            reader("lag_ms", 1000),
+        ),
+    ]
 
 
 def regions_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart | None:
@@ -375,46 +402,17 @@ def regions_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart | No
     names = sorted({region.region for s in taken for region in s.regions})
     if not names:
         return None
+
+    def age(sample: Sample, name: str) -> float | None:
+        found = next((region for region in sample.regions if region.region == name), None)
+        return None if found is None or found.age_ms is None else found.age_ms / 1000
+
     chart = Chart(
         "regions",
         "Remote regions: age of the last successful fetch (seconds)",
         "One line a region, each in its own dash pattern; a gap: never fetched yet.",
     )
-    per_region = {
-        name: [
-            (s.at_ms, r.age_ms / 1000)
-            for s in taken
-            for r in s.regions
-            if r.region == name and r.age_ms is not None
-        ]
-        for name in names
-    }
-    frame = Frame.of(taken, now, _top(v for values in per_region.values() for _, v in values))
-    _axes(chart, frame, tz)
-    for index, name in enumerate(names):
-        values = per_region[name]
-        if values:
-            style = PEER_STYLES[index % len(PEER_STYLES)]
-            chart.lines.append(Line(name, name, style, frame.path(values), len(values), values[-1][1]))
-    chart.columns = ["Time", *names]
-    chart.rows = [
-        [
-            _seconds_clock(s.at_ms, tz),
-            *(
-                next(
-                    (
-                        "never" if r.age_ms is None else f"{r.age_ms / 1000:g}"
-                        for r in s.regions
-                        if r.region == name
-                    ),
-                    "",
-                )
-                for name in names
-            ),
-        ]
-        for s in taken
-    ]
-    return chart
+    return _line_per_name(chart, taken, now, tz, names, age, missing="never")
 
 
 def node_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:

@@ -10,6 +10,7 @@ from typing import Protocol
 from registry.cache.response_cache import ResponseCache
 from registry.domain.core import Registry
 from registry.runtime.gc_policy import GcPolicy
+from registry.runtime.sampler import take_sample
 from registry.runtime.schedule import LOCAL_JOBS
 from registry.runtime.state_log import StateLog
 
@@ -70,8 +71,6 @@ def sample_history(node: JobTarget, now: int) -> object:
     history = getattr(node, "history", None)
     if history is None:
         return None
-    from registry.runtime.sampler import take_sample
-
     trail = getattr(node, "status_trail", None)
     if trail is not None:
         trail.prune(now)

@@ -7,8 +7,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -137,3 +139,25 @@ def clients(console) -> Iterator[dict[str, str]]:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@contextmanager
+def launched(chromium: str) -> Iterator[Any]:
+    """Headless Chromium driven through Playwright's synchronous API (a dev dependency)."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is a dev dependency: make install"
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium) -> Iterator[Any]:
+    """One Chromium for a test module's pages."""
+    with launched(chromium) as browser:
+        yield browser

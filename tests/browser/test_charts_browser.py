@@ -13,12 +13,11 @@ Screenshots go to var/screenshots/browser/ (charts-*.png) for a person to look a
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from tests.browser.conftest import CHROMIUM_ARGS, SCREENSHOTS
+from tests.browser.conftest import SCREENSHOTS, launched
 from tests.dashboard.scripted_hour import live_through_an_hour
 from tests.factories import instance_body
 from tests.interop.conftest import free_port, running_server, wait_until
@@ -30,27 +29,10 @@ playwright_api = pytest.importorskip(
 )
 
 
-@contextmanager
-def launched(chromium: str):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 @pytest.fixture
 def browser_on_live_server(transactional_db, live_server, chromium):
     """Chromium started after the test database and Django's live server: Playwright's synchronous API
     runs an event loop in this thread, and Django refuses database set-up inside one."""
-    with launched(chromium) as browser:
-        yield browser
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
     with launched(chromium) as browser:
         yield browser
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from tests.browser.conftest import ADMIN_USER, CHROMIUM_ARGS, SCREENSHOTS
+from tests.browser.conftest import ADMIN_USER, SCREENSHOTS
 from tests.factories import instance_body
 from tests.interop.conftest import wait_until
 
@@ -21,17 +21,6 @@ pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is a dev dependency: make install"
 )
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def shot(page, name: str) -> None:
