@@ -100,13 +100,25 @@ class EurekaView(APIView):
     def dispatch(self, request, *args, **kwargs):
         # Latency per protocol operation for GET /metrics, authentication and refusals included.
         observe = request_timer(request)
-        if observe is None:
-            return super().dispatch(request, *args, **kwargs)
         started = perf_counter()
         try:
             return super().dispatch(request, *args, **kwargs)
         finally:
-            observe(perf_counter() - started)
+            if observe is not None:
+                observe(perf_counter() - started)
+            self.let_go()
+
+    def let_go(self) -> None:
+        """Cut the reference cycles Django and DRF leave each request in, once its answer is made:
+        the view holds its request and response, DRF's request holds the view and itself in its
+        parser context, Django binds ``head`` to the view. Without them the request (its body
+        included) is freed as soon as the server drops it, not by the cyclic collector, and never
+        waits in the objects the GC policy froze (registry/runtime/gc_policy.py) for the next full
+        collection. The answer itself does not need the view any more."""
+        drf_request = self.__dict__.get("request")
+        if drf_request is not None:
+            drf_request.parser_context = None
+        self.__dict__.clear()
 
 
 def _status_param(value: str | None, required: bool) -> str | None:
