@@ -1,8 +1,9 @@
 """Issue 44, item 6 on live nodes (gunicorn and granian): a client cannot fill the disk with log lines.
 
 With ALLOWED_HOSTS set, Django logged a traceback for every request with a bad Host outside /eureka/
-(18.5 MB in 15 s), gunicorn a line for every malformed request (7.9 MB in 15 s), and Django a warning
-for every failed CSRF check. Here a node gets thousands of each; its log grows by a handful of lines,
+(18.5 MB in 15 s), gunicorn a line for every malformed request (7.9 MB in 15 s), Django a warning
+for every failed CSRF check, and the node a line for every replication batch with a refused item.
+Here a node gets hundreds or thousands of each; its log grows by a handful of lines,
 at most one per kind each EUREKA_REFUSAL_LOG_INTERVAL_SECONDS (short here: 2 s), and those lines
 together count every refused request. /metrics counts them too. The bench's attack is
 bench/attacks.py "log-flood".
@@ -48,7 +49,8 @@ MALFORMED_REQUESTS = [
     b"GET /" + b"a" * 9_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
 ]
-MORE = re.compile(r"\((\d+) more since the last such line\)")
+MORE = re.compile(r"\((\d+) more (?:such batches )?since the last such line\)")
+BAD_BATCHES = 500
 
 
 @pytest.fixture(scope="module", params=["gunicorn", "granian"])
@@ -60,10 +62,16 @@ def node(request, tmp_path_factory) -> Iterator[LiveServer]:
         yield server
 
 
-def request_bytes(method: str, path: str, host: str, body: bytes = b"", headers: str = "") -> bytes:
-    head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}"
+def request_bytes(
+    method: str,
+    path: str,
+    host: str,
+    body: bytes = b"",
+    content_type: str = "application/x-www-form-urlencoded",
+) -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
     if body or method == "POST":
-        head += f"Content-Length: {len(body)}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        head += f"Content-Length: {len(body)}\r\nContent-Type: {content_type}\r\n"
     return head.encode() + b"\r\n" + body
 
 
@@ -127,6 +135,14 @@ def csrf_failure(port: int) -> bytes:
     return request_bytes("POST", "/admin/login/", f"127.0.0.1:{port}", b"username=a&password=b")
 
 
+def bad_batch(port: int) -> bytes:
+    """A replication batch whose one item is refused (with API accounts off, anyone may send one)."""
+    body = b'{"replicationList": [{"action": "Cancel"}]}'
+    return request_bytes(
+        "POST", "/eureka/peerreplication/batch", f"127.0.0.1:{port}", body, "application/json"
+    )
+
+
 def refusals_counted(lines: list[str], marker: str) -> tuple[int, int]:
     """How many lines name ``marker``, and how many refusals they stand for together."""
     matching = [line for line in lines if marker in line]
@@ -153,11 +169,14 @@ def test_a_flood_of_refused_requests_grows_the_log_by_a_few_lines_that_count_the
     assert statuses == [403] * CSRF_FAILURES
     statuses = send_malformed(port, MALFORMED)
     assert all(400 <= status < 500 for status in statuses), sorted(set(statuses))
+    statuses = send_on_kept_alive_connections(port, [bad_batch(port)] * BAD_BATCHES)
+    assert statuses == [200] * BAD_BATCHES
     flood_s = time.monotonic() - started
 
     # One more of each once the interval has passed: its line counts everything held back before it.
     time.sleep(INTERVAL_S + 0.5)
-    assert sorted(send_on_kept_alive_connections(port, [bad_host(port, 0), csrf_failure(port)])) == [400, 403]
+    last = send_on_kept_alive_connections(port, [bad_host(port, 0), csrf_failure(port), bad_batch(port)])
+    assert sorted(last) == [200, 400, 403]
     assert 400 <= send_malformed(port, 1)[0] < 500
     time.sleep(0.5)  # the node's last lines written
 
@@ -165,7 +184,7 @@ def test_a_flood_of_refused_requests_grows_the_log_by_a_few_lines_that_count_the
     lines = grown.splitlines()
     # At most one line per kind and interval (and the closing one), whatever the number of requests.
     per_kind = int(flood_s / INTERVAL_S) + 3
-    kinds = 3 if node.kind == "gunicorn" else 2
+    kinds = 4 if node.kind == "gunicorn" else 3
     assert len(lines) <= per_kind * kinds, f"{len(lines)} lines, {len(grown)} bytes:\n{grown[:2000]}"
     assert len(grown) < 400 * per_kind * kinds and "Traceback" not in grown
     # The lines count every refused request.
@@ -174,6 +193,8 @@ def test_a_flood_of_refused_requests_grows_the_log_by_a_few_lines_that_count_the
     assert "refused with 400: Invalid HTTP_HOST header: 'evil-" in grown
     csrf_lines, csrfs = refusals_counted(lines, "django.security.csrf")
     assert 2 <= csrf_lines <= per_kind and csrfs == CSRF_FAILURES + 1
+    batch_lines, batches = refusals_counted(lines, "items refused (Cancel 1)")
+    assert 2 <= batch_lines <= per_kind and batches == BAD_BATCHES + 1
     malformed_lines, malformed = refusals_counted(lines, "Invalid request from ip=")
     if node.kind == "gunicorn":
         assert 2 <= malformed_lines <= per_kind and malformed == MALFORMED + 1
