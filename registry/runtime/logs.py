@@ -6,6 +6,11 @@ through the same configuration (``eureka_site/celery.py`` answers Celery's ``set
 so Celery does not replace the root handler with its own), and gunicorn's own lines (start, stop,
 worker errors) go through it too (``use_for_gunicorn``, from ``deploy/gunicorn.conf.py``).
 
+Lines a client can cause at will, one per request it sends (Django's ``django.security.*`` lines,
+gunicorn's malformed requests), pass ``RefusalLinesFilter`` on the one handler: at most one per kind
+an interval, with a count (the node's own refusal lines are cut where they are written, by the same
+``registry/domain/refusals.py``).
+
 A JSON line holds ``timestamp`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
 ``message``, the exception if any (``exc_info``) and the record's ``extra`` fields: the registry's
 state-change lines carry ``event`` and their facts (``instances``, ``peer``, ``renews_last_minute``...).
