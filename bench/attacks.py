@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import multiprocessing
 import os
@@ -293,6 +294,97 @@ def quiet(port: int, seconds: float) -> dict:
 
 
 add(Attack("baseline", quiet, duration_s=20.0))
+
+
+# ---- 5. re-registration churn ----
+
+CHURN_IDS = 1_000  # the same instances, registered again and again
+CHURN_BATCH_CONNECTIONS = 2  # kept-alive connections posting batches back to back
+CHURN_REGISTER_CONNECTIONS = 4  # kept-alive connections posting registrations back to back
+# Past the delta's retention (180 s) and the prune job's interval (30 s) after it: what is left then
+# is what the node keeps for good.
+CHURN_SETTLE_S = 215.0
+
+
+def _post_loop(port: int, source: str, deadline: float, posts: Callable[[int], tuple[str, bytes]]) -> Counter:
+    """POSTs ``posts(n)`` (path, JSON body) back to back on one kept-alive connection from ``source``
+    until ``deadline``; the answers' status codes, counted."""
+    answers: Counter = Counter()
+    connection = None
+    sent = 0
+    while time.monotonic() < deadline:
+        if connection is None:
+            connection = http.client.HTTPConnection(HOST, port, timeout=30, source_address=(source, 0))
+        path, body = posts(sent)
+        sent += 1
+        try:
+            connection.request("POST", path, body, {"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            answer.read()
+            answers[str(answer.status)] += 1
+        except (OSError, http.client.HTTPException) as error:
+            answers[type(error).__name__] += 1
+            connection.close()
+            connection = None
+    if connection is not None:
+        connection.close()
+    return answers
+
+
+def _in_threads(
+    port: int, seconds: float, connections: int, posts: Callable[[int], tuple[str, bytes]]
+) -> Counter:
+    deadline = time.monotonic() + seconds
+    results: list[Counter] = []
+    threads = [
+        threading.Thread(
+            target=lambda n=n: results.append(_post_loop(port, f"127.0.0.{2 + n}", deadline, posts)),
+            daemon=True,
+        )
+        for n in range(connections)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 60)
+    return sum(results, Counter())
+
+
+def churn_batch(port: int, seconds: float) -> dict:
+    """1,000-item Register batches of the same 1,000 instances, back to back.
+
+    Posted to ``/eureka/peerreplication/batch`` (open to anyone with API accounts off, the default) on
+    two kept-alive connections from 127.0.0.2-3. Every item registers an instance again; each write
+    once stayed in the change log and the delta queue for their whole retention, and RSS grew by
+    gigabytes and stayed there (issue 44, item 5)."""
+    body = orjson.dumps({"replicationList": [extra_instance(n) for n in range(CHURN_IDS)]})
+    answers = _in_threads(
+        port, seconds, CHURN_BATCH_CONNECTIONS, lambda n: ("/eureka/peerreplication/batch", body)
+    )
+    done = answers.get("200", 0)
+    return {
+        "batches answered": dict(answers),
+        "registrations": done * CHURN_IDS,
+        "registrations/s": round(done * CHURN_IDS / seconds),
+    }
+
+
+def churn_register(port: int, seconds: float) -> dict:
+    """``POST /eureka/apps/{app}`` re-registrations of the same 1,000 instances, as fast as possible.
+
+    What any client (a ``client`` account with API accounts on) may send: four kept-alive connections
+    from 127.0.0.2-5 registering the 1,000 instances again and again, in turn."""
+    bodies = []
+    for n in range(CHURN_IDS):
+        item = extra_instance(n)
+        bodies.append((f"/eureka/apps/{item['appName']}", orjson.dumps({"instance": item["instanceInfo"]})))
+    answers = _in_threads(port, seconds, CHURN_REGISTER_CONNECTIONS, lambda n: bodies[n % CHURN_IDS])
+    done = answers.get("204", 0)
+    return {"registrations answered": dict(answers), "registrations/s": round(done / seconds)}
+
+
+add(Attack("churn-batch", churn_batch, duration_s=60.0, settle_s=CHURN_SETTLE_S))
+add(Attack("churn-register", churn_register, duration_s=60.0, settle_s=CHURN_SETTLE_S))
 
 
 # ---- 6. log floods ----
