@@ -166,6 +166,14 @@ class ChangeLog:
             kept = self._by_app[key] = deque()
         kept.append(change)
         self._newest[change.instance_id] = change
+        self._trim_front()
+
+    def _trim_front(self) -> None:
+        """Superseded entries at the front go at once (in a loop the oldest entry is often the one a
+        repeat superseded): the oldest entry kept is always one a reader reads (``oldest_id``)."""
+        entries, superseded = self._entries, self._superseded
+        while entries and entries[0].id in superseded:
+            self._drop_oldest()
 
     def _drop_oldest(self) -> Change:
         """Take the oldest entry out of the log (retention, capacity)."""
@@ -204,6 +212,7 @@ class ChangeLog:
         while entries and now - entries[0].timestamp > self.retention_ms:
             self._drop_oldest()
             dropped += 1
+        self._trim_front()
         return dropped
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -265,8 +274,8 @@ class ChangeLog:
         return itertools.islice(entries, low, None)
 
     def oldest_id(self) -> int | None:
-        superseded = self._superseded
-        return next((change.id for change in self._entries if change.id not in superseded), None)
+        # Never a superseded entry (``_trim_front``).
+        return self._entries[0].id if self._entries else None
 
     def __len__(self) -> int:
         return len(self._entries) - len(self._superseded)

@@ -252,6 +252,7 @@ def test_repeats_read_as_the_log_they_leave_through_compaction_and_capacity():
     # the superseded ones were compacted away; the capacity was never reached.
     assert log.since(T0 * IDS_PER_MS, 100) == sorted(kept.values(), key=lambda ch: ch.id)
     assert len(log) == 5
+    assert log.oldest_id() == min(ch.id for ch in kept.values()), "the oldest entry kept is one read"
     assert [ch.id for ch in log.since(T0 * IDS_PER_MS, 100, apps=["a"])] == [ch.id for ch in kept.values()]
     fresh = [log.append(T0 + 500, "B", f"b-{k}", REGISTERED, None, c.UP) for k in range(50)]
     assert log.since(fresh[0].id - 1, 100) == fresh, "capacity: the oldest went first"
