@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
 import json
 import multiprocessing
 import os
@@ -300,54 +299,66 @@ add(Attack("baseline", quiet, duration_s=20.0))
 
 CHURN_IDS = 1_000  # the same instances, registered again and again
 CHURN_BATCH_CONNECTIONS = 2  # kept-alive connections posting batches back to back
-CHURN_REGISTER_CONNECTIONS = 4  # kept-alive connections posting registrations back to back
+CHURN_REGISTER_CONNECTIONS = 8  # kept-alive connections posting registrations back to back
 # Past the delta's retention (180 s) and the prune job's interval (30 s) after it: what is left then
 # is what the node keeps for good.
 CHURN_SETTLE_S = 215.0
 
 
-def _post_loop(port: int, source: str, deadline: float, posts: Callable[[int], tuple[str, bytes]]) -> Counter:
-    """POSTs ``posts(n)`` (path, JSON body) back to back on one kept-alive connection from ``source``
-    until ``deadline``; the answers' status codes, counted."""
-    answers: Counter = Counter()
-    connection = None
+def _post(path: str, port: int, body: bytes) -> bytes:
+    """A POST of a JSON body on a kept-alive connection."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _answer_code(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (a body of Content-Length bytes, or none): its status."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.lower().split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            await reader.readexactly(int(line[15:]))
+    return head.split(b" ", 2)[1]
+
+
+async def _keep_posting(
+    port: int, source: str, deadline: float, posts: list[bytes], answers: Counter
+) -> None:
+    """``posts`` in turn, each as soon as the one before was answered, on one kept-alive connection
+    from ``source`` (a new one if the node closes it) until ``deadline``."""
     sent = 0
     while time.monotonic() < deadline:
-        if connection is None:
-            connection = http.client.HTTPConnection(HOST, port, timeout=30, source_address=(source, 0))
-        path, body = posts(sent)
-        sent += 1
         try:
-            connection.request("POST", path, body, {"Content-Type": "application/json"})
-            answer = connection.getresponse()
-            answer.read()
-            answers[str(answer.status)] += 1
-        except (OSError, http.client.HTTPException) as error:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
             answers[type(error).__name__] += 1
-            connection.close()
-            connection = None
-    if connection is not None:
-        connection.close()
-    return answers
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                writer.write(posts[sent % len(posts)])
+                sent += 1
+                answers[(await asyncio.wait_for(_answer_code(reader), 30)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
 
 
-def _in_threads(
-    port: int, seconds: float, connections: int, posts: Callable[[int], tuple[str, bytes]]
-) -> Counter:
-    deadline = time.monotonic() + seconds
-    results: list[Counter] = []
-    threads = [
-        threading.Thread(
-            target=lambda n=n: results.append(_post_loop(port, f"127.0.0.{2 + n}", deadline, posts)),
-            daemon=True,
+def _churn(port: int, seconds: float, connections: int, posts: list[bytes]) -> Counter:
+    async def attack() -> Counter:
+        deadline = time.monotonic() + seconds
+        answers: Counter = Counter()
+        await asyncio.gather(
+            *(
+                _keep_posting(port, f"127.0.0.{2 + n % 4}", deadline, posts, answers)
+                for n in range(connections)
+            )
         )
-        for n in range(connections)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(seconds + 60)
-    return sum(results, Counter())
+        return answers
+
+    return asyncio.run(attack())
 
 
 def churn_batch(port: int, seconds: float) -> dict:
@@ -358,8 +369,8 @@ def churn_batch(port: int, seconds: float) -> dict:
     once stayed in the change log and the delta queue for their whole retention, and RSS grew by
     gigabytes and stayed there (issue 44, item 5)."""
     body = orjson.dumps({"replicationList": [extra_instance(n) for n in range(CHURN_IDS)]})
-    answers = _in_threads(
-        port, seconds, CHURN_BATCH_CONNECTIONS, lambda n: ("/eureka/peerreplication/batch", body)
+    answers = _churn(
+        port, seconds, CHURN_BATCH_CONNECTIONS, [_post("/eureka/peerreplication/batch", port, body)]
     )
     done = answers.get("200", 0)
     return {
@@ -372,15 +383,18 @@ def churn_batch(port: int, seconds: float) -> dict:
 def churn_register(port: int, seconds: float) -> dict:
     """``POST /eureka/apps/{app}`` re-registrations of the same 1,000 instances, as fast as possible.
 
-    What any client (a ``client`` account with API accounts on) may send: four kept-alive connections
+    What any client (a ``client`` account with API accounts on) may send: eight kept-alive connections
     from 127.0.0.2-5 registering the 1,000 instances again and again, in turn."""
-    bodies = []
+    posts = []
     for n in range(CHURN_IDS):
         item = extra_instance(n)
-        bodies.append((f"/eureka/apps/{item['appName']}", orjson.dumps({"instance": item["instanceInfo"]})))
-    answers = _in_threads(port, seconds, CHURN_REGISTER_CONNECTIONS, lambda n: bodies[n % CHURN_IDS])
-    done = answers.get("204", 0)
-    return {"registrations answered": dict(answers), "registrations/s": round(done / seconds)}
+        body = orjson.dumps({"instance": item["instanceInfo"]})
+        posts.append(_post(f"/eureka/apps/{item['appName']}", port, body))
+    answers = _churn(port, seconds, CHURN_REGISTER_CONNECTIONS, posts)
+    return {
+        "registrations answered": dict(answers),
+        "registrations/s": round(answers.get("204", 0) / seconds),
+    }
 
 
 add(Attack("churn-batch", churn_batch, duration_s=60.0, settle_s=CHURN_SETTLE_S))
