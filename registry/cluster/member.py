@@ -29,7 +29,7 @@ from registry.cluster.discovery import PeerDiscovery, PeerResolver
 from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
-from registry.cluster.transport import PeerTransport
+from registry.cluster.transport import PeerTransport, peer_transport
 from registry.domain.core import Registry
 from registry.domain.endpoints import Peer, peer_hostname
 
@@ -80,11 +80,7 @@ class ClusterMember:
         # Lookups change the peers from their own thread; one change at a time.
         self._peers_lock = threading.Lock()
         self._redis_client = redis_client
-        self.transport = transport or PeerTransport(
-            timeout_s=config.cluster.peer_timeout_ms / 1000,
-            max_answer_bytes=config.cluster.peer_max_answer_bytes,
-            total_timeout_s=config.cluster.peer_total_timeout_ms / 1000,
-        )
+        self.transport = transport or peer_transport(config)
         capacity = config.cluster.replication_queue_size
         self.production = redis_client is not None and kick is not None
         # Production mode: a drain as soon as a peer the workers found down answers again.

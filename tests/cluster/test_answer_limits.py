@@ -34,6 +34,7 @@ from registry.domain.config import parse_config
 from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer, Whitelist
 from tests.cluster.hostile_remote import HostileRemote, gzip_bomb, registry_document
+from tests.cluster.test_remote_regions import LIMITS as REGION_LIMITS
 from tests.cluster.test_remote_regions import FakeRemote, remote_instance
 from tests.cluster.test_replication import FetchingTransport
 
@@ -143,7 +144,13 @@ def region_transport(**limits) -> RegionHttpTransport:
 
 
 def peer_transport(**limits) -> PeerTransport:
-    return PeerTransport(2.0, **{"max_answer_bytes": MIB, "total_timeout_s": 5.0, **limits})
+    defaults = {
+        "max_answer_bytes": MIB,
+        "total_timeout_s": 5.0,
+        "max_answer_instances": 100_000,
+        "max_record_bytes": 262_144,
+    }
+    return PeerTransport(2.0, **{**defaults, **limits})
 
 
 def test_a_region_answering_a_gzip_bomb_fails_the_fetch_naming_the_setting(remote):
@@ -225,7 +232,9 @@ def test_a_region_over_the_limits_keeps_its_last_registry_and_is_not_fetched_who
     west = FakeRemote()
     west.add(remote_instance("PAYMENTS", "10.2.0.1"))
     transport = DeltaOverLimit(west)
-    regions = RemoteRegions({"us-west": "http://w1:8761/eureka/"}, Whitelist(), transport, clock)
+    regions = RemoteRegions(
+        {"us-west": "http://w1:8761/eureka/"}, Whitelist(), transport, clock, limits=REGION_LIMITS
+    )
     regions.fetch("us-west")
     regions.fetch("us-west")
     # A full fetch would be larger still: the failing delta ends the fetch.
