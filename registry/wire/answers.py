@@ -13,8 +13,9 @@ for as long as it takes. So such a document is never parsed whole:
    refused (``AnswerOverLimit``), so that no part of it is applied;
 4. a record larger than ``max_record_bytes`` (its names and texts, and one for every other value) is
    built no further and handed over as ``TOO_LARGE``;
-5. every ``STEP_EVENTS`` events ``tick`` is called (``PACER.tick``: under gevent the event loop gets a
-   turn once a slice of a few milliseconds is used up).
+5. every ``STEP_EVENTS`` events ``tick`` is called (``PACER.tick`` unless given: under gevent the
+   event loop gets a turn once a slice of a few milliseconds is used up; under granian the parser's
+   C calls are short, so the interpreter hands the GIL to the request threads between them).
 
 A body that is not JSON is ``AnswerUnreadable``. Plain Python, no Django.
 """
@@ -135,7 +136,7 @@ class AnswerDocument:
         body: bytes | bytearray | memoryview,
         path: tuple[str, ...],
         limits: RecordLimits,
-        tick: Callable[[], None] = PACER.tick,
+        tick: Callable[[], None] | None = None,
         *,
         what: str = "answer",
         records_are: str = "records",
@@ -167,7 +168,7 @@ class AnswerDocument:
 
     def _over(self, what: str) -> AnswerOverLimit:
         return AnswerOverLimit(
-            f"{self.what} holds more than {self._limits.max_records:,} {what}, not read further "
+            f"answer holds more than {self._limits.max_records:,} {what}, not read further "
             f"(the limit is {self._limits.records_setting})"
         )
 
@@ -175,7 +176,7 @@ class AnswerDocument:
         path, last = self._path, len(self._path)
         max_records = self._limits.max_records
         max_bytes = self._limits.max_record_bytes
-        tick = self._tick
+        tick = self._tick or PACER.tick
         events = ijson.basic_parse(_Reader(self._body), buf_size=READ_BYTES, use_float=True)
         # Outside records: a stack of frames, (is_map, level): an object at ``level`` (whose key
         # ``path[level]`` leads on), or a list of values at ``level``. ``pending``: the level of the

@@ -1,10 +1,12 @@
 """A remote region or peer that turns hostile on cue, for the tests of answer limits (issue 34, item
-3): an ``http.server`` on 127.0.0.1 in a thread that first answers as a small Eureka server would,
-then answers every request with a gzip bomb (407 KB that inflate to 400 MiB of JSON whitespace), or
-trickles its answer a byte at a time.
+3; issue 44, item 1): an ``http.server`` on 127.0.0.1 in a thread that first answers as a small
+Eureka server would, then answers every request with a gzip bomb (407 KB that inflate to 400 MiB of
+JSON whitespace), with an answer under the size cap that expands into millions of instances (64 KB of
+gzip, 66 MB of valid JSON: one app holding 22 million empty ``{}`` instances, or a batch answer of 22
+million ``{}``), or trickles its answer a byte at a time.
 
-The bomb is compressed in 1 MiB slices and kept for the session, so the tests never hold its
-inflated form themselves.
+The bomb and the expanding answers are compressed in 1 MiB slices and kept for the session, so the
+tests never hold their inflated forms themselves.
 """
 
 from __future__ import annotations
@@ -36,6 +38,32 @@ def gzip_bomb() -> bytes:
     return b"".join(parts)
 
 
+# The expanding answer's empty instances (or batch answers): 66 MB of JSON, under the 64 MiB cap.
+EXPANDING_RECORDS = 22_000_000
+
+
+@functools.cache
+def expanding_answer(batch: bool = False) -> bytes:
+    """Valid JSON, one gzip member of about 64 KB: ``GET apps`` with one app of ``EXPANDING_RECORDS``
+    empty instances, or (``batch``) a batch answer of as many empty items."""
+    if batch:
+        head, tail = b'{"responseList":[', b"{}]}"
+    else:
+        head = (
+            b'{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_",'
+            b'"application":[{"name":"EXPANDING","instance":['
+        )
+        tail = b"{}]}]}}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    per_slice = SLICE // 3
+    slices, rest = divmod(EXPANDING_RECORDS - 1, per_slice)
+    parts = [compressor.compress(head)]
+    parts.extend(compressor.compress(b"{}," * per_slice) for _ in range(slices))
+    parts.append(compressor.compress(b"{}," * rest + tail))
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
 def registry_document(delta: bool = False, empty: bool = False) -> bytes:
     """The remote's registry (one UP instance unless ``empty``), or its delta (nothing changed)."""
     instance = instance_body(app="PAYMENTS", host="10.2.0.1")["instance"]
@@ -54,7 +82,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class HostileRemote:
-    """``mode``: "fine" (a small Eureka server), "bomb" (every answer is ``gzip_bomb()``) or "trickle"
+    """``mode``: "fine" (a small Eureka server), "bomb" (every answer is ``gzip_bomb()``), "expanding"
+    (every answer is ``expanding_answer()``, a batch's ``expanding_answer(batch=True)``) or "trickle"
     (a valid registry, one byte every ``trickle_s``); ``empty``: the remote holds no instance.
     ``answered`` counts the answers by mode, ``requests`` lists them: (mode, "METHOD path")."""
 
@@ -77,6 +106,9 @@ class HostileRemote:
                 remote.answered[mode] += 1
                 if mode == "bomb":
                     self._send(gzip_bomb(), {"Content-Encoding": "gzip"})
+                elif mode == "expanding":
+                    batch = "peerreplication/batch" in self.path
+                    self._send(expanding_answer(batch), {"Content-Encoding": "gzip"})
                 elif mode == "trickle":
                     self._trickle(registry_document(empty=remote.empty))
                 else:
