@@ -269,7 +269,7 @@ def test_a_region_answering_millions_of_instances_holds_neither_the_loop_nor_mem
         idle = watch.measure_idle()
         lines_before = log_lines(server)
         remote.mode = "expanding"
-        wait_for(f"{EXPANDING} expanding answers sent", lambda: remote.answered["expanding"] >= EXPANDING)
+        wait_for(f"{EXPANDING} expanding answers sent", lambda: remote.answered["expanding"] >= EXPANDING, 90)
         peak = watch.peak()
         answers = heartbeats.stop()
         lines = log_lines(server) - lines_before
