@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
+from registry.cache.pacing import PACER
 from registry.cluster.peers import PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
@@ -114,6 +115,8 @@ class FollowUps:
     refused: int = 0
     reregister: list[tuple[str, str]] = field(default_factory=list)
     sync_back: list[dict[str, Any]] = field(default_factory=list)
+    # How many answers the peer gave when they were not one per item (then none is followed up).
+    ignored: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowUps:
@@ -122,6 +125,7 @@ class FollowUps:
             refused=int(data.get("refused", 0)),
             reregister=[(str(app), str(instance_id)) for app, instance_id in data.get("reregister", [])],
             sync_back=[entity for entity in data.get("sync_back", []) if isinstance(entity, dict)],
+            ignored=int(data.get("ignored", 0)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,14 +134,16 @@ class FollowUps:
             "refused": self.refused,
             "reregister": [list(pair) for pair in self.reregister],
             "sync_back": self.sync_back,
+            "ignored": self.ignored,
         }
 
 
 def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
     follow_ups = FollowUps(sent=len(items))
     if len(answers) != len(items):
-        # The Java sender ignores such an answer too: nothing to follow up, nothing to resend.
-        logger.warning("peer answered %d items for a batch of %d: answers ignored", len(answers), len(items))
+        # The Java sender ignores such an answer too: nothing to follow up, nothing to resend (the
+        # replicator logs it, at most once a minute).
+        follow_ups.ignored = len(answers)
         return follow_ups
     for item, answer in zip(items, answers, strict=True):
         code = answer.get("statusCode") if isinstance(answer, dict) else None
@@ -152,6 +158,37 @@ def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
         else:
             follow_ups.refused += 1
     return follow_ups
+
+
+# What went wrong with a peer's answers is logged at most this often, with counts.
+TROUBLE_LOG_INTERVAL_MS = 60_000
+
+
+class Troubles:
+    """What went wrong with one peer's answers since it was last logged, counted by what, with the
+    first reason of each: a peer answering every batch badly costs one line a minute, not one per
+    batch or per item."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, str] = {}
+        self.said_at: int | None = None
+
+    def add(self, what: str, why: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+        self.first.setdefault(what, why[:200])
+
+    def say(self, now: int) -> str:
+        """The counts to log now (then reset), or "" when there are none or it is too soon."""
+        if not self.counts or (self.said_at is not None and now - self.said_at < TROUBLE_LOG_INTERVAL_MS):
+            return ""
+        said = ", ".join(
+            f"{count} {what} (the first: {self.first[what]})" for what, count in self.counts.items()
+        )
+        self.counts.clear()
+        self.first.clear()
+        self.said_at = now
+        return said
 
 
 @dataclass
@@ -180,6 +217,7 @@ class Replicator:
         self.peers: dict[str, Peer] = {}
         self.outboxes: dict[str, Outbox] = {}
         self.counters: dict[str, PeerCounters] = {}
+        self._troubles: dict[str, Troubles] = {}
         for peer in peers:
             self.add_peer(peer)
 
@@ -200,6 +238,7 @@ class Replicator:
         peer = self.peers.pop(key, None)
         outbox = self.outboxes.pop(key, None)
         self.counters.pop(key, None)
+        self._troubles.pop(key, None)
         if peer is not None:
             self.peer_set.remove(peer.url)
         if discard_queue and outbox is not None:
@@ -313,21 +352,33 @@ class Replicator:
                 registers.append(encode(event))
         if registers:
             self._push(key, self.outboxes[key], registers, now)
+        troubles = self._troubles.setdefault(key, Troubles())
+        if follow_ups.ignored:
+            troubles.add(
+                "batch answers ignored", f"{follow_ups.ignored} answers to a batch of {follow_ups.sent}"
+            )
         for entity in follow_ups.sync_back:
-            self._sync_back(entity, now)
+            trouble = self._sync_back(entity, now)
+            if trouble is not None:
+                troubles.add(*trouble)
+            PACER.tick()
+        said = troubles.say(now)
+        if said:
+            logger.warning("peer %s: %s", peer.display_url, said)
         self.peer_set.record_success(peer.url, now)
         self.peer_set.set_queued(peer.url, len(self.outboxes[key]), self.lag_ms(key, now))
 
-    def _sync_back(self, entity: dict[str, Any], now: int) -> None:
+    def _sync_back(self, entity: dict[str, Any], now: int) -> tuple[str, str] | None:
+        """Take a peer's newer copy; what went wrong, if anything: (what, why)."""
         try:
             instance = build_instance(entity, now)
         except BadInput as exc:
-            logger.warning("peer's newer copy of an instance could not be read: %s", exc)
-            return
+            return "newer copies unreadable", str(exc)
         try:
             self.registry.register(instance, now, is_replication=True)
         except LimitExceeded as exc:
-            logger.warning("peer's newer copy of an instance refused: %s", exc)
+            return "newer copies refused", str(exc)
+        return None
 
     def lag_ms(self, key: str, now: int) -> int:
         outbox = self.outboxes.get(key)

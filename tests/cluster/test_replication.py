@@ -339,7 +339,7 @@ def test_answers_ask_for_registers_sync_backs_or_nothing():
     assert (follow_ups.sent, follow_ups.refused) == (5, 1)
     assert FollowUps.from_dict(follow_ups.as_dict()) == follow_ups
     # Answers that do not match the batch are ignored, as the Java sender ignores them.
-    assert read_answers(items, answers[:2]) == FollowUps(sent=5)
+    assert read_answers(items, answers[:2]) == FollowUps(sent=5, ignored=2)
 
 
 class FakeTransport:
@@ -566,7 +566,24 @@ def test_a_peers_newer_copy_over_the_record_size_limit_is_refused_and_ours_kept(
     view, _ = registry.lease("ORDERS", ID)
     assert dict(view.instance.metadata) == {"v": "old"}
     assert registry.event_counts().from_peers.too_large == 1
-    assert "peer's newer copy of an instance refused: Instance record too large" in caplog.text
+    assert "1 newer copies refused (the first: Instance record too large" in caplog.text
+
+
+def test_a_peer_answering_every_batch_badly_is_logged_once_a_minute_with_counts(clock, caplog):
+    rep, registry, key, _ = replicator(clock, FakeTransport())
+    peer = rep.peers[key]
+    unreadable = {"instanceId": "x"}  # a 409's entity that is no registration
+    for _ in range(61):  # a bad answer a second, or two
+        rep.apply_follow_ups(key, FollowUps(sent=2, ignored=3), clock())
+        rep.apply_follow_ups(key, FollowUps(sent=2, sync_back=[unreadable, unreadable]), clock())
+        clock.advance(1_000)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warnings == [
+        f"peer {peer.display_url}: 1 batch answers ignored (the first: 3 answers to a batch of 2)",
+        f"peer {peer.display_url}: 120 newer copies unreadable (the first: Missing hostname), "
+        "60 batch answers ignored (the first: 3 answers to a batch of 2)",
+    ]
+    assert FollowUps.from_dict(FollowUps(sent=2, ignored=3).as_dict()).ignored == 3
 
 
 def test_a_full_outbox_drops_the_oldest_and_counts(clock):
