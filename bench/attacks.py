@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import httpx
 import orjson
-from nodes import HTTP_SERVERS, Node, rss_mb
+from nodes import HOST, HTTP_SERVERS, Node, rss_mb
 from slow_clients import exchange, instance_address, percentile, registration, request
 
 FLEET_APP = "FLEET"
@@ -296,7 +297,7 @@ def quiet(port: int, seconds: float) -> dict:
 add(Attack("baseline", quiet, duration_s=20.0))
 
 
-# ---- issue 44, item 1: answers under the size cap that expand into millions of instances ----
+# ---- 1. answers under the size cap that expand into millions of instances ----
 
 # The hostile server's records: 66 MB of JSON (``{},`` each), 64 KB of gzip, under the 64 MiB cap.
 AMPLIFIED_RECORDS = 22_000_000
@@ -441,6 +442,113 @@ add(
         ),
     )
 )
+
+
+# ---- 6. log floods ----
+
+LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
+# Paths a bad Host is sent to: the site's (Django logged a traceback for each) and the protocol's.
+LOG_FLOOD_PATHS = (
+    "/",
+    "/admin/",
+    "/admin/login/",
+    "/healthz",
+    "/metrics",
+    "/static/x.css",
+    "/nope",
+    "/eureka/apps",
+)
+# Requests gunicorn's parser refuses (a line each before the fix); granian's parser answers them too.
+LOG_FLOOD_MALFORMED = (
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad\x01Name: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+    b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+)
+LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
+LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
+    )
+    if length is None:
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        await reader.readexactly(length)
+    return head.split(b" ", 2)[1]
+
+
+async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
+                sent += 1
+                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+            writer.write(LOG_FLOOD_MALFORMED[sent % len(LOG_FLOOD_MALFORMED)])
+            sent += 1
+            line = await asyncio.wait_for(reader.readline(), 10)
+            answers[line.split(b" ", 2)[1].decode() if line.count(b" ") >= 2 else "no answer"] += 1
+            writer.close()
+        except (OSError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+
+
+def log_flood(port: int, seconds: float) -> dict:
+    """Bad Host headers and malformed requests, as fast as one process sends them.
+
+    Requests with a Host not in ALLOWED_HOSTS on the site's paths and the protocol's, on kept-alive
+    connections, and malformed requests (bad request line, version, header, chunk framing, TLS) each
+    on a new connection, from 127.0.0.2-5. Each bad Host once logged a traceback and each malformed
+    request a line (issue 44, item 6): the row's log growth is what they cost now."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        hosts: Counter = Counter()
+        malformed: Counter = Counter()
+        sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
+        await asyncio.gather(
+            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
+            *(
+                _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
+                for n in range(LOG_FLOOD_MALFORMED_LOOPS)
+            ),
+        )
+        return {
+            "bad Host requests answered": dict(hosts),
+            "malformed requests answered": dict(malformed),
+            "requests/s": round((sum(hosts.values()) + sum(malformed.values())) / seconds),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
 
 
 def main(argv: list[str]) -> int:

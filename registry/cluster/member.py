@@ -32,6 +32,7 @@ from registry.cluster.startup import SelfRegistration, self_instance, sync_from_
 from registry.cluster.transport import PeerTransport, peer_transport
 from registry.domain.core import Registry
 from registry.domain.endpoints import Peer, peer_hostname
+from registry.domain.refusals import RefusalLines
 
 if TYPE_CHECKING:
     from registry.domain.config import EurekaConfig
@@ -101,7 +102,13 @@ class ClusterMember:
                 return MemoryOutbox(capacity)
 
         self.replicator = Replicator(
-            registry, peers, peer_set, outbox_factory, transport=self.transport, buffer_capacity=capacity
+            registry,
+            peers,
+            peer_set,
+            outbox_factory,
+            transport=self.transport,
+            buffer_capacity=capacity,
+            refusal_lines=RefusalLines(config.process.refusal_log_interval_seconds),
         )
         self.drivers: EmbeddedReplication | None = None
         self.self_registration: SelfRegistration | None = None

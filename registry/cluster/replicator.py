@@ -40,6 +40,7 @@ from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachab
 from registry.domain import constants as c
 from registry.domain.core import Registry, ReplicationEvent
 from registry.domain.endpoints import Peer
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.domain.write_rules import LimitExceeded
 from registry.wire.codecs import BadInput, build_instance
 
@@ -160,37 +161,6 @@ def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
     return follow_ups
 
 
-# What went wrong with a peer's answers is logged at most this often, with counts.
-TROUBLE_LOG_INTERVAL_MS = 60_000
-
-
-class Troubles:
-    """What went wrong with one peer's answers since it was last logged, counted by what, with the
-    first reason of each: a peer answering every batch badly costs one line a minute, not one per
-    batch or per item."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.first: dict[str, str] = {}
-        self.said_at: int | None = None
-
-    def add(self, what: str, why: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
-        self.first.setdefault(what, why[:200])
-
-    def say(self, now: int) -> str:
-        """The counts to log now (then reset), or "" when there are none or it is too soon."""
-        if not self.counts or (self.said_at is not None and now - self.said_at < TROUBLE_LOG_INTERVAL_MS):
-            return ""
-        said = ", ".join(
-            f"{count} {what} (the first: {self.first[what]})" for what, count in self.counts.items()
-        )
-        self.counts.clear()
-        self.first.clear()
-        self.said_at = now
-        return said
-
-
 @dataclass
 class PeerCounters:
     sent: int = 0
@@ -208,6 +178,7 @@ class Replicator:
         outbox_factory: Callable[[Peer], Outbox],
         transport: PeerTransport | None = None,
         buffer_capacity: int = DEFAULT_OUTBOX_CAPACITY,
+        refusal_lines: RefusalLines | None = None,
     ):
         self.registry = registry
         self.peer_set = peer_set
@@ -217,7 +188,7 @@ class Replicator:
         self.peers: dict[str, Peer] = {}
         self.outboxes: dict[str, Outbox] = {}
         self.counters: dict[str, PeerCounters] = {}
-        self._troubles: dict[str, Troubles] = {}
+        self.refusal_lines = refusal_lines or RefusalLines()
         for peer in peers:
             self.add_peer(peer)
 
@@ -238,7 +209,6 @@ class Replicator:
         peer = self.peers.pop(key, None)
         outbox = self.outboxes.pop(key, None)
         self.counters.pop(key, None)
-        self._troubles.pop(key, None)
         if peer is not None:
             self.peer_set.remove(peer.url)
         if discard_queue and outbox is not None:
@@ -352,19 +322,15 @@ class Replicator:
                 registers.append(encode(event))
         if registers:
             self._push(key, self.outboxes[key], registers, now)
-        troubles = self._troubles.setdefault(key, Troubles())
         if follow_ups.ignored:
-            troubles.add(
-                "batch answers ignored", f"{follow_ups.ignored} answers to a batch of {follow_ups.sent}"
+            self._trouble(
+                peer, "answers ignored", f"{follow_ups.ignored} answers to a batch of {follow_ups.sent}"
             )
         for entity in follow_ups.sync_back:
             trouble = self._sync_back(entity, now)
             if trouble is not None:
-                troubles.add(*trouble)
+                self._trouble(peer, *trouble)
             PACER.tick()
-        said = troubles.say(now)
-        if said:
-            logger.warning("peer %s: %s", peer.display_url, said)
         self.peer_set.record_success(peer.url, now)
         self.peer_set.set_queued(peer.url, len(self.outboxes[key]), self.lag_ms(key, now))
 
@@ -373,12 +339,27 @@ class Replicator:
         try:
             instance = build_instance(entity, now)
         except BadInput as exc:
-            return "newer copies unreadable", str(exc)
+            return "newer copy unreadable", str(exc)
         try:
             self.registry.register(instance, now, is_replication=True)
         except LimitExceeded as exc:
-            return "newer copies refused", str(exc)
+            return "newer copy refused", str(exc)
         return None
+
+    def _trouble(self, peer: Peer, what: str, why: str) -> None:
+        """What went wrong with a peer's answers: a peer answering every batch badly costs a line per
+        kind and peer each interval (registry/domain/refusals.py), not one per batch or per item."""
+        kind = f"peer answer: {what}"
+        count = self.refusal_lines.note(f"{kind} {peer.key}")
+        if count:
+            logger.warning(
+                "peer %s: %s: %s%s",
+                peer.display_url,
+                what,
+                why[:200],
+                since_last_line(count),
+                extra=refusal_fields(kind, count),
+            )
 
     def lag_ms(self, key: str, now: int) -> int:
         outbox = self.outboxes.get(key)

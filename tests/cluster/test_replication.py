@@ -32,6 +32,7 @@ from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.domain import constants as c
 from registry.domain.core import Registry, RegistryRules, ReplicationEvent
 from registry.domain.endpoints import Peer, parse_peer_urls
+from registry.domain.refusals import RefusalLines
 from registry.wire.answers import RecordLimits, registry_answer
 from registry.wire.codecs import build_instance
 from tests.conftest import FakeClock
@@ -279,6 +280,26 @@ def test_bad_items_are_counted_in_one_log_line_per_batch_not_one_each(clock, cap
         "the first: Missing appName"
     ]
     assert caplog.records[0].refused == {"Cancel": 500, "unknown": 2}
+
+
+def test_batches_of_bad_items_sent_one_after_another_are_logged_once_an_interval_with_a_count(clock, caplog):
+    """Anyone who may send batches may send them back to back: a line for each is a log flood (issue 44,
+    item 6). Every batch is still answered item by item."""
+    registry, _ = new_registry(clock)
+    seconds = FakeClock(0)
+    lines = RefusalLines(interval_s=60, clock=seconds)
+    with caplog.at_level(logging.WARNING, logger="registry.cluster.incoming"):
+        for _ in range(1_000):
+            answers = apply_batch(registry, batch({"action": "Cancel"}), clock, refusal_lines=lines)
+            assert answers["responseList"] == [{"statusCode": 400}]
+        seconds.advance(60)
+        apply_batch(registry, batch({"action": "Cancel"}), clock, sender="10.9.9.9", refusal_lines=lines)
+    assert [r.getMessage() for r in caplog.records] == [
+        "replication batch from a peer: 1 of 1 items refused (Cancel 1); the first: Missing appName",
+        "replication batch from 10.9.9.9: 1 of 1 items refused (Cancel 1); the first: Missing appName "
+        "(999 more such batches since the last such line)",
+    ]
+    assert caplog.records[1].batches == 1_000
 
 
 def test_items_that_fail_are_answered_500_each_and_logged_once_with_the_first_traceback(clock, caplog):
@@ -566,22 +587,26 @@ def test_a_peers_newer_copy_over_the_record_size_limit_is_refused_and_ours_kept(
     view, _ = registry.lease("ORDERS", ID)
     assert dict(view.instance.metadata) == {"v": "old"}
     assert registry.event_counts().from_peers.too_large == 1
-    assert "1 newer copies refused (the first: Instance record too large" in caplog.text
+    assert "newer copy refused: Instance record too large" in caplog.text
 
 
 def test_a_peer_answering_every_batch_badly_is_logged_once_a_minute_with_counts(clock, caplog):
     rep, registry, key, _ = replicator(clock, FakeTransport())
+    rep.refusal_lines = RefusalLines(60, clock=lambda: clock() / 1000)
     peer = rep.peers[key]
     unreadable = {"instanceId": "x"}  # a 409's entity that is no registration
-    for _ in range(61):  # a bad answer a second, or two
+    for _ in range(61):  # bad answers every second
         rep.apply_follow_ups(key, FollowUps(sent=2, ignored=3), clock())
         rep.apply_follow_ups(key, FollowUps(sent=2, sync_back=[unreadable, unreadable]), clock())
         clock.advance(1_000)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    ignored = f"peer {peer.display_url}: answers ignored: 3 answers to a batch of 2"
+    unreadable_copy = f"peer {peer.display_url}: newer copy unreadable: Missing hostname"
     assert warnings == [
-        f"peer {peer.display_url}: 1 batch answers ignored (the first: 3 answers to a batch of 2)",
-        f"peer {peer.display_url}: 120 newer copies unreadable (the first: Missing hostname), "
-        "60 batch answers ignored (the first: 3 answers to a batch of 2)",
+        ignored,
+        unreadable_copy,
+        f"{ignored} (59 more since the last such line)",
+        f"{unreadable_copy} (119 more since the last such line)",
     ]
     assert FollowUps.from_dict(FollowUps(sent=2, ignored=3).as_dict()).ignored == 3
 
