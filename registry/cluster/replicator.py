@@ -143,7 +143,7 @@ def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
     follow_ups = FollowUps(sent=len(items))
     if len(answers) != len(items):
         # The Java sender ignores such an answer too: nothing to follow up, nothing to resend (the
-        # replicator logs it, at most once a minute).
+        # replicator logs it, at most once an interval).
         follow_ups.ignored = len(answers)
         return follow_ups
     for item, answer in zip(items, answers, strict=True):

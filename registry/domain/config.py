@@ -436,8 +436,9 @@ class ClusterConfig:
         minimum=100,
     )
     # Instances a peer's registry answer (GET apps, its delta) may hold, and applications too: one more
-    # and nothing of it is applied. The byte cap alone lets 64 KB of gzip expand into 22 million empty
-    # instances; a real registry of 64 MiB holds some 60,000.
+    # and nothing of it is applied. The byte cap alone does not bound them (an empty instance is three
+    # bytes, and gzip shrinks such repetition a thousandfold); the default is above the number of real
+    # instances the byte cap lets through.
     peer_max_answer_instances: int = setting(
         100_000,
         "EUREKA_PEER_MAX_ANSWER_INSTANCES",

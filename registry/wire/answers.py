@@ -1,9 +1,9 @@
 """Documents other servers answer with, read in bounded steps: a peer's or a remote region's ``GET
 apps`` and ``apps/delta``, and a peer's answer to a replication batch.
 
-A document under the byte cap can still expand into millions of Python objects (22 million empty
-``{}`` instances fit in 66 MB of JSON, and in 64 KB of gzip), and one parse of it holds the event loop
-for as long as it takes. So such a document is never parsed whole:
+A document under the byte cap can still expand into millions of Python objects (an empty ``{}``
+instance is three bytes of JSON, and gzip shrinks such repetition a thousandfold), and one parse of
+it holds the event loop for as long as it takes. So such a document is never parsed whole:
 
 1. ijson's C parser reads the body a piece at a time and hands over its events;
 2. only records are built as Python objects, one at a time: the instances of a registry (each app's
