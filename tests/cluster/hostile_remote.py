@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import json
 import threading
 import time
@@ -74,6 +75,26 @@ def registry_document(delta: bool = False, empty: bool = False) -> bytes:
     return json.dumps(document).encode()
 
 
+@functools.cache
+def large_registry(instances: int) -> bytes:
+    """A real registry of ``instances`` (100 apps, a few metadata keys each), as a Eureka server
+    serves it, gzipped: what the node must read in full while heartbeats keep their turn."""
+    apps: dict[str, list[dict]] = {}
+    for n in range(instances):
+        app = f"APP-{n % 100:03d}"
+        host = f"10.3.{n // 256 % 256}.{n % 256}"
+        body = instance_body(app=app, host=host, metadata={"zone": f"z{n % 3}", "version": f"1.{n % 4}"})
+        apps.setdefault(app, []).append({**body["instance"], "actionType": "ADDED"})
+    document = {
+        "applications": {
+            "versions__delta": "1",
+            "apps__hashcode": f"UP_{instances}_",
+            "application": [{"name": app, "instance": held} for app, held in apps.items()],
+        }
+    }
+    return gzip.compress(json.dumps(document).encode())
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -84,10 +105,15 @@ class _Server(ThreadingHTTPServer):
 class HostileRemote:
     """``mode``: "fine" (a small Eureka server), "bomb" (every answer is ``gzip_bomb()``), "expanding"
     (every answer is ``expanding_answer()``, a batch's ``expanding_answer(batch=True)``) or "trickle"
-    (a valid registry, one byte every ``trickle_s``); ``empty``: the remote holds no instance.
+    (a valid registry, one byte every ``trickle_s``); ``empty``: the remote holds no instance;
+    ``large``: in "fine" mode the remote holds ``large_registry(large)`` and its delta never adds up
+    (so a region is fetched in full every time).
     ``answered`` counts the answers by mode, ``requests`` lists them: (mode, "METHOD path")."""
 
-    def __init__(self, mode: str = "fine", trickle_s: float = 0.2, empty: bool = False) -> None:
+    def __init__(
+        self, mode: str = "fine", trickle_s: float = 0.2, empty: bool = False, large: int = 0
+    ) -> None:
+        self.large = large
         self.mode = mode
         self.empty = empty
         self.trickle_s = trickle_s
@@ -111,6 +137,12 @@ class HostileRemote:
                     self._send(expanding_answer(batch), {"Content-Encoding": "gzip"})
                 elif mode == "trickle":
                     self._trickle(registry_document(empty=remote.empty))
+                elif remote.large and self.command == "GET" and "apps" in self.path:
+                    delta = self.path.rstrip("/").endswith("apps/delta")
+                    if delta:  # a hashcode that never adds up: the next fetch is a full one
+                        self._send(b'{"applications":{"apps__hashcode":"DOWN_1_","application":[]}}')
+                    else:
+                        self._send(large_registry(remote.large), {"Content-Encoding": "gzip"})
                 else:
                     self._send(self._fine(sent))
 

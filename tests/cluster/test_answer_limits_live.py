@@ -326,3 +326,38 @@ def test_a_peer_answering_millions_of_instances_from_the_start_lets_the_node_bec
         assert "start-up sync" in log and "EUREKA_PEER_MAX_ANSWER_INSTANCES" in log, server.server_log_tail()
         # The whole log, start included: a few lines per answer, not one per instance.
         assert log_lines(server) < 200, server.server_log_tail()
+
+
+# A registry as large as real fleets get: read in full, every second, while heartbeats keep their turn.
+LARGE_REGION = 10_000
+
+
+def test_a_region_of_ten_thousand_instances_is_read_whole_while_heartbeats_keep_their_turn(tmp_path):
+    remote = HostileRemote(large=LARGE_REGION)
+    env = {
+        "EUREKA_REMOTE_REGION_URLS": f"us-west={remote.url}",
+        "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "1",
+    }
+    try:
+        with running_server(tmp_path, env) as server:
+
+            def held() -> int:
+                answer = httpx.get(f"{server.url}apps?regions=us-west", headers=JSON, timeout=10)
+                if answer.status_code != 200:
+                    return 0
+                apps = answer.json()["applications"]["application"]
+                return sum(len(app["instance"]) for app in apps if app["name"].startswith("APP-"))
+
+            wait_for("the region fetched", lambda: held() == LARGE_REGION)
+            heartbeats = Heartbeats(server, OTHER_ADDRESS)
+            full_before = remote.requests.count(("fine", "GET /eureka/apps/"))
+            wait_for(
+                "4 more full fetches",
+                lambda: remote.requests.count(("fine", "GET /eureka/apps/")) >= full_before + 4,
+            )
+            answers = heartbeats.stop()
+            check_heartbeats(answers, at_least=10)
+            assert held() == LARGE_REGION
+            assert "MAX_ANSWER" not in server.server_log_path.read_text(), server.server_log_tail()
+    finally:
+        remote.close()
