@@ -1,4 +1,4 @@
-"""A live gunicorn node whose remote region or peer answers with a gzip bomb (407 KB that inflate to
+"""A live node whose remote region or peer answers with a gzip bomb (407 KB that inflate to
 400 MiB; issue 34, item 3). The node reads each answer inflating it in bounded steps and stops past
 its cap (``EUREKA_REMOTE_REGION_MAX_ANSWER_BYTES``, ``EUREKA_PEER_MAX_ANSWER_BYTES``): its memory may
 grow by the cap at most, the region or peer is shown failing with an error naming the setting, the
@@ -253,12 +253,15 @@ def log_lines(server: LiveServer) -> int:
     return len(server.server_log_path.read_bytes().splitlines())
 
 
-def test_a_region_answering_millions_of_instances_holds_neither_the_loop_nor_memory(tmp_path, remote):
+@pytest.mark.parametrize("http_server", ["gunicorn", "granian"])
+def test_a_region_answering_millions_of_instances_holds_neither_the_loop_nor_memory(
+    tmp_path, remote, http_server
+):
     env = {
         "EUREKA_REMOTE_REGION_URLS": f"us-west={remote.url}",
         "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "1",
     }
-    with running_server(tmp_path, env) as server:
+    with running_server(tmp_path, env, server=http_server) as server:
 
         def served() -> httpx.Response:
             return httpx.get(f"{server.url}apps?regions=us-west", headers=JSON, timeout=5)
@@ -287,7 +290,10 @@ def test_a_region_answering_millions_of_instances_holds_neither_the_loop_nor_mem
         assert response.status_code == 200 and REMOTE_INSTANCE_ID in response.text
 
 
-def test_a_peer_answering_millions_of_instances_from_the_start_lets_the_node_become_healthy(tmp_path, remote):
+@pytest.mark.parametrize("http_server", ["gunicorn", "granian"])
+def test_a_peer_answering_millions_of_instances_from_the_start_lets_the_node_become_healthy(
+    tmp_path, remote, http_server
+):
     remote.mode = "expanding"
     env = {
         "EUREKA_PEER_URLS": remote.url,
@@ -298,7 +304,7 @@ def test_a_peer_answering_millions_of_instances_from_the_start_lets_the_node_bec
     }
     # running_server waits (30 s at most) for GET /eureka/apps to be served: the start-up sync's
     # first round has ended. A node that parsed the answer whole never got there.
-    with running_server(tmp_path, env) as server:
+    with running_server(tmp_path, env, server=http_server) as server:
         assert httpx.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
         watch = MemoryWatch(worker_of(server))
         heartbeats = Heartbeats(server, OTHER_ADDRESS)
