@@ -348,6 +348,16 @@ class SlowReaders:
                 return self._close(write, SHED)
         return None
 
+    def stalled(self) -> list[Write]:
+        """Every write stalled for ``STALLED_S``, marked ``closing`` (shed): for a server that stops,
+        whose stop would otherwise wait for clients that are not reading."""
+        now = self._clock()
+        return [
+            self._close(write, SHED)
+            for write in list(self.writes.values())
+            if write.closing is None and now - write.moved_at >= STALLED_S
+        ]
+
     def _close(self, write: Write, reason: str) -> Write:
         write.closing = reason
         self.closed[reason] += 1

@@ -27,8 +27,9 @@ this worker does the same for gevent: half-close, read and discard what the clie
 A graceful stop (SIGTERM) does not wait for idle kept-alive connections: gunicorn waits for every
 open connection up to ``graceful_timeout``, and a client that keeps its connection open between
 heartbeats (every Java client does) holds the whole stop for those 20 s. Here a connection waiting for
-its next request is closed when the stop begins (a request in progress is still answered), so a
-node stops in about a second and a restart or rolling deploy is not held up.
+its next request is closed when the stop begins (a request in progress is still answered, unless
+its client has taken nothing of the answer for a second), so a node stops in about a second and a
+restart or rolling deploy is not held up.
 
 It remembers which peers may set forwarding headers: gunicorn decides that for every request by
 parsing the peer's address with ``ipaddress`` (about 5 % of a heartbeat's CPU). The answer depends
@@ -577,6 +578,10 @@ class RegistryWorker(GeventWorker):
     def _end_waits(self) -> None:
         for greenlet, since in list(self.waiting.items()):
             self._end_wait(greenlet, since)
+        # Nor for clients that are not reading their answers (the sweeper stops with the worker).
+        if self.slow_readers is not None:
+            for write in self.slow_readers.stalled():
+                self._close_slow_reader(write)
 
     def handle_error(self, req, client, addr, exc):
         super().handle_error(req, client, addr, exc)

@@ -17,7 +17,7 @@ import pytest
 from gunicorn.http.body import Body, ChunkedReader, LengthReader
 from gunicorn.http.unreader import IterUnreader
 
-from registry.runtime import gunicorn_worker
+from registry.runtime import connections, gunicorn_worker
 from registry.runtime.connections import SHED, WRITE_TIMEOUT, ConnectionAdmission, SlowReaders
 from registry.runtime.gunicorn_worker import DRAIN_BYTES, discard_unread_body
 
@@ -635,3 +635,30 @@ def test_closing_slow_readers_is_logged_once_a_minute_with_the_counts():
     worker._log_slow_reader(SHED)
     assert len(lines) == 2 and "closed 503 connection(s)" in lines[1]
     assert "2 write timeout" in lines[1] and "501 shed" in lines[1]
+
+
+def test_a_stop_closes_the_readers_that_are_not_reading_and_lets_the_others_finish(watching):
+    stuck_server, _ = loopback_pair()
+    reading_server, reading_client = loopback_pair(receive_buffer=1 << 20)
+    body = b"y" * (16 << 20)
+    received = bytearray()
+
+    def read_steadily() -> None:  # 64 KB every 10 ms: a few seconds for the whole
+        reading_client.settimeout(5)
+        while len(received) < len(body):
+            received.extend(reading_client.recv(65536))
+            gevent.sleep(0.01)
+
+    stuck = gevent.spawn(serve, stuck_server, b"x" * (4 << 20))
+    reading = gevent.spawn(serve, reading_server, body)
+    reader = gevent.spawn(read_steadily)
+    gevent.sleep(connections.STALLED_S + 0.2)
+
+    watching.alive = False  # gunicorn's handle_exit, then ours
+    watching._end_waits()
+    stuck.join(2)
+
+    assert stuck.value == "closed: reader too slow"
+    assert not reading.ready(), "the answer being read is still being sent"
+    reader.get(timeout=20)
+    assert reading.get(timeout=5) == "written" and bytes(received) == body
