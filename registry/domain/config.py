@@ -941,7 +941,10 @@ class ConnectionsConfig:
     EUREKA_TRUSTED_PROXIES (a proxy or reader in front carries many clients) are not capped per
     address. The timeouts are Tomcat's and nginx's: the request line and headers of a new connection,
     and a request body (no byte for ``body_idle_timeout_s``, or not all of it within
-    ``body_timeout_s``), are given that long and then the connection is closed. 0 switches one off."""
+    ``body_timeout_s``), are given that long and then the connection is closed; so is a connection
+    whose client takes no byte of its answer for ``write_timeout_s`` (nginx's ``send_timeout``), and
+    the answers clients that stopped reading hold are bounded by ``slow_readers_max_bytes``
+    (registry/runtime/connections.py, SlowReaders). 0 switches one off."""
 
     max_per_address: int = setting(
         256,
@@ -971,6 +974,19 @@ class ConnectionsConfig:
         60.0,
         "EUREKA_BODY_TIMEOUT_SECONDS",
         "A request body must arrive whole within this; 0: off.",
+        minimum=0,
+    )
+    # A client that reads, however slowly, takes bytes: only one that takes none this long is cut.
+    write_timeout_s: float = setting(
+        20.0,
+        "EUREKA_WRITE_TIMEOUT_SECONDS",
+        "A client that takes no byte of its answer for this long is disconnected; 0: off.",
+        minimum=0,
+    )
+    slow_readers_max_bytes: int = setting(
+        64 * 1024 * 1024,
+        "EUREKA_SLOW_READERS_MAX_BYTES",
+        "Answers held for clients that stopped reading, in all; past it the oldest go; 0: no bound.",
         minimum=0,
     )
     # Also the limit after gunzip; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this too.

@@ -182,6 +182,16 @@ class NodeCollector(Collector):
         for cap, count in admission.refused.items():
             refused.add_metric([cap], count)
         yield refused
+        slow_readers = connections.SLOW_READERS
+        if slow_readers is not None:
+            closed = CounterMetricFamily(
+                "eureka_slow_readers_closed",
+                "Connections closed while their clients were not reading their answers, by reason.",
+                labels=["reason"],
+            )
+            for reason, count in slow_readers.closed.items():
+                closed.add_metric([reason], count)
+            yield closed
 
     def _remote_regions(self, node: Node, now: int) -> Iterator[Metric]:
         """Each remote region's fetches (registry/cluster/regions.py); nothing when none is configured."""
