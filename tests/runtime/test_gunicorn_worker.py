@@ -512,7 +512,8 @@ def watching(monkeypatch):
     """A worker whose writes are watched, with a write timeout of 2 s and its sweeper running."""
     worker = fair_worker()
     worker.header_timeout_s = 20
-    worker.log = types.SimpleNamespace(warning=lambda *args: None)
+    worker.log = types.SimpleNamespace(warning=lambda *args, **kwargs: None)
+    worker.refusal_lines = RefusalLines()
     worker.slow_readers = SlowReaders(timeout_s=2.0)
     monkeypatch.setattr(gunicorn_worker, "SLOW_READERS", worker.slow_readers)
     worker.sweeper = gevent.spawn(worker.sweep_waits)
