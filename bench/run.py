@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "replication_lag": ("replication_lag.py", "Replication"),
     "setting_cost": ("setting_cost.py", "API accounts cost"),
     "slow_clients": ("slow_clients.py", "Slow clients"),
+    "attacks": ("attacks.py", "Attacks, round two"),
     "soak": ("soak.py", "Soak"),
     "stack_eviction": ("stack_eviction.py", "Eviction on a running stack"),
     "warm_restart": ("warm_restart.py", "Warm restart"),

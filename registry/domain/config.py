@@ -682,7 +682,8 @@ class HealthChecksConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProcessConfig:
-    """The serving process: garbage collection, the event loop's watch, the in-process scheduler."""
+    """The serving process: garbage collection, the event loop's watch, refusals in the log, the
+    in-process scheduler."""
 
     # registry/runtime/gc_policy.py; 0 switches the freezing off.
     gc_freeze_interval_ms: int = setting(
@@ -703,6 +704,13 @@ class ProcessConfig:
         "EUREKA_LOOP_STALL_THRESHOLD_MS",
         "A turn of the event loop later than this is logged and counted; 0: off.",
         minimum=0,
+    )
+    # registry/domain/refusals.py: connections, requests and credentials refused, malformed requests.
+    refusal_log_interval_seconds: int = setting(
+        60,
+        "EUREKA_REFUSAL_LOG_INTERVAL_SECONDS",
+        "Refusals (and malformed requests) are logged at most once in this time per kind, with a count.",
+        minimum=1,
     )
     embedded_scheduler: bool = setting(
         True,

@@ -374,6 +374,7 @@ class PeerReplicationBatchView(EurekaView):
                     node.now,
                     max_items=node.config.cluster.replication_batch_max_items,
                     sender=meta(request).get("REMOTE_ADDR", ""),
+                    refusal_lines=node.received.refusal_lines,
                 )
             except BatchTooLarge as exc:
                 raise RequestRefused(413, str(exc)) from None

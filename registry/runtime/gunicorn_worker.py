@@ -65,6 +65,12 @@ import gevent
 from gevent.pool import Pool
 from gunicorn import util
 from gunicorn.http import message, wsgi
+from gunicorn.http.errors import (
+    ConfigurationProblem,
+    InvalidResponseHeader,
+    InvalidResponseHeaderName,
+    ParseException,
+)
 from gunicorn.workers import ggevent
 from gunicorn.workers.ggevent import GeventWorker
 
@@ -75,8 +81,8 @@ DRAIN_SECONDS = 2.0
 # turn: registry/cache/pacing.py; this module imports nothing of the project at load).
 FAIR_TURN_S = 0.000_01
 _READ_STEP = 8192
-# Refused connections are logged at most once in this many seconds, with how many there were.
-REFUSAL_LOG_INTERVAL_S = 60.0
+# Parse errors gunicorn answers 500: the application's or the configuration's, not a malformed request.
+NOT_THE_CLIENTS = (InvalidResponseHeader, InvalidResponseHeaderName, ConfigurationProblem)
 
 
 # Addresses whose trust was decided; a fleet is thousands of addresses, a scan could be millions.
@@ -351,8 +357,8 @@ class RegistryWorker(GeventWorker):
         # refused and a new connection's first request may take the keep-alive time.
         self.admission = None
         self.header_timeout_s = 0.0
-        self._refusals_logged_at = 0.0
-        self._refusals_unlogged = 0
+        # Which refusals get a log line (registry/domain/refusals.py), set with the limits.
+        self.refusal_lines = None
 
     def run(self):
         self.use_connection_limits()
@@ -367,8 +373,10 @@ class RegistryWorker(GeventWorker):
         from django.conf import settings
 
         from registry.access.clients import is_trusted_proxy
+        from registry.domain.refusals import RefusalLines
         from registry.runtime import connections
 
+        self.refusal_lines = RefusalLines(settings.EUREKA.process.refusal_log_interval_seconds)
         limits = settings.EUREKA.connections
         max_total = limits.max_total
         # Below worker_connections, so that the worker always accepts and can answer a refusal.
@@ -396,6 +404,7 @@ class RegistryWorker(GeventWorker):
     def refuse(self, client, addr, reason: str) -> None:
         """Answer a refused connection and close it, without reading from it. Called from the accept
         loop (the hub): the answer goes in one non-blocking send, or not at all."""
+        from registry.domain.refusals import refusal_fields
         from registry.runtime.connections import refusal_answer
 
         try:
@@ -405,17 +414,16 @@ class RegistryWorker(GeventWorker):
         finally:
             util.close(client)
         # One line a minute at most: a flood of refusals must not become a flood of log lines.
-        self._refusals_unlogged += 1
-        now = time.monotonic()
-        if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
+        count = self.refusal_lines.note("connection")
+        if count:
             self.log.warning(
                 "refused %d connection(s) since the last line (latest from %s: %s cap; "
                 "EUREKA_MAX_CONNECTIONS_PER_ADDRESS / EUREKA_MAX_CONNECTIONS)",
-                self._refusals_unlogged,
+                count,
                 addr[0] if isinstance(addr, tuple) else addr,
                 reason.replace("_", " "),
+                extra=refusal_fields("connection", count),
             )
-            self._refusals_logged_at, self._refusals_unlogged = now, 0
 
     def _try_h2c_upgrade(self, listener, req, parser, client, addr):
         # gunicorn asks its settings whether an HTTP/1.1 request may upgrade to HTTP/2 (off by default).
@@ -466,6 +474,12 @@ class RegistryWorker(GeventWorker):
             self._end_wait(greenlet, since)
 
     def handle_error(self, req, client, addr, exc):
+        if isinstance(exc, ParseException) and not isinstance(exc, NOT_THE_CLIENTS):
+            # gunicorn answers it 4xx and logs a line for it, which the log's refusals filter cuts to
+            # one an interval (registry/runtime/logs.py); /metrics counts every one.
+            from registry.wire.handlers import BAD_REQUESTS
+
+            BAD_REQUESTS["malformed"] += 1
         super().handle_error(req, client, addr, exc)
         util.close_graceful(client, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
 

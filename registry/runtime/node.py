@@ -21,6 +21,7 @@ from registry.domain.core import Registry
 from registry.domain.findings import RegistrationSources
 from registry.domain.history import WINDOW_MS as HISTORY_WINDOW_MS
 from registry.domain.history import History, StatusTrail
+from registry.domain.refusals import RefusalLines
 from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
@@ -75,6 +76,8 @@ class ReceivedReplication:
     # batch of 1,000 Registers is ~3 MB decoded; the node may hold thousands of connections). Made
     # with the node, so under gevent after the monkey-patching: a waiter yields to the loop.
     applying: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Which batches with refused items get a log line (registry/cluster/incoming.py).
+    refusal_lines: RefusalLines = field(default_factory=RefusalLines, repr=False, compare=False)
 
     def record(self, items: int, now: int) -> None:
         self.batches += 1
@@ -374,6 +377,7 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         remote_regions=remote_regions,
         history=history,
         status_trail=status_trail,
+        received=ReceivedReplication(refusal_lines=RefusalLines(config.process.refusal_log_interval_seconds)),
     )
 
 

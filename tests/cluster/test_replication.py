@@ -32,6 +32,7 @@ from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.domain import constants as c
 from registry.domain.core import Registry, RegistryRules, ReplicationEvent
 from registry.domain.endpoints import Peer, parse_peer_urls
+from registry.domain.refusals import RefusalLines
 from registry.wire.codecs import build_instance
 from tests.conftest import FakeClock
 from tests.factories import instance_body
@@ -278,6 +279,26 @@ def test_bad_items_are_counted_in_one_log_line_per_batch_not_one_each(clock, cap
         "the first: Missing appName"
     ]
     assert caplog.records[0].refused == {"Cancel": 500, "unknown": 2}
+
+
+def test_batches_of_bad_items_sent_one_after_another_are_logged_once_an_interval_with_a_count(clock, caplog):
+    """Anyone who may send batches may send them back to back: a line for each is a log flood (issue 44,
+    item 6). Every batch is still answered item by item."""
+    registry, _ = new_registry(clock)
+    seconds = FakeClock(0)
+    lines = RefusalLines(interval_s=60, clock=seconds)
+    with caplog.at_level(logging.WARNING, logger="registry.cluster.incoming"):
+        for _ in range(1_000):
+            answers = apply_batch(registry, batch({"action": "Cancel"}), clock, refusal_lines=lines)
+            assert answers["responseList"] == [{"statusCode": 400}]
+        seconds.advance(60)
+        apply_batch(registry, batch({"action": "Cancel"}), clock, sender="10.9.9.9", refusal_lines=lines)
+    assert [r.getMessage() for r in caplog.records] == [
+        "replication batch from a peer: 1 of 1 items refused (Cancel 1); the first: Missing appName",
+        "replication batch from 10.9.9.9: 1 of 1 items refused (Cancel 1); the first: Missing appName "
+        "(999 more such batches since the last such line)",
+    ]
+    assert caplog.records[1].batches == 1_000
 
 
 def test_items_that_fail_are_answered_500_each_and_logged_once_with_the_first_traceback(clock, caplog):

@@ -204,3 +204,35 @@ def test_the_protocol_checks_the_host_against_allowed_hosts_as_the_site_does(nod
 
     settings.ALLOWED_HOSTS = ["*"]
     assert call(app, "GET", "/eureka/apps", HTTP_HOST="evil.example")[0] == 200
+
+
+def test_every_path_refuses_a_host_not_in_allowed_hosts_before_django_and_logs_it_once(
+    node, settings, caplog
+):
+    """Django logs a traceback for each request with a bad Host: a client sending them as fast as it can
+    filled the disk (issue 44, item 6). The refusal comes before Django, counted for /metrics and logged
+    once an interval with a count (tests/deploy/test_log_floods_live.py floods a live node)."""
+    from registry.wire.handlers import BAD_REQUESTS
+
+    settings.ALLOWED_HOSTS = ["registry.internal"]
+    app = RoutingApplication()
+    before = BAD_REQUESTS["host"]
+    paths = ["/", "/admin/", "/admin/login/", "/healthz", "/readyz", "/metrics", "/static/x.css", "/nope"]
+
+    with caplog.at_level("INFO"):
+        for _ in range(50):
+            for path in paths + ["/eureka/apps"]:
+                status, _, content = call(app, "GET", path, HTTP_HOST="evil.example", REMOTE_ADDR="10.1.2.3")
+                assert status == 400 and b"ALLOWED_HOSTS" in content
+            status, _, _ = call(app, "POST", "/admin/login/", b"a=b", HTTP_HOST="evil.example")
+            assert status == 400
+
+    assert BAD_REQUESTS["host"] == before + 50 * (len(paths) + 2)
+    [line] = caplog.records
+    assert line.name == "django.security.DisallowedHost" and line.exc_info is None
+    assert line.getMessage() == (
+        "GET '/' from 10.1.2.3 refused with 400: Invalid HTTP_HOST header: 'evil.example'. "
+        "You may need to add 'evil.example' to ALLOWED_HOSTS."
+    )
+    # An allowed host is served.
+    assert call(app, "GET", "/eureka/apps", HTTP_HOST="registry.internal")[0] == 200

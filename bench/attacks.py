@@ -1,0 +1,439 @@
+"""Attacks on one node, each while a fleet heartbeats on fresh connections from addresses of its own.
+
+For each HTTP server (gunicorn, granian) and each attack named: starts a node (bench/nodes.py, embedded
+mode, as ``make run``; an attack may start things beside it first, e.g. a hostile remote region, and
+add settings), registers the fleet (``--fleet`` instances, each renewing once a second on a new
+connection from its own loopback address 127.1.x.y) and any extra instances the attack wants, reads
+the worker's idle RSS, then runs the attack in a child process for ``--duration`` seconds while the
+heartbeats go on. After the attack the heartbeats go on for the attack's settle time (past the delta
+retention for the churn attacks) and the worker's RSS is read again.
+
+Printed per server and attack: heartbeats sent and answered, their latency (p50, p99, max), the
+worker's RSS idle / peak during the attack / after it, the node log's growth during the attack, the
+load average, and what the attack itself saw. No loopback address is a trusted proxy here
+(EUREKA_TRUSTED_PROXIES=::1), so every address gets its own share.
+
+  .venv/bin/python bench/run.py attacks                       # every attack, on both servers
+  .venv/bin/python bench/run.py attacks --attacks console --servers granian
+  .venv/bin/python bench/run.py attacks --list
+
+Loopback only; each attack is bounded by its duration; nodes are stopped at the end. Needs
+``ulimit -n`` well above the largest attack's connections (raised here up to the hard limit).
+Printed, not asserted. The attacks of the first round (slow bodies) are bench/slow_clients.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import orjson
+from nodes import HOST, HTTP_SERVERS, Node, rss_mb
+from slow_clients import exchange, instance_address, percentile, registration, request
+
+FLEET_APP = "FLEET"
+# Extra instances (not heartbeating) are registered through the replication batch, this many a batch.
+BATCH_ITEMS = 500
+
+
+@contextlib.contextmanager
+def no_surroundings() -> Iterator[dict[str, str]]:
+    yield {}
+
+
+@dataclass
+class Attack:
+    """One way to attack a node.
+
+    ``run(port, seconds)`` runs in a child process during the attack window and returns what became
+    of the attack; ``surroundings()`` is entered before the node starts and yields node settings;
+    ``registered`` instances are registered (not renewed) before the attack; ``settle_s`` is how long
+    after the attack the worker's RSS is read again."""
+
+    name: str
+    run: Callable[[int, float], dict]
+    surroundings: Callable[[], contextlib.AbstractContextManager[dict[str, str]]] = no_surroundings
+    env: dict[str, str] = field(default_factory=dict)
+    fleet: int = 100
+    registered: int = 0
+    settle_s: float = 10.0
+    duration_s: float = 30.0
+
+
+# ---- the fleet ----
+
+
+async def heartbeats(port: int, fleet: int, seconds: float, latencies: list, failures: list) -> None:
+    """Each instance of the fleet renews once a second, spread evenly over the second, each renewal on
+    a new connection from the instance's own address."""
+    started = time.monotonic()
+    tasks = []
+
+    async def beat(index: int) -> None:
+        sent = time.monotonic()
+        try:
+            code = await exchange(
+                port, request("PUT", f"/eureka/apps/{FLEET_APP}/i-{index}", port, ""), instance_address(index)
+            )
+        except (TimeoutError, OSError) as error:
+            failures.append(type(error).__name__)
+            return
+        if code != b"200":
+            failures.append(code.decode() or "no answer")
+            return
+        latencies.append((time.monotonic() - sent) * 1000)
+
+    beat_number = 0
+    while time.monotonic() - started < seconds:
+        second, index = divmod(beat_number, fleet)
+        delay = started + second + index / fleet - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(beat(index)))
+        beat_number += 1
+    await asyncio.gather(*tasks)
+
+
+async def register_fleet(port: int, fleet: int) -> None:
+    for index in range(fleet):
+        body = registration(index)
+        code = await exchange(
+            port, request("POST", f"/eureka/apps/{FLEET_APP}", port, "", body), instance_address(index)
+        )
+        if code != b"204":
+            raise SystemExit(f"fleet registration {index} answered {code!r}")
+
+
+def extra_instance(n: int) -> dict:
+    """Instance ``n`` of the extra registry: 100 apps, a few metadata keys, as a console shows them."""
+    app = f"APP-{n % 100:03d}"
+    host = f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
+    instance = {
+        "instanceId": f"{host}:{app.lower()}:8080",
+        "hostName": f"host-{n}.bench.internal",
+        "app": app,
+        "ipAddr": host,
+        "status": "DOWN" if n % 50 == 7 else "UP",
+        "overriddenStatus": "UNKNOWN",
+        "port": {"$": 8080, "@enabled": "true"},
+        "securePort": {"$": 8443, "@enabled": "false"},
+        "vipAddress": app.lower(),
+        "statusPageUrl": f"http://{host}:8080/actuator/info",
+        "healthCheckUrl": f"http://{host}:8080/actuator/health",
+        "homePageUrl": f"http://{host}:8080/",
+        "metadata": {"zone": f"z{n % 3}", "version": f"1.{n % 4}", "team": f"team-{n % 7}"},
+        "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 600},
+        "dataCenterInfo": {
+            "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
+            "name": "MyOwn",
+        },
+        "lastDirtyTimestamp": "1000",
+    }
+    return {
+        "appName": app,
+        "id": instance["instanceId"],
+        "lastDirtyTimestamp": "1000",
+        "status": instance["status"],
+        "instanceInfo": instance,
+        "action": "Register",
+    }
+
+
+def register_extra(base: str, count: int) -> None:
+    with httpx.Client(base_url=base, timeout=60, headers={"Accept": "application/json"}) as client:
+        for first in range(0, count, BATCH_ITEMS):
+            items = [extra_instance(n) for n in range(first, min(count, first + BATCH_ITEMS))]
+            answer = client.post(
+                "/eureka/peerreplication/batch",
+                content=orjson.dumps({"replicationList": items}),
+                headers={"Content-Type": "application/json"},
+            )
+            answer.raise_for_status()
+
+
+# ---- one attack on one server ----
+
+
+def _attacker(run: Callable[[int, float], dict], port: int, seconds: float, queue) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        queue.put(run(port, seconds))
+    except Exception as error:  # the report says what broke instead of hanging the bench
+        queue.put({"attack failed": f"{type(error).__name__}: {error}"})
+
+
+def median_rss(pid: int, samples: int = 5) -> float:
+    values = []
+    for _ in range(samples):
+        values.append(rss_mb(pid))
+        time.sleep(0.2)
+    return statistics.median(values)
+
+
+def attack_node(attack: Attack, server: str, fleet: int, duration: float | None) -> dict:
+    seconds = duration or attack.duration_s
+    fleet = attack.fleet if fleet is None else fleet
+    with tempfile.TemporaryDirectory(prefix=f"attack-{attack.name}-") as tmp, attack.surroundings() as extra:
+        env = {"EUREKA_TRUSTED_PROXIES": "::1", **attack.env, **extra}
+        log = Path(tmp) / "node.log"
+        node = Node(Path(tmp) / "node", env, name=f"{server} node", log=log, server=server)
+        node.start()
+        try:
+            if attack.registered:
+                register_extra(node.base, attack.registered)
+            asyncio.run(register_fleet(node.port, fleet))
+            worker = node.worker_pid()
+            asyncio.run(heartbeats(node.port, fleet, 5, [], []))  # the fleet settles in
+            idle = median_rss(worker)
+            samples: list[float] = []
+            sampling = threading.Event()
+
+            def sample() -> None:
+                while not sampling.is_set():
+                    samples.append(rss_mb(worker))
+                    time.sleep(0.25)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            log_before = log.stat().st_size
+            queue: multiprocessing.Queue = multiprocessing.Queue()
+            attacker = multiprocessing.Process(
+                target=_attacker, args=(attack.run, node.port, seconds, queue), daemon=True
+            )
+            latencies: list[float] = []
+            failures: list[str] = []
+            attacker.start()
+            asyncio.run(heartbeats(node.port, fleet, seconds, latencies, failures))
+            load = os.getloadavg()[0]
+            try:
+                outcome = queue.get(timeout=seconds + 120)
+            except Exception:
+                outcome = {"attack failed": "no report within its duration + 120 s"}
+            attacker.join(10)
+            if attacker.is_alive():
+                attacker.kill()
+            sampling.set()
+            sampler.join()
+            log_growth = log.stat().st_size - log_before
+            # The node after the attack, heartbeats going on as before it.
+            asyncio.run(heartbeats(node.port, fleet, attack.settle_s, [], []))
+            after = median_rss(worker)
+            alive = node.alive()
+        finally:
+            node.stop()
+    sent = len(latencies) + len(failures)
+    peak = max(samples, default=idle)
+    return {
+        "server": server,
+        "attack": attack.name,
+        "attack seconds": seconds,
+        "heartbeats sent": sent,
+        "answered 200": len(latencies),
+        "failed": {kind: failures.count(kind) for kind in sorted(set(failures))},
+        "p50 ms": round(percentile(latencies, 0.50), 1),
+        "p99 ms": round(percentile(latencies, 0.99), 1),
+        "max ms": round(max(latencies, default=float("nan")), 1),
+        "RSS idle MB": round(idle, 1),
+        "RSS peak MB": round(peak, 1),
+        "RSS after MB": round(after, 1),
+        "settled s": attack.settle_s,
+        "node log growth KB": round(log_growth / 1024, 1),
+        "load average (1 min)": round(load, 2),
+        "node still running": alive,
+        "attack saw": outcome,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as bench/README.md's table."""
+    lines = [
+        "| attack | server | heartbeats answered | p50 / p99 / max ms | RSS idle / peak / after MB "
+        "| log growth KB | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['attack']} | {row['server']} | {row['answered 200']} of {row['heartbeats sent']} "
+            f"| {row['p50 ms']} / {row['p99 ms']} / {row['max ms']} "
+            f"| {row['RSS idle MB']} / {row['RSS peak MB']} / {row['RSS after MB']} "
+            f"| {row['node log growth KB']} | {row['load average (1 min)']} |"
+        )
+    return "\n".join(lines)
+
+
+# ---- the attacks (each helper's section adds its own; keep them in the issue's order) ----
+
+ATTACKS: dict[str, Attack] = {}
+
+
+def add(attack: Attack) -> None:
+    ATTACKS[attack.name] = attack
+
+
+def quiet(port: int, seconds: float) -> dict:
+    """No attack: the fleet's heartbeats alone, the row the others are read against."""
+    time.sleep(seconds)
+    return {}
+
+
+add(Attack("baseline", quiet, duration_s=20.0))
+
+
+# ---- 6. log floods ----
+
+LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
+# Paths a bad Host is sent to: the site's (Django logged a traceback for each) and the protocol's.
+LOG_FLOOD_PATHS = (
+    "/",
+    "/admin/",
+    "/admin/login/",
+    "/healthz",
+    "/metrics",
+    "/static/x.css",
+    "/nope",
+    "/eureka/apps",
+)
+# Requests gunicorn's parser refuses (a line each before the fix); granian's parser answers them too.
+LOG_FLOOD_MALFORMED = (
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad\x01Name: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+    b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+)
+LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
+LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
+    )
+    if length is None:
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        await reader.readexactly(length)
+    return head.split(b" ", 2)[1]
+
+
+async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
+                sent += 1
+                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+            writer.write(LOG_FLOOD_MALFORMED[sent % len(LOG_FLOOD_MALFORMED)])
+            sent += 1
+            line = await asyncio.wait_for(reader.readline(), 10)
+            answers[line.split(b" ", 2)[1].decode() if line.count(b" ") >= 2 else "no answer"] += 1
+            writer.close()
+        except (OSError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+
+
+def log_flood(port: int, seconds: float) -> dict:
+    """Bad Host headers and malformed requests, as fast as one process sends them.
+
+    Requests with a Host not in ALLOWED_HOSTS on the site's paths and the protocol's, on kept-alive
+    connections, and malformed requests (bad request line, version, header, chunk framing, TLS) each
+    on a new connection, from 127.0.0.2-5. Each bad Host once logged a traceback and each malformed
+    request a line (issue 44, item 6): the row's log growth is what they cost now."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        hosts: Counter = Counter()
+        malformed: Counter = Counter()
+        sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
+        await asyncio.gather(
+            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
+            *(
+                _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
+                for n in range(LOG_FLOOD_MALFORMED_LOOPS)
+            ),
+        )
+        return {
+            "bad Host requests answered": dict(hosts),
+            "malformed requests answered": dict(malformed),
+            "requests/s": round((sum(hosts.values()) + sum(malformed.values())) / seconds),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--attacks", nargs="*", default=None, help="names (default: all)")
+    parser.add_argument("--servers", nargs="*", default=list(HTTP_SERVERS), choices=HTTP_SERVERS)
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds of attack (default: each one's)"
+    )
+    parser.add_argument(
+        "--fleet", type=int, default=None, help="heartbeating instances (default: each one's)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the attacks and stop")
+    args = parser.parse_args(argv)
+    if args.list:
+        for attack in ATTACKS.values():
+            summary = (attack.run.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            print(f"{attack.name}: {summary}")
+        return 0
+    names = args.attacks or list(ATTACKS)
+    unknown = sorted(set(names) - set(ATTACKS))
+    if unknown:
+        raise SystemExit(f"unknown attacks {unknown}; --list names them")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    rows = []
+    for name in names:
+        for server in args.servers:
+            row = attack_node(ATTACKS[name], server, args.fleet, args.duration)
+            print(json.dumps(row, indent=2), flush=True)
+            rows.append(row)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
