@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ logger = logging.getLogger(__name__)
 MAX_BYTES = 8 * 1024 * 1024
 # How long a view waits for its turn to render where waiting holds no thread (gevent).
 WAIT_S = 5.0
-# Refused views are logged at most once in this many seconds, with how many there were.
-REFUSAL_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ def waiting_is_free() -> bool:
 
 class SharedPages:
     """Rendered pages by key. ``clock``: the node's (epoch ms); ``wait_s``: how long a view may wait
-    for its turn to render (0: not at all); ``monotonic``: the refusal log's clock."""
+    for its turn to render (0: not at all); ``refusal_lines``: which refusals get a log line."""
 
     def __init__(
         self,
@@ -69,20 +68,19 @@ class SharedPages:
         clock: Callable[[], int],
         max_bytes: int = MAX_BYTES,
         wait_s: Callable[[], float] = lambda: WAIT_S if waiting_is_free() else 0.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        refusal_lines: RefusalLines | None = None,
     ):
         self.share_ms = share_ms
         self.clock = clock
         self.max_bytes = max_bytes
         self.wait_s = wait_s
-        self.monotonic = monotonic
+        self.refusal_lines = refusal_lines or RefusalLines()
         self._pages: OrderedDict[Hashable, Page] = OrderedDict()
         self._bytes = 0
         # Made with the first view, so under gevent after the monkey-patching: a waiter yields.
         self._slot = threading.Lock()
+        # Views answered by a render, a shared copy, an old copy, or refused (/metrics reads them).
         self.rendered = self.shared = self.stale = self.refused = 0
-        self._refusals_logged_at: float | None = None
-        self._refusals_unlogged = 0
 
     def get(self, key: Hashable, render: Callable[[], Page]) -> Page:
         """The page for ``key``: a copy younger than ``share_ms``, else one ``render`` makes now,
@@ -141,14 +139,10 @@ class SharedPages:
 
     def _refuse(self) -> None:
         self.refused += 1
-        self._refusals_unlogged += 1
-        now = self.monotonic()
-        if self._refusals_logged_at is not None and now - self._refusals_logged_at < REFUSAL_LOG_INTERVAL_S:
-            return
-        logger.warning(
-            "console busy: %d view(s) answered 503 while another page was being rendered, %d since start",
-            self._refusals_unlogged,
-            self.refused,
-        )
-        self._refusals_logged_at = now
-        self._refusals_unlogged = 0
+        count = self.refusal_lines.note("console_busy")
+        if count:
+            logger.warning(
+                "console page refused with 503: another page was being rendered%s",
+                since_last_line(count),
+                extra=refusal_fields("console_busy", count),
+            )

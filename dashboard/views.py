@@ -23,6 +23,7 @@ from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm
 from registry.cache.pacing import PACER
 from registry.domain.findings import find_suspicious
+from registry.domain.refusals import RefusalLines
 from registry.runtime.node import get_node
 
 # Suspicious registrations listed on the status page at most (the count of the rest is shown).
@@ -50,7 +51,11 @@ BUSY_TEXT = "The console is rendering another page; try again in a moment.\n"
 def _shared_pages(node) -> SharedPages:
     pages = node.console_pages
     if pages is None:
-        pages = node.console_pages = SharedPages(node.config.dashboard.cache_ms, node.now)
+        pages = node.console_pages = SharedPages(
+            node.config.dashboard.cache_ms,
+            node.now,
+            refusal_lines=RefusalLines(node.config.process.refusal_log_interval_seconds),
+        )
     return pages
 
 
@@ -77,7 +82,7 @@ def shared(view):
             busy = HttpResponse(
                 BUSY_TEXT, status=503, content_type="text/plain; charset=utf-8", headers={"Retry-After": "1"}
             )
-            # Counted and logged once a minute by SharedPages, not a line each by django.request.
+            # Counted, and logged at most once an interval, by SharedPages; not a line each by django.request.
             busy._has_been_logged = True
             return busy
         return HttpResponse(answer.content, status=answer.status, content_type=answer.content_type)

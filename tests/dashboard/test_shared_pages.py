@@ -9,8 +9,10 @@ import threading
 import pytest
 
 from dashboard.shared_pages import Busy, Page, SharedPages
+from registry.domain.refusals import RefusalLines
 from tests.conftest import FakeClock
 from tests.dashboard.conftest import register, soup
+from tests.runtime.test_metrics import scrape, value
 
 
 class Renders:
@@ -95,9 +97,9 @@ def test_while_a_page_is_rendered_one_without_a_copy_is_refused_when_it_may_not_
     assert render.count == 2
 
 
-def test_refusals_are_logged_at_most_once_a_minute_with_their_count(caplog):
+def test_refusals_are_logged_at_most_once_an_interval_with_their_count(caplog):
     clock, render, now = FakeClock(), Renders(), [0.0]
-    shared = pages(clock, monotonic=lambda: now[0])
+    shared = pages(clock, refusal_lines=RefusalLines(60, clock=lambda: now[0]))
 
     def refuse(times: int) -> None:
         def render_home() -> Page:
@@ -118,9 +120,11 @@ def test_refusals_are_logged_at_most_once_a_minute_with_their_count(caplog):
 
     lines = [record.getMessage() for record in caplog.records]
     assert lines == [
-        "console busy: 1 view(s) answered 503 while another page was being rendered, 1 since start",
-        "console busy: 7 view(s) answered 503 while another page was being rendered, 8 since start",
+        "console page refused with 503: another page was being rendered",
+        "console page refused with 503: another page was being rendered (6 more since the last such line)",
     ]
+    assert [record.refusals for record in caplog.records] == [1, 7]
+    assert shared.refused == 8
 
 
 def test_a_view_that_may_wait_waits_for_the_render_under_way_and_shares_it():
@@ -248,3 +252,21 @@ def test_a_page_asked_for_while_another_renders_is_answered_503_and_not_logged_e
     assert b"try again" in answers[0].content
     assert shared.status_code == 200
     assert [record.name for record in caplog.records] == ["dashboard.shared_pages"]
+
+
+def test_metrics_count_the_views_by_how_they_were_answered(make_node, web):
+    node = make_node(options={"dashboard__cache_ms": 2_000})
+    web.get("/")
+    web.get("/")
+    assert node.console_pages._slot.acquire(blocking=False)
+    try:
+        assert web.get("/lastn").status_code == 503
+    finally:
+        node.console_pages._slot.release()
+
+    samples = scrape(web)
+
+    assert {
+        outcome: value(samples, "eureka_console_views_total", outcome=outcome)
+        for outcome in ("rendered", "shared", "stale", "busy")
+    } == {"rendered": 1, "shared": 1, "stale": 0, "busy": 1}
