@@ -31,7 +31,7 @@ from registry.domain.refusals import RefusalLines, refusal_fields, since_last_li
 
 logger = logging.getLogger(__name__)
 
-# Copies of rendered pages kept at most, in bytes (a page of 500 instances is about 170 KB).
+# Copies of rendered pages kept at most, in bytes.
 MAX_BYTES = 8 * 1024 * 1024
 # How long a view waits for its turn to render where waiting holds no thread (gevent).
 WAIT_S = 5.0

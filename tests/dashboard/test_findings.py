@@ -50,7 +50,7 @@ def test_the_same_port_across_applications_and_on_the_secure_port_counts():
 
 def test_thousands_of_ids_on_one_endpoint_each_name_three_others_and_cost_one_sort():
     # Each instance's reason used to sort every other id sharing its endpoint: 10,000 of them on one
-    # address took minutes, holding the event loop for every view of the status page.
+    # address took half a minute, holding the event loop for every view of the status page.
     crowd = [inst(instance_id=f"i{n:05d}") for n in range(10_000)]
     started = time.perf_counter()
     findings = find_suspicious([("ORDERS", crowd)], {})
