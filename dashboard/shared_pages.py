@@ -8,14 +8,17 @@ request threads. So:
   ``share_ms`` of its render get that render's bytes: a page costs one render per ``share_ms``
   however many viewers ask for it, and what it shows is at most ``share_ms`` old;
 * only one page is rendered at a time in the process, in the paced slices of the code it runs
-  (registry/cache/pacing.py). A view that finds another page being rendered gets its own page's
-  last copy when there is one, however old; else it waits for its turn where waiting parks a
-  greenlet and holds no server thread (gevent), or is refused (``Busy``: the view answers 503 with
-  Retry-After) where it would hold one of the threads that serve heartbeats (granian).
+  (registry/cache/pacing.py);
+* under gevent, where waiting parks a greenlet, console views take turns: one at a time, each after
+  the event loop has served what was ready (``give_way``), so heartbeats go first however many
+  viewers there are. A view that waited ``wait_s`` for its turn gets its page's last copy, however
+  old, or is refused (``Busy``: the view answers 503 with Retry-After);
+* elsewhere (granian's request threads, where waiting would hold one of the few threads that serve
+  heartbeats) a copy is served at once, and a view that finds another page being rendered gets its
+  own page's last copy, however old, or is refused.
 
-However many viewers and whatever pages they ask for, the console then renders one page at a time,
-and heartbeats wait a slice at most. The copies kept are bounded in bytes (the oldest renders go
-first). Plain Python, no Django: the views hand over a key and a function that renders.
+The copies kept are bounded in bytes (the oldest renders go first). Plain Python, no Django: the
+views hand over a key and a function that renders.
 """
 
 from __future__ import annotations
@@ -58,9 +61,14 @@ def waiting_is_free() -> bool:
     return monkey is not None and monkey.is_module_patched("threading")
 
 
+def _no_pause() -> None:
+    pass
+
+
 class SharedPages:
     """Rendered pages by key. ``clock``: the node's (epoch ms); ``wait_s``: how long a view may wait
-    for its turn to render (0: not at all); ``refusal_lines``: which refusals get a log line."""
+    for its turn (0: views do not take turns, a render is not waited for); ``give_way``: a view's
+    pause before its turn (pacing's); ``refusal_lines``: which refusals get a log line."""
 
     def __init__(
         self,
@@ -68,12 +76,14 @@ class SharedPages:
         clock: Callable[[], int],
         max_bytes: int = MAX_BYTES,
         wait_s: Callable[[], float] = lambda: WAIT_S if waiting_is_free() else 0.0,
+        give_way: Callable[[], None] = _no_pause,
         refusal_lines: RefusalLines | None = None,
     ):
         self.share_ms = share_ms
         self.clock = clock
         self.max_bytes = max_bytes
         self.wait_s = wait_s
+        self.give_way = give_way
         self.refusal_lines = refusal_lines or RefusalLines()
         self._pages: OrderedDict[Hashable, Page] = OrderedDict()
         self._bytes = 0
@@ -84,35 +94,52 @@ class SharedPages:
 
     def get(self, key: Hashable, render: Callable[[], Page]) -> Page:
         """The page for ``key``: a copy younger than ``share_ms``, else one ``render`` makes now,
-        else (another page is being rendered) its last copy; raises ``Busy`` when there is none."""
+        else (no turn) its last copy; raises ``Busy`` when there is none."""
+        wait_s = self.wait_s()
+        if wait_s > 0:
+            return self._in_turn(key, render, wait_s)
         page = self._fresh(key)
         if page is not None:
             self.shared += 1
             return page
-        wait_s = self.wait_s()
-        got_turn = self._slot.acquire(timeout=wait_s) if wait_s > 0 else self._slot.acquire(blocking=False)
-        if not got_turn:
-            copy = self._pages.get(key)
-            if copy is not None:
-                self.stale += 1
-                return copy
-            self._refuse()
-            raise Busy
+        if not self._slot.acquire(blocking=False):
+            return self._copy(key)
         try:
-            # Rendered by the view that had the turn while this one waited?
+            return self._render(key, render)
+        finally:
+            self._slot.release()
+
+    def _in_turn(self, key: Hashable, render: Callable[[], Page], wait_s: float) -> Page:
+        """One view at a time, each after what was ready to run (heartbeats) has had its turn."""
+        if not self._slot.acquire(timeout=wait_s):
+            return self._copy(key)
+        try:
+            self.give_way()
             page = self._fresh(key)
             if page is not None:
                 self.shared += 1
                 return page
-            now = self.clock()
-            made = render()
-            page = Page(made.status, made.content, made.content_type, now)
-            self.rendered += 1
-            if self.share_ms > 0:
-                self._keep(key, page)
-            return page
+            return self._render(key, render)
         finally:
             self._slot.release()
+
+    def _render(self, key: Hashable, render: Callable[[], Page]) -> Page:
+        """With the turn: only one thread changes the copies at a time."""
+        now = self.clock()
+        made = render()
+        page = Page(made.status, made.content, made.content_type, now)
+        self.rendered += 1
+        if self.share_ms > 0:
+            self._keep(key, page)
+        return page
+
+    def _copy(self, key: Hashable) -> Page:
+        copy = self._pages.get(key)
+        if copy is None:
+            self._refuse()
+            raise Busy
+        self.stale += 1
+        return copy
 
     @property
     def kept_bytes(self) -> int:
@@ -125,7 +152,6 @@ class SharedPages:
         return page
 
     def _keep(self, key: Hashable, page: Page) -> None:
-        """Under the render turn: only one thread changes the copies at a time."""
         old = self._pages.pop(key, None)
         if old is not None:
             self._bytes -= len(old.content)
@@ -142,7 +168,7 @@ class SharedPages:
         count = self.refusal_lines.note("console_busy")
         if count:
             logger.warning(
-                "console page refused with 503: another page was being rendered%s",
+                "console page refused with 503: no turn to render it, another page was being rendered%s",
                 since_last_line(count),
                 extra=refusal_fields("console_busy", count),
             )

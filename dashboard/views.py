@@ -54,6 +54,7 @@ def _shared_pages(node) -> SharedPages:
         pages = node.console_pages = SharedPages(
             node.config.dashboard.cache_ms,
             node.now,
+            give_way=PACER.give_way,
             refusal_lines=RefusalLines(node.config.process.refusal_log_interval_seconds),
         )
     return pages

@@ -119,10 +119,8 @@ def test_refusals_are_logged_at_most_once_an_interval_with_their_count(caplog):
         refuse(1)
 
     lines = [record.getMessage() for record in caplog.records]
-    assert lines == [
-        "console page refused with 503: another page was being rendered",
-        "console page refused with 503: another page was being rendered (6 more since the last such line)",
-    ]
+    line = "console page refused with 503: no turn to render it, another page was being rendered"
+    assert lines == [line, line + " (6 more since the last such line)"]
     assert [record.refusals for record in caplog.records] == [1, 7]
     assert shared.refused == 8
 
@@ -153,6 +151,35 @@ def test_a_view_that_may_wait_waits_for_the_render_under_way_and_shares_it():
 
     assert answers["first"] is answers["second"]
     assert renders == ["slow"]
+
+
+def test_where_views_may_wait_they_take_turns_each_giving_way_first():
+    # Under gevent a shared copy too waits for its turn, after what was ready to run (heartbeats).
+    clock = FakeClock()
+    ways = []
+    shared = SharedPages(2_000, clock, wait_s=lambda: 10.0, give_way=lambda: ways.append(1))
+    cached = shared.get("/cached", Renders())
+    rendering, finish = threading.Event(), threading.Event()
+
+    def slow() -> Page:
+        rendering.set()
+        assert finish.wait(10)
+        return Page(200, b"slow", "text/html")
+
+    answers = {}
+    first = threading.Thread(target=lambda: answers.setdefault("slow", shared.get("/slow", slow)))
+    first.start()
+    assert rendering.wait(10)
+    second = threading.Thread(target=lambda: answers.setdefault("cached", shared.get("/cached", Renders())))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive(), "the copy was served while another view had the turn"
+    finish.set()
+    first.join(10)
+    second.join(10)
+
+    assert answers["cached"] is cached
+    assert len(ways) == 3
 
 
 def test_a_view_that_waits_past_its_wait_is_refused():
