@@ -61,9 +61,9 @@ def _shared_pages(node) -> SharedPages:
 
 
 def shared(view):
-    """The view's answer shared by every viewer of the same page for EUREKA_DASHBOARD_CACHE_MS, and
-    rendered one page at a time (dashboard/shared_pages.py); 503 when another page is being rendered
-    and this one has no copy to give.
+    """The view's answer shared by every viewer of the same page for EUREKA_DASHBOARD_CACHE_MS, one
+    page rendered at a time and, under gevent, one view at a time after the heartbeats that were ready
+    (dashboard/shared_pages.py); 503 when a view got no turn and its page has no copy to give.
 
     A page differs by its path and query (the login link carries them too), the script prefix its
     links carry and whether the viewer is staff (admin links); nothing else of the viewer is on it."""
