@@ -36,9 +36,11 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -293,6 +295,153 @@ def quiet(port: int, seconds: float) -> dict:
 
 
 add(Attack("baseline", quiet, duration_s=20.0))
+
+
+# ---- 1. answers under the size cap that expand into millions of instances ----
+
+# The hostile server's records: 66 MB of JSON (``{},`` each), 64 KB of gzip, under the 64 MiB cap.
+AMPLIFIED_RECORDS = 22_000_000
+# The running hostile server's URL, set by its surroundings before the attack's child is forked.
+_AMPLIFIER: dict[str, str] = {}
+
+
+def _amplified_body(batch: bool) -> bytes:
+    """``GET apps`` with one app of ``AMPLIFIED_RECORDS`` empty instances (or a batch answer of as
+    many empty items), one gzip member compressed in 1 MiB slices."""
+    if batch:
+        head, tail = b'{"responseList":[', b"{}]}"
+    else:
+        head = b'{"applications":{"apps__hashcode":"UP_1_","application":[{"name":"X","instance":['
+        tail = b"{}]}]}}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    per_slice = (1 << 20) // 3
+    slices, rest = divmod(AMPLIFIED_RECORDS - 1, per_slice)
+    parts = [compressor.compress(head)]
+    parts.extend(compressor.compress(b"{}," * per_slice) for _ in range(slices))
+    parts += [compressor.compress(b"{}," * rest + tail), compressor.flush()]
+    return b"".join(parts)
+
+
+@contextlib.contextmanager
+def amplifier(settings: Callable[[str], dict[str, str]], empty: bool = False) -> Iterator[dict[str, str]]:
+    """A peer or remote region on 127.0.0.1 that answers as a small Eureka server would (one instance
+    in its registry unless ``empty``, 200 for every batch item) until ``POST /_mode`` with
+    ``expanding`` turns every answer into the amplified one (``fine`` turns it back); ``GET /_stats``
+    counts the answers."""
+    bodies = {False: _amplified_body(False), True: _amplified_body(True)}
+    instance = extra_instance(1)["instanceInfo"] | {"actionType": "ADDED"}
+    apps = [] if empty else [{"name": instance["app"], "instance": [instance]}]
+    fine_registry = orjson.dumps(
+        {
+            "applications": {
+                "versions__delta": "1",
+                "apps__hashcode": "" if empty else "UP_1_",
+                "application": apps,
+            }
+        }
+    )
+    state = {"mode": "fine"}
+    answered: dict[str, int] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            sent = self.rfile.read(length) if length else b""
+            headers = {"Content-Type": "application/json"}
+            if self.path == "/_mode":
+                state["mode"] = sent.decode()
+                body = b""
+            elif self.path == "/_stats":
+                body = orjson.dumps(answered)
+            else:
+                batch = "peerreplication/batch" in self.path
+                key = f"{state['mode']} {'batch' if batch else self.path}"
+                answered[key] = answered.get(key, 0) + 1
+                if state["mode"] == "expanding":
+                    body = bodies[batch]
+                    headers["Content-Encoding"] = "gzip"
+                elif batch:
+                    items = orjson.loads(sent or b"{}").get("replicationList", [])
+                    body = orjson.dumps({"responseList": [{"statusCode": 200}] * len(items)})
+                elif "apps" in self.path:
+                    body = fine_registry
+                else:
+                    body = b""
+            self.send_response(200)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the node hung up on an answer over its limits
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/eureka/"
+    _AMPLIFIER["url"] = url
+    try:
+        yield settings(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _amplify(seconds: float) -> dict:
+    url = _AMPLIFIER["url"]
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"expanding", timeout=5)
+    time.sleep(seconds)
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"fine", timeout=5)
+    return httpx.get(f"{url.removesuffix('eureka/')}_stats", timeout=5).json()
+
+
+def amplified_region(port: int, seconds: float) -> dict:
+    """The node's remote region answers every fetch (one a second) with 64 KB of gzip: valid JSON of
+    22 million empty instances, 66 MB inflated, under the byte cap."""
+    return _amplify(seconds)
+
+
+def amplified_peer(port: int, seconds: float) -> dict:
+    """The node's peer answers every request with 64 KB of gzip expanding into 22 million empty
+    instances (or batch answers): its start-up sync, still retrying every second since the peer held
+    nothing, reads it at each round, and so do replication batches and probes."""
+    return _amplify(seconds)
+
+
+add(
+    Attack(
+        "amplified-region",
+        amplified_region,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_REMOTE_REGION_URLS": f"us-west={url}",
+                "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "1",
+            }
+        ),
+    )
+)
+add(
+    Attack(
+        "amplified-peer",
+        amplified_peer,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_PEER_URLS": url,
+                # The peer holds nothing at first, so the start-up sync asks again every second (as
+                # Eureka's syncUp does while it found nothing) and meets the amplified answer too.
+                "EUREKA_REGISTRY_SYNC_RETRIES": "1000",
+                "EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS": "1000",
+            },
+            empty=True,
+        ),
+    )
+)
 
 
 # ---- 2. the status console ----

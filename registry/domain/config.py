@@ -311,6 +311,16 @@ class RegistryRules:
         "UTF-8 bytes of all the text of one instance record, from clients and peers (else 400); 0: no limit.",
         minimum=0,
     )
+    # One instance of a peer's or a remote region's answer as it is read (registry/wire/answers.py):
+    # the characters of its names and texts, one for every other value. It bounds what one record can
+    # make of Python objects (a record of 60 MB of ``[]`` would be millions). Above the record limit
+    # (its text plus the names and JSON around it), so that every record a node keeps is read.
+    max_answer_record_bytes: int = setting(
+        262_144,
+        "EUREKA_MAX_ANSWER_RECORD_BYTES",
+        "Characters (names, texts) of one instance in a peer's or region's answer; a larger one is skipped.",
+        minimum=4_096,
+    )
 
     @property
     def eureka_timing(self) -> bool:
@@ -425,6 +435,16 @@ class ClusterConfig:
         "Time from a request to a peer to the last byte of its answer.",
         minimum=100,
     )
+    # Instances a peer's registry answer (GET apps, its delta) may hold, and applications too: one more
+    # and nothing of it is applied. The byte cap alone does not bound them (an empty instance is three
+    # bytes, and gzip shrinks such repetition a thousandfold); the default is above the number of real
+    # instances the byte cap lets through.
+    peer_max_answer_instances: int = setting(
+        100_000,
+        "EUREKA_PEER_MAX_ANSWER_INSTANCES",
+        "Instances (and applications) one registry answer of a peer may hold; one more and none is applied.",
+        minimum=1_000,
+    )
     # Items a peer's batch may hold (registry/cluster/incoming.py); a larger one is refused whole (413).
     # Peers send at most 250: four times that is headroom, not a load the node is sized for. At least
     # 250: the Java server's batches and ours hold up to 250 items.
@@ -480,6 +500,13 @@ class RemoteRegionsConfig:
         "EUREKA_REMOTE_REGION_TOTAL_TIMEOUT_MS",
         "Time from a fetch's request to the last byte of its answer.",
         minimum=100,
+    )
+    # As a peer's above.
+    max_answer_instances: int = setting(
+        100_000,
+        "EUREKA_REMOTE_REGION_MAX_ANSWER_INSTANCES",
+        "Instances (and applications) one answer of a region may hold; one more and none is applied.",
+        minimum=1_000,
     )
     # APP (from every region) or region:APP (from that region); a region with entries of its own
     # uses those, the others the plain entries; none at all: every app.

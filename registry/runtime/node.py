@@ -398,7 +398,7 @@ def _remote_regions(
         return None
     # Here, not at the top: a node without remote regions does not load the HTTP client.
     from registry.cluster.region_transport import RegionHttpTransport
-    from registry.cluster.regions import RemoteRegions
+    from registry.cluster.regions import RemoteRegions, region_limits
 
     def on_change(region: str, apps: set[str], vips: set[str]) -> None:
         # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
@@ -422,6 +422,7 @@ def _remote_regions(
         clock,
         on_change=on_change,
         fallback=regions.transparent_fallback,
+        limits=region_limits(regions.max_answer_instances, config.registry.max_answer_record_bytes),
     )
 
 
