@@ -447,6 +447,77 @@ add(
 )
 
 
+# ---- 2. the status console ----
+
+CONSOLE_READERS = 16  # clients reading the console back to back, as many connections
+
+
+async def _console_reader(port: int, source: str, path: str, deadline: float, seen: dict) -> None:
+    """``GET path`` on a kept-alive connection, the next as soon as the answer is in, until the deadline
+    (a new connection when the node closes one)."""
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            seen["answers"][type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                sent = time.monotonic()
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                length = next(
+                    (
+                        int(line[15:])
+                        for line in head.lower().split(b"\r\n")
+                        if line.startswith(b"content-length:")
+                    ),
+                    None,
+                )
+                body = await asyncio.wait_for(reader.readexactly(length), 30) if length else b""
+                seen["answers"][head.split(b" ", 2)[1].decode()] += 1
+                seen["times"].append(time.monotonic() - sent)
+                seen["largest"] = max(seen["largest"], len(body))
+                if b"connection: close" in head.lower():
+                    break
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            seen["answers"][type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+def console_readers(port: int, seconds: float, path: str = "/") -> dict:
+    """16 clients read the status console (``GET /``) back to back, with 10,000 instances registered.
+
+    Each on a kept-alive connection from 127.0.0.2-5, its next request sent as soon as an answer is
+    in. Four such readers once pushed heartbeats to p50 3.6 s, sixteen made half of them time out
+    (issue 44, item 2): every view rendered the page, whose scans of the whole registry held the
+    event loop. Reported: the answers by status, pages a second, their median time, the largest."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        seen: dict = {"answers": Counter(), "times": [], "largest": 0}
+        await asyncio.gather(
+            *(
+                _console_reader(port, f"127.0.0.{2 + n % 4}", path, deadline, seen)
+                for n in range(CONSOLE_READERS)
+            )
+        )
+        times = seen["times"]
+        return {
+            "answers": dict(seen["answers"]),
+            "pages/s": round(len(times) / seconds),
+            "page p50 ms": round(statistics.median(times) * 1000, 1) if times else None,
+            "largest page KB": round(seen["largest"] / 1024),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("console", console_readers, registered=10_000))
+
+
 # ---- 6. log floods ----
 
 LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
