@@ -27,18 +27,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import multiprocessing
 import os
 import resource
+import select
+import socket
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -295,6 +300,224 @@ def quiet(port: int, seconds: float) -> dict:
 add(Attack("baseline", quiet, duration_s=20.0))
 
 
+# ---- 1. answers under the size cap that expand into millions of instances ----
+
+# The hostile server's records: 66 MB of JSON (``{},`` each), 64 KB of gzip, under the 64 MiB cap.
+AMPLIFIED_RECORDS = 22_000_000
+# The running hostile server's URL, set by its surroundings before the attack's child is forked.
+_AMPLIFIER: dict[str, str] = {}
+
+
+def _amplified_body(batch: bool) -> bytes:
+    """``GET apps`` with one app of ``AMPLIFIED_RECORDS`` empty instances (or a batch answer of as
+    many empty items), one gzip member compressed in 1 MiB slices."""
+    if batch:
+        head, tail = b'{"responseList":[', b"{}]}"
+    else:
+        head = b'{"applications":{"apps__hashcode":"UP_1_","application":[{"name":"X","instance":['
+        tail = b"{}]}]}}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    per_slice = (1 << 20) // 3
+    slices, rest = divmod(AMPLIFIED_RECORDS - 1, per_slice)
+    parts = [compressor.compress(head)]
+    parts.extend(compressor.compress(b"{}," * per_slice) for _ in range(slices))
+    parts += [compressor.compress(b"{}," * rest + tail), compressor.flush()]
+    return b"".join(parts)
+
+
+@contextlib.contextmanager
+def amplifier(settings: Callable[[str], dict[str, str]], empty: bool = False) -> Iterator[dict[str, str]]:
+    """A peer or remote region on 127.0.0.1 that answers as a small Eureka server would (one instance
+    in its registry unless ``empty``, 200 for every batch item) until ``POST /_mode`` with
+    ``expanding`` turns every answer into the amplified one (``fine`` turns it back); ``GET /_stats``
+    counts the answers."""
+    bodies = {False: _amplified_body(False), True: _amplified_body(True)}
+    instance = extra_instance(1)["instanceInfo"] | {"actionType": "ADDED"}
+    apps = [] if empty else [{"name": instance["app"], "instance": [instance]}]
+    fine_registry = orjson.dumps(
+        {
+            "applications": {
+                "versions__delta": "1",
+                "apps__hashcode": "" if empty else "UP_1_",
+                "application": apps,
+            }
+        }
+    )
+    state = {"mode": "fine"}
+    answered: dict[str, int] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            sent = self.rfile.read(length) if length else b""
+            headers = {"Content-Type": "application/json"}
+            if self.path == "/_mode":
+                state["mode"] = sent.decode()
+                body = b""
+            elif self.path == "/_stats":
+                body = orjson.dumps(answered)
+            else:
+                batch = "peerreplication/batch" in self.path
+                key = f"{state['mode']} {'batch' if batch else self.path}"
+                answered[key] = answered.get(key, 0) + 1
+                if state["mode"] == "expanding":
+                    body = bodies[batch]
+                    headers["Content-Encoding"] = "gzip"
+                elif batch:
+                    items = orjson.loads(sent or b"{}").get("replicationList", [])
+                    body = orjson.dumps({"responseList": [{"statusCode": 200}] * len(items)})
+                elif "apps" in self.path:
+                    body = fine_registry
+                else:
+                    body = b""
+            self.send_response(200)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the node hung up on an answer over its limits
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/eureka/"
+    _AMPLIFIER["url"] = url
+    try:
+        yield settings(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _amplify(seconds: float) -> dict:
+    url = _AMPLIFIER["url"]
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"expanding", timeout=5)
+    time.sleep(seconds)
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"fine", timeout=5)
+    return httpx.get(f"{url.removesuffix('eureka/')}_stats", timeout=5).json()
+
+
+def amplified_region(port: int, seconds: float) -> dict:
+    """The node's remote region answers every fetch (one a second) with 64 KB of gzip: valid JSON of
+    22 million empty instances, 66 MB inflated, under the byte cap."""
+    return _amplify(seconds)
+
+
+def amplified_peer(port: int, seconds: float) -> dict:
+    """The node's peer answers every request with 64 KB of gzip expanding into 22 million empty
+    instances (or batch answers): its start-up sync, still retrying every second since the peer held
+    nothing, reads it at each round, and so do replication batches and probes."""
+    return _amplify(seconds)
+
+
+add(
+    Attack(
+        "amplified-region",
+        amplified_region,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_REMOTE_REGION_URLS": f"us-west={url}",
+                "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "1",
+            }
+        ),
+    )
+)
+add(
+    Attack(
+        "amplified-peer",
+        amplified_peer,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_PEER_URLS": url,
+                # The peer holds nothing at first, so the start-up sync asks again every second (as
+                # Eureka's syncUp does while it found nothing) and meets the amplified answer too.
+                "EUREKA_REGISTRY_SYNC_RETRIES": "1000",
+                "EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS": "1000",
+            },
+            empty=True,
+        ),
+    )
+)
+
+
+# ---- 2. the status console ----
+
+CONSOLE_READERS = 16  # clients reading the console back to back, as many connections
+
+
+async def _console_reader(port: int, source: str, path: str, deadline: float, seen: dict) -> None:
+    """``GET path`` on a kept-alive connection, the next as soon as the answer is in, until the deadline
+    (a new connection when the node closes one)."""
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            seen["answers"][type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                sent = time.monotonic()
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                length = next(
+                    (
+                        int(line[15:])
+                        for line in head.lower().split(b"\r\n")
+                        if line.startswith(b"content-length:")
+                    ),
+                    None,
+                )
+                body = await asyncio.wait_for(reader.readexactly(length), 30) if length else b""
+                seen["answers"][head.split(b" ", 2)[1].decode()] += 1
+                seen["times"].append(time.monotonic() - sent)
+                seen["largest"] = max(seen["largest"], len(body))
+                if b"connection: close" in head.lower():
+                    break
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            seen["answers"][type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+def console_readers(port: int, seconds: float, path: str = "/") -> dict:
+    """16 clients read the status console (``GET /``) back to back, with 10,000 instances registered.
+
+    Each on a kept-alive connection from 127.0.0.2-5, its next request sent as soon as an answer is
+    in. Four such readers once pushed heartbeats to p50 3.6 s, sixteen made half of them time out
+    (issue 44, item 2): every view rendered the page, whose scans of the whole registry held the
+    event loop. Reported: the answers by status, pages a second, their median time, the largest."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        seen: dict = {"answers": Counter(), "times": [], "largest": 0}
+        await asyncio.gather(
+            *(
+                _console_reader(port, f"127.0.0.{2 + n % 4}", path, deadline, seen)
+                for n in range(CONSOLE_READERS)
+            )
+        )
+        times = seen["times"]
+        return {
+            "answers": dict(seen["answers"]),
+            "pages/s": round(len(times) / seconds),
+            "page p50 ms": round(statistics.median(times) * 1000, 1) if times else None,
+            "largest page KB": round(seen["largest"] / 1024),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("console", console_readers, registered=10_000))
+
+
 # ---- 5. re-registration churn ----
 
 CHURN_IDS = 1_000  # the same instances, registered again and again
@@ -508,6 +731,224 @@ def log_flood(port: int, seconds: float) -> dict:
 add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
 
 
+# ---- item 3: readers that never read their answer ----
+
+SLOW_READERS = 2_000
+SLOW_READER_SOURCES = [f"127.0.0.{n}" for n in range(2, 10)]  # 8 addresses, 250 connections each
+# A receive buffer this small (set before connecting, so the window the node sees is tiny from the
+# start); the kernel rounds it up to its minimum.
+SLOW_READER_RCVBUF = 1024
+# Connections opened (and the ones the node closes opened again) at most this many a second: faster, the
+# attack is a flood of requests for the registry, which costs the node the same whether or not their
+# answers are read.
+SLOW_READERS_OPENED_PER_S = 200
+CHURN_SOURCE = "127.0.0.100"
+
+
+def open_slow_reader(port: int, source: str) -> socket.socket:
+    """A connection from ``source`` that asks for the whole registry, uncompressed, and reads nothing."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_RCVBUF)
+        sock.bind((source, 0))
+        sock.settimeout(5)
+        sock.connect((HOST, port))
+        sock.sendall(
+            f"GET /eureka/apps HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n\r\n".encode()
+        )
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def churn_registrations(port: int, stop: threading.Event, counts: dict) -> None:
+    """Registers (and re-registers) instances of the extra registry's apps, 20 a second on fresh
+    connections, so that the registry's payload keeps changing while the slow readers hold theirs."""
+    number = 0
+    while not stop.is_set():
+        body = extra_instance(number % 100)["instanceInfo"] | {"instanceId": f"churn-{number % 500}"}
+        app = body["app"]
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", f"/eureka/apps/{app}", port, "", json.dumps({"instance": body}).encode()),
+                    CHURN_SOURCE,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        counts[code] = counts.get(code, 0) + 1
+        number += 1
+        stop.wait(0.05)
+
+
+def slow_readers(port: int, seconds: float, connections: int = SLOW_READERS) -> dict:
+    """Slow readers: 2,000 connections from 8 addresses ask for ``GET /eureka/apps`` (no gzip)
+    with a 1 KB receive buffer and never read, while registrations go on.
+
+    They are opened 200 a second, and a connection the node closes is opened again (within the same
+    200 a second), so the attack holds its count for its whole duration.
+
+    Reported: connections opened, refused (503), reset or closed by the node, how long the node let
+    them sit (p50/max), and how many were still open at the end."""
+    started = time.monotonic()
+    stop = threading.Event()
+    registered: dict[str, int] = {}
+    churn = threading.Thread(target=churn_registrations, args=(port, stop, registered), daemon=True)
+    churn.start()
+    poller = select.poll()
+    held: dict[int, tuple[socket.socket, str, float]] = {}
+    outcome = {
+        "opened": 0,
+        "connect failed": 0,
+        "refused 503": 0,
+        "reset by the node": 0,
+        "closed by the node": 0,
+    }
+    held_s: list[float] = []
+    # Which addresses still have a connection to (re)open, and when the next may open.
+    wanted = [SLOW_READER_SOURCES[n % len(SLOW_READER_SOURCES)] for n in range(connections)]
+    next_open = started
+    while time.monotonic() - started < seconds:
+        while wanted and time.monotonic() >= next_open and time.monotonic() - started < seconds:
+            source = wanted.pop()
+            next_open = max(next_open, time.monotonic() - 1) + 1 / SLOW_READERS_OPENED_PER_S
+            try:
+                sock = open_slow_reader(port, source)
+            except OSError:
+                outcome["connect failed"] += 1
+                wanted.insert(0, source)
+                break
+            outcome["opened"] += 1
+            held[sock.fileno()] = (sock, source, time.monotonic())
+            poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+        for fd, _ in poller.poll(50):
+            sock, source, opened = held.pop(fd)
+            poller.unregister(fd)
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
+                kind = "reset by the node"
+            else:
+                try:
+                    # Only a refusal is short enough to have arrived whole through the tiny window.
+                    head = sock.recv(12, socket.MSG_PEEK)
+                    kind = "refused 503" if head.startswith(b"HTTP/1.1 503") else "closed by the node"
+                except ConnectionResetError:
+                    kind = "reset by the node"
+                except OSError as error:
+                    kind = f"error {error.errno}"
+            outcome[kind] = outcome.get(kind, 0) + 1
+            if kind != "refused 503":
+                held_s.append(time.monotonic() - opened)
+            sock.close()
+            wanted.append(source)
+    stop.set()
+    outcome["still open at the end"] = len(held)
+    for sock, _, _ in held.values():
+        sock.close()
+    churn.join(15)
+    outcome["held s (p50/max)"] = (
+        [round(percentile(held_s, 0.5), 1), round(max(held_s), 1)] if held_s else None
+    )
+    outcome["registrations"] = registered
+    return outcome
+
+
+add(
+    Attack(
+        "slow-readers",
+        slow_readers,
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+add(
+    Attack(
+        "slow-readers-at-cap",
+        slow_readers,
+        env={"EUREKA_MAX_CONNECTIONS": str(SLOW_READERS)},
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+
+
+# ---- item 4: one slow body beside registrations ----
+
+SLOW_BODY_SOURCE = "127.0.0.2"
+SLOW_BODY_REGISTRAR = "127.0.0.3"
+
+
+def slow_body(port: int, seconds: float) -> dict:
+    """One slow body: a registration's headers with ``Content-Length: 100`` and one byte of its body,
+    then nothing, from one address for the whole attack; meanwhile another address registers an
+    instance a second, each on a fresh connection.
+
+    Reported: the registrations' answers by status (and the slowest), and what became of the slow
+    body: the status the node answered it with and when, and when the node closed its connection
+    (None: not within the attack)."""
+    started = time.monotonic()
+    slow = socket.create_connection((HOST, port), timeout=5, source_address=(SLOW_BODY_SOURCE, 0))
+    slow.sendall(
+        f"POST /eureka/apps/SLOW HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{".encode()
+    )
+    slow.setblocking(False)
+    answer, answered_s, closed_s = b"", None, None
+    codes: Counter = Counter()
+    slowest = 0.0
+    number = 0
+
+    def watch_slow() -> None:
+        nonlocal answer, answered_s, closed_s
+        if closed_s is not None:
+            return
+        try:
+            while data := slow.recv(65536):
+                answer += data
+                answered_s = answered_s or round(time.monotonic() - started, 1)
+            closed_s = round(time.monotonic() - started, 1)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed_s = round(time.monotonic() - started, 1)
+
+    while time.monotonic() - started < seconds:
+        body = extra_instance(number)["instanceInfo"] | {"app": "OTHERS", "instanceId": f"other-{number}"}
+        sent = time.monotonic()
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", "/eureka/apps/OTHERS", port, "", json.dumps({"instance": body}).encode()),
+                    SLOW_BODY_REGISTRAR,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        slowest = max(slowest, time.monotonic() - sent)
+        codes[code or "no answer"] += 1
+        number += 1
+        watch_slow()
+        time.sleep(max(0.0, started + number - time.monotonic()))
+    watch_slow()
+    slow.close()
+    return {
+        "registrations": dict(codes),
+        "slowest registration s": round(slowest, 2),
+        "slow body answered": answer.split(b"\r\n", 1)[0].decode(errors="replace") or None,
+        "answered at s": answered_s,
+        "closed at s": closed_s,
+    }
+
+
+add(Attack("slow-body", slow_body, duration_s=60.0))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attacks", nargs="*", default=None, help="names (default: all)")
@@ -522,7 +963,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for attack in ATTACKS.values():
-            summary = (attack.run.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            summary = " ".join((attack.run.__doc__ or "").split("\n\n")[0].split())
             print(f"{attack.name}: {summary}")
         return 0
     names = args.attacks or list(ATTACKS)

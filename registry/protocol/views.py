@@ -6,6 +6,7 @@ from time import perf_counter
 
 import orjson
 from django.http import HttpResponse
+from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
@@ -106,18 +107,18 @@ class EurekaView(APIView):
         finally:
             if observe is not None:
                 observe(perf_counter() - started)
-            self.let_go()
+            self._let_go()
 
-    def let_go(self) -> None:
-        """Cut the reference cycles Django and DRF leave each request in, once its answer is made:
-        the view holds its request and response, DRF's request holds the view and itself in its
-        parser context, Django binds ``head`` to the view. Without them the request (its body
-        included) is freed as soon as the server drops it, not by the cyclic collector, and never
-        waits in the objects the GC policy froze (registry/runtime/gc_policy.py) for the next full
-        collection. The answer itself does not need the view any more."""
+    def _let_go(self) -> None:
+        """Undo the reference cycles a request leaves behind: the view and DRF's request point at each
+        other (and DRF's request at itself, Django's view at its own ``get`` as ``head``), and through
+        them at the WSGI environ, the connection's objects and the answer's bytes. Left to the
+        collector, a request whose connection outlives a collection or two (a client reading a large
+        answer slowly) is in the old generation when it ends, where the node's GC policy freezes it
+        (registry/runtime/gc_policy.py) with everything it holds, until the hourly full collection."""
         drf_request = self.__dict__.get("request")
-        if drf_request is not None:
-            drf_request.parser_context = None
+        if isinstance(drf_request, Request) and isinstance(drf_request.parser_context, dict):
+            drf_request.parser_context.clear()
         self.__dict__.clear()
 
 

@@ -131,6 +131,9 @@ class Node:
     history: History | None = None
     # Each instance's status changes of the last hour, for its page (with the history, or None).
     status_trail: StatusTrail | None = None
+    # The console's shared pages (dashboard/shared_pages.py), made by its first view. Typed loosely:
+    # the dashboard imports this module.
+    console_pages: Any = None
     _stop_loop_watch: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -395,7 +398,7 @@ def _remote_regions(
         return None
     # Here, not at the top: a node without remote regions does not load the HTTP client.
     from registry.cluster.region_transport import RegionHttpTransport
-    from registry.cluster.regions import RemoteRegions
+    from registry.cluster.regions import RemoteRegions, region_limits
 
     def on_change(region: str, apps: set[str], vips: set[str]) -> None:
         # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
@@ -419,6 +422,7 @@ def _remote_regions(
         clock,
         on_change=on_change,
         fallback=regions.transparent_fallback,
+        limits=region_limits(regions.max_answer_instances, config.registry.max_answer_record_bytes),
     )
 
 

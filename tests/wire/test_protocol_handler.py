@@ -79,32 +79,22 @@ def _garbage_after(app, request) -> list[str]:
         gc.garbage.clear()
 
 
-def test_a_protocol_request_leaves_no_reference_cycle_behind(app, node):
-    # Garbage in a cycle waits for the cyclic collector, and in objects the GC policy froze meanwhile
-    # (registry/runtime/gc_policy.py), for the next full collection: with the request's body in it.
+def test_batches_and_refused_bodies_leave_no_reference_cycle_behind(app, node):
+    # As tests/deploy/test_wsgi_routing.py's registrations, reads and heartbeats: garbage in a cycle
+    # waits for the cyclic collector, and in objects the GC policy froze meanwhile
+    # (registry/runtime/gc_policy.py) for the next full collection, with the request's body in it.
     instance = instance_body(instance_id="i-1")
-    registration = json.dumps(instance)
-    batch = json.dumps(
-        {
-            "replicationList": [
-                {"action": "Register", "appName": "ORDERS", "id": "i-1", "instanceInfo": instance}
-            ]
-        }
-    )
+    item = {"action": "Register", "appName": "ORDERS", "id": "i-1", "instanceInfo": instance}
     factory = RequestFactory()
     requests = {
-        "register": factory.post("/eureka/apps/ORDERS", registration, content_type="application/json"),
-        "batch": factory.post("/eureka/peerreplication/batch/", batch, content_type="application/json"),
-        "heartbeat": factory.put("/eureka/apps/ORDERS/i-1?status=UP"),
-        "unknown heartbeat": factory.put("/eureka/apps/ORDERS/i-2?status=UP"),
-        "bad JSON": factory.post("/eureka/apps/ORDERS", "{nope", content_type="application/json"),
-        "bad batch": factory.post("/eureka/peerreplication/batch/", "[1]", content_type="application/json"),
-        "full fetch": factory.get("/eureka/apps/", HTTP_ACCEPT="application/json"),
-        "status": factory.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"),
-        "method not allowed": factory.patch("/eureka/apps/ORDERS"),
+        "batch": json.dumps({"replicationList": [item]}),
+        "batch with refused items": json.dumps({"replicationList": [{"action": "Nope"}, 5, item]}),
+        "bad batch": "[1]",
     }
-    for name, request in requests.items():
+    for name, body in requests.items():
+        request = factory.post("/eureka/peerreplication/batch/", body, content_type="application/json")
         assert _garbage_after(app, request) == [], name
+    assert _garbage_after(app, factory.patch("/eureka/apps/ORDERS")) == [], "method not allowed"
     # A bad XML body: ElementTree's parser stays in a cycle of its own, but not the request.
     bad_xml = factory.post("/eureka/apps/ORDERS", "<instance><a></instance>", content_type="application/xml")
     left = _garbage_after(app, bad_xml)
