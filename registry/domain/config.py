@@ -906,7 +906,8 @@ class ConnectionsConfig:
     EUREKA_TRUSTED_PROXIES (a proxy or reader in front carries many clients) are not capped per
     address. The timeouts are Tomcat's and nginx's: the request line and headers of a new connection,
     and a request body (no byte for ``body_idle_timeout_s``, or not all of it within
-    ``body_timeout_s``), are given that long and then the connection is closed. 0 switches one off."""
+    ``body_timeout_s``), are given that long and then the connection is closed; so is a client that
+    takes no byte of its answer for ``send_timeout_s``. 0 switches one off."""
 
     max_per_address: int = setting(
         256,
@@ -936,6 +937,12 @@ class ConnectionsConfig:
         60.0,
         "EUREKA_BODY_TIMEOUT_SECONDS",
         "A request body must arrive whole within this; 0: off.",
+        minimum=0,
+    )
+    send_timeout_s: float = setting(
+        30.0,
+        "EUREKA_SEND_TIMEOUT_SECONDS",
+        "A client that takes no byte of its answer for this long is disconnected; 0: off.",
         minimum=0,
     )
     # Also the limit after gunzip; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this too.
