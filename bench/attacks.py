@@ -27,22 +27,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import multiprocessing
 import os
 import resource
+import select
+import socket
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import orjson
-from nodes import HTTP_SERVERS, Node, rss_mb
+from nodes import HOST, HTTP_SERVERS, Node, rss_mb
 from slow_clients import exchange, instance_address, percentile, registration, request
 
 FLEET_APP = "FLEET"
@@ -294,6 +300,406 @@ def quiet(port: int, seconds: float) -> dict:
 add(Attack("baseline", quiet, duration_s=20.0))
 
 
+# ---- 1. answers under the size cap that expand into millions of instances ----
+
+# The hostile server's records: 66 MB of JSON (``{},`` each), 64 KB of gzip, under the 64 MiB cap.
+AMPLIFIED_RECORDS = 22_000_000
+# The running hostile server's URL, set by its surroundings before the attack's child is forked.
+_AMPLIFIER: dict[str, str] = {}
+
+
+def _amplified_body(batch: bool) -> bytes:
+    """``GET apps`` with one app of ``AMPLIFIED_RECORDS`` empty instances (or a batch answer of as
+    many empty items), one gzip member compressed in 1 MiB slices."""
+    if batch:
+        head, tail = b'{"responseList":[', b"{}]}"
+    else:
+        head = b'{"applications":{"apps__hashcode":"UP_1_","application":[{"name":"X","instance":['
+        tail = b"{}]}]}}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    per_slice = (1 << 20) // 3
+    slices, rest = divmod(AMPLIFIED_RECORDS - 1, per_slice)
+    parts = [compressor.compress(head)]
+    parts.extend(compressor.compress(b"{}," * per_slice) for _ in range(slices))
+    parts += [compressor.compress(b"{}," * rest + tail), compressor.flush()]
+    return b"".join(parts)
+
+
+@contextlib.contextmanager
+def amplifier(settings: Callable[[str], dict[str, str]], empty: bool = False) -> Iterator[dict[str, str]]:
+    """A peer or remote region on 127.0.0.1 that answers as a small Eureka server would (one instance
+    in its registry unless ``empty``, 200 for every batch item) until ``POST /_mode`` with
+    ``expanding`` turns every answer into the amplified one (``fine`` turns it back); ``GET /_stats``
+    counts the answers."""
+    bodies = {False: _amplified_body(False), True: _amplified_body(True)}
+    instance = extra_instance(1)["instanceInfo"] | {"actionType": "ADDED"}
+    apps = [] if empty else [{"name": instance["app"], "instance": [instance]}]
+    fine_registry = orjson.dumps(
+        {
+            "applications": {
+                "versions__delta": "1",
+                "apps__hashcode": "" if empty else "UP_1_",
+                "application": apps,
+            }
+        }
+    )
+    state = {"mode": "fine"}
+    answered: dict[str, int] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            sent = self.rfile.read(length) if length else b""
+            headers = {"Content-Type": "application/json"}
+            if self.path == "/_mode":
+                state["mode"] = sent.decode()
+                body = b""
+            elif self.path == "/_stats":
+                body = orjson.dumps(answered)
+            else:
+                batch = "peerreplication/batch" in self.path
+                key = f"{state['mode']} {'batch' if batch else self.path}"
+                answered[key] = answered.get(key, 0) + 1
+                if state["mode"] == "expanding":
+                    body = bodies[batch]
+                    headers["Content-Encoding"] = "gzip"
+                elif batch:
+                    items = orjson.loads(sent or b"{}").get("replicationList", [])
+                    body = orjson.dumps({"responseList": [{"statusCode": 200}] * len(items)})
+                elif "apps" in self.path:
+                    body = fine_registry
+                else:
+                    body = b""
+            self.send_response(200)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the node hung up on an answer over its limits
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/eureka/"
+    _AMPLIFIER["url"] = url
+    try:
+        yield settings(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _amplify(seconds: float) -> dict:
+    url = _AMPLIFIER["url"]
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"expanding", timeout=5)
+    time.sleep(seconds)
+    httpx.post(f"{url.removesuffix('eureka/')}_mode", content=b"fine", timeout=5)
+    return httpx.get(f"{url.removesuffix('eureka/')}_stats", timeout=5).json()
+
+
+def amplified_region(port: int, seconds: float) -> dict:
+    """The node's remote region answers every fetch (one a second) with 64 KB of gzip: valid JSON of
+    22 million empty instances, 66 MB inflated, under the byte cap."""
+    return _amplify(seconds)
+
+
+def amplified_peer(port: int, seconds: float) -> dict:
+    """The node's peer answers every request with 64 KB of gzip expanding into 22 million empty
+    instances (or batch answers): its start-up sync, still retrying every second since the peer held
+    nothing, reads it at each round, and so do replication batches and probes."""
+    return _amplify(seconds)
+
+
+add(
+    Attack(
+        "amplified-region",
+        amplified_region,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_REMOTE_REGION_URLS": f"us-west={url}",
+                "EUREKA_REMOTE_REGION_FETCH_INTERVAL_SECONDS": "1",
+            }
+        ),
+    )
+)
+add(
+    Attack(
+        "amplified-peer",
+        amplified_peer,
+        surroundings=lambda: amplifier(
+            lambda url: {
+                "EUREKA_PEER_URLS": url,
+                # The peer holds nothing at first, so the start-up sync asks again every second (as
+                # Eureka's syncUp does while it found nothing) and meets the amplified answer too.
+                "EUREKA_REGISTRY_SYNC_RETRIES": "1000",
+                "EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS": "1000",
+            },
+            empty=True,
+        ),
+    )
+)
+
+
+# ---- 6. log floods ----
+
+LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
+# Paths a bad Host is sent to: the site's (Django logged a traceback for each) and the protocol's.
+LOG_FLOOD_PATHS = (
+    "/",
+    "/admin/",
+    "/admin/login/",
+    "/healthz",
+    "/metrics",
+    "/static/x.css",
+    "/nope",
+    "/eureka/apps",
+)
+# Requests gunicorn's parser refuses (a line each before the fix); granian's parser answers them too.
+LOG_FLOOD_MALFORMED = (
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad\x01Name: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+    b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+)
+LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
+LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
+    )
+    if length is None:
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        await reader.readexactly(length)
+    return head.split(b" ", 2)[1]
+
+
+async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
+                sent += 1
+                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+            writer.write(LOG_FLOOD_MALFORMED[sent % len(LOG_FLOOD_MALFORMED)])
+            sent += 1
+            line = await asyncio.wait_for(reader.readline(), 10)
+            answers[line.split(b" ", 2)[1].decode() if line.count(b" ") >= 2 else "no answer"] += 1
+            writer.close()
+        except (OSError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+
+
+def log_flood(port: int, seconds: float) -> dict:
+    """Bad Host headers and malformed requests, as fast as one process sends them.
+
+    Requests with a Host not in ALLOWED_HOSTS on the site's paths and the protocol's, on kept-alive
+    connections, and malformed requests (bad request line, version, header, chunk framing, TLS) each
+    on a new connection, from 127.0.0.2-5. Each bad Host once logged a traceback and each malformed
+    request a line (issue 44, item 6): the row's log growth is what they cost now."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        hosts: Counter = Counter()
+        malformed: Counter = Counter()
+        sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
+        await asyncio.gather(
+            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
+            *(
+                _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
+                for n in range(LOG_FLOOD_MALFORMED_LOOPS)
+            ),
+        )
+        return {
+            "bad Host requests answered": dict(hosts),
+            "malformed requests answered": dict(malformed),
+            "requests/s": round((sum(hosts.values()) + sum(malformed.values())) / seconds),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
+
+
+# ---- item 3: readers that never read their answer ----
+
+SLOW_READERS = 2_000
+SLOW_READER_SOURCES = [f"127.0.0.{n}" for n in range(2, 10)]  # 8 addresses, 250 connections each
+# A receive buffer this small (set before connecting, so the window the node sees is tiny from the
+# start); the kernel rounds it up to its minimum.
+SLOW_READER_RCVBUF = 1024
+# Connections opened (and the ones the node closes opened again) at most this many a second: faster, the
+# attack is a flood of requests for the registry, which costs the node the same whether or not their
+# answers are read.
+SLOW_READERS_OPENED_PER_S = 200
+CHURN_SOURCE = "127.0.0.100"
+
+
+def open_slow_reader(port: int, source: str) -> socket.socket:
+    """A connection from ``source`` that asks for the whole registry, uncompressed, and reads nothing."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_RCVBUF)
+        sock.bind((source, 0))
+        sock.settimeout(5)
+        sock.connect((HOST, port))
+        sock.sendall(
+            f"GET /eureka/apps HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n\r\n".encode()
+        )
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def churn_registrations(port: int, stop: threading.Event, counts: dict) -> None:
+    """Registers (and re-registers) instances of the extra registry's apps, 20 a second on fresh
+    connections, so that the registry's payload keeps changing while the slow readers hold theirs."""
+    number = 0
+    while not stop.is_set():
+        body = extra_instance(number % 100)["instanceInfo"] | {"instanceId": f"churn-{number % 500}"}
+        app = body["app"]
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", f"/eureka/apps/{app}", port, "", json.dumps({"instance": body}).encode()),
+                    CHURN_SOURCE,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        counts[code] = counts.get(code, 0) + 1
+        number += 1
+        stop.wait(0.05)
+
+
+def slow_readers(port: int, seconds: float, connections: int = SLOW_READERS) -> dict:
+    """Slow readers: 2,000 connections from 8 addresses ask for ``GET /eureka/apps`` (no gzip)
+    with a 1 KB receive buffer and never read, while registrations go on.
+
+    They are opened 200 a second, and a connection the node closes is opened again (within the same
+    200 a second), so the attack holds its count for its whole duration.
+
+    Reported: connections opened, refused (503), reset or closed by the node, how long the node let
+    them sit (p50/max), and how many were still open at the end."""
+    started = time.monotonic()
+    stop = threading.Event()
+    registered: dict[str, int] = {}
+    churn = threading.Thread(target=churn_registrations, args=(port, stop, registered), daemon=True)
+    churn.start()
+    poller = select.poll()
+    held: dict[int, tuple[socket.socket, str, float]] = {}
+    outcome = {
+        "opened": 0,
+        "connect failed": 0,
+        "refused 503": 0,
+        "reset by the node": 0,
+        "closed by the node": 0,
+    }
+    held_s: list[float] = []
+    # Which addresses still have a connection to (re)open, and when the next may open.
+    wanted = [SLOW_READER_SOURCES[n % len(SLOW_READER_SOURCES)] for n in range(connections)]
+    next_open = started
+    while time.monotonic() - started < seconds:
+        while wanted and time.monotonic() >= next_open and time.monotonic() - started < seconds:
+            source = wanted.pop()
+            next_open = max(next_open, time.monotonic() - 1) + 1 / SLOW_READERS_OPENED_PER_S
+            try:
+                sock = open_slow_reader(port, source)
+            except OSError:
+                outcome["connect failed"] += 1
+                wanted.insert(0, source)
+                break
+            outcome["opened"] += 1
+            held[sock.fileno()] = (sock, source, time.monotonic())
+            poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+        for fd, _ in poller.poll(50):
+            sock, source, opened = held.pop(fd)
+            poller.unregister(fd)
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
+                kind = "reset by the node"
+            else:
+                try:
+                    # Only a refusal is short enough to have arrived whole through the tiny window.
+                    head = sock.recv(12, socket.MSG_PEEK)
+                    kind = "refused 503" if head.startswith(b"HTTP/1.1 503") else "closed by the node"
+                except ConnectionResetError:
+                    kind = "reset by the node"
+                except OSError as error:
+                    kind = f"error {error.errno}"
+            outcome[kind] = outcome.get(kind, 0) + 1
+            if kind != "refused 503":
+                held_s.append(time.monotonic() - opened)
+            sock.close()
+            wanted.append(source)
+    stop.set()
+    outcome["still open at the end"] = len(held)
+    for sock, _, _ in held.values():
+        sock.close()
+    churn.join(15)
+    outcome["held s (p50/max)"] = (
+        [round(percentile(held_s, 0.5), 1), round(max(held_s), 1)] if held_s else None
+    )
+    outcome["registrations"] = registered
+    return outcome
+
+
+add(
+    Attack(
+        "slow-readers",
+        slow_readers,
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+add(
+    Attack(
+        "slow-readers-at-cap",
+        slow_readers,
+        env={"EUREKA_MAX_CONNECTIONS": str(SLOW_READERS)},
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attacks", nargs="*", default=None, help="names (default: all)")
@@ -308,7 +714,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for attack in ATTACKS.values():
-            summary = (attack.run.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            summary = " ".join((attack.run.__doc__ or "").split("\n\n")[0].split())
             print(f"{attack.name}: {summary}")
         return 0
     names = args.attacks or list(ATTACKS)

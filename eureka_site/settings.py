@@ -262,7 +262,15 @@ LOGGING = {
     "formatters": {
         "line": {"()": "registry.runtime.logs.line_formatter", "format": LOG_FORMAT, "secrets": _LOG_SECRETS}
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    # A line per request a client sends (Django's django.security.* lines, gunicorn's malformed
+    # requests): at most one per kind each EUREKA_REFUSAL_LOG_INTERVAL_SECONDS, with a count.
+    "filters": {
+        "refusals": {
+            "()": "registry.runtime.logs.RefusalLinesFilter",
+            "interval_s": EUREKA.process.refusal_log_interval_seconds,
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         # 4xx answers are part of the protocol (404 on heartbeat means "re-register"): not warnings.

@@ -30,6 +30,7 @@ from registry.access import roles
 from registry.access.credentials import CredentialCache, Principal, digest
 from registry.access.hashers import HashingBusy, off_the_loop, sign_in_checks
 from registry.access.throttle import SignInThrottle
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 
 logger = logging.getLogger("registry.access")
 
@@ -275,32 +276,21 @@ def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Princip
         return principal
 
 
-class RefusalLog:
-    """Auth refusals as at most one log line a minute per reason, with how many there were."""
-
-    def __init__(self, interval_s: float = 60.0, clock=time.monotonic):
-        self.interval_s = interval_s
-        self.clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def note(self, reason: str, detail: str) -> bool:
-        """Log (True) or count for the next line (False)."""
-        now = self.clock()
-        with self._lock:
-            last = self._last.get(reason)
-            if last is not None and now - last < self.interval_s:
-                self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
-                return False
-            suppressed = self._suppressed.pop(reason, 0)
-            self._last[reason] = now
-        more = f" ({suppressed} more refused since the last line)" if suppressed else ""
-        logger.warning("API request refused (%s): %s%s", reason, detail, more)
-        return True
+_refusal_lines: RefusalLines | None = None
 
 
-refusal_log = RefusalLog()
+def refusal_lines() -> RefusalLines:
+    """Which API refusals get a log line: at most one per reason each EUREKA_REFUSAL_LOG_INTERVAL_SECONDS."""
+    global _refusal_lines
+    if _refusal_lines is None:
+        _refusal_lines = RefusalLines(settings.EUREKA.process.refusal_log_interval_seconds)
+    return _refusal_lines
+
+
+def reset_refusal_lines(lines: RefusalLines | None = None) -> None:
+    """Tests: start with no refusal logged yet (or with given lines, on a fake clock)."""
+    global _refusal_lines
+    _refusal_lines = lines
 
 
 # Refused requests by reason since start, read by /metrics at scrape time (eureka_auth_refusals_total).
@@ -311,7 +301,15 @@ def note_refusal(reason: str, detail: str) -> None:
     """Count and log a refused API request; ``reason`` is "unauthenticated", "forbidden", "throttled"
     or "busy"."""
     REFUSALS[reason] += 1
-    refusal_log.note(reason, detail)
+    count = refusal_lines().note(reason)
+    if count:
+        logger.warning(
+            "API request refused (%s): %s%s",
+            reason,
+            detail,
+            since_last_line(count),
+            extra=refusal_fields(reason, count),
+        )
 
 
 def connect_signals() -> None:

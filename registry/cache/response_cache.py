@@ -321,6 +321,17 @@ MAX_PLAIN_KEYS = 4096
 MAX_MISSES = 1024
 
 
+class _Build:
+    """A build of one key in progress: its lock, which the readers that came meanwhile wait on, and
+    the payload it made, which they are served."""
+
+    __slots__ = ("lock", "payload")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.payload: Payload | None = None
+
+
 class ResponseCache:
     def __init__(
         self,
@@ -351,8 +362,8 @@ class ResponseCache:
         # invalidate() runs under the registry lock and building takes that lock.
         self._lock = threading.Lock()
         self._generation = 0
-        # A key's lock is in the table only while a build of it runs.
-        self._build_locks: dict[CacheKey, threading.Lock] = {}
+        # A key's build is in the table only while it runs.
+        self._builds: dict[CacheKey, _Build] = {}
         self.counters = CacheCounters()
         # Per key: how long its last few builds took (ms of CPU), and when a sync last refreshed its copy.
         self._build_ms: dict[CacheKey, tuple[float, ...]] = {}
@@ -407,20 +418,27 @@ class ResponseCache:
         if payload is not None:
             self.counters.read_write_hits += 1
             return payload
-        # One builder per key; concurrent readers of the same key wait for its result.
-        build_lock = self._build_locks.setdefault(key, threading.Lock())
-        with build_lock:
+        # One builder per key; concurrent readers of the same key wait for its result, and are served
+        # it even when a write that landed meanwhile kept it out of the table: they came while it was
+        # being built, and a build each would be a copy of the payload each (a registry of megabytes
+        # per reader, held by the slow ones for as long as they take to read it).
+        build = self._builds.setdefault(key, _Build())
+        with build.lock:
             try:
+                if build.payload is not None:
+                    self.counters.read_write_hits += 1
+                    return build.payload
                 payload = self._fresh(key, now)
                 if payload is not None:
                     self.counters.read_write_hits += 1
                     return payload
-                return self._build_and_keep(key, now)
+                build.payload = self._build_and_keep(key, now)
+                return build.payload
             finally:
-                # Those already waiting hold the lock object and find the payload; kept for good, the
-                # table would hold a lock per name anybody ever made up.
-                if self._build_locks.get(key) is build_lock:
-                    del self._build_locks[key]
+                # Those already waiting hold the build and find its payload; kept for good, the table
+                # would hold a build per name anybody ever made up.
+                if self._builds.get(key) is build:
+                    del self._builds[key]
 
     def _build_and_keep(self, key: CacheKey, now: int) -> Payload:
         generation = self._generation

@@ -12,7 +12,9 @@ A batch is work a client chooses the size of, so (issue 34):
 2. Between two items the registry's ``pause`` gives the event loop a turn once a slice of time is used
    up (registry/cache/pacing.py): heartbeats are answered while a batch is applied.
 3. Refused and failed items are counted and logged in one line per batch, not one per item: 50,000 bad
-   items in a 1 MB batch wrote 50,000 lines.
+   items in a 1 MB batch wrote 50,000 lines. Anyone who may send batches can send one after another,
+   so the lines about refused items come at most once an interval (``refusal_lines``,
+   registry/domain/refusals.py), saying how many batches had some since the last.
 
 Plain Python: no Django, no I/O.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from registry.domain import constants as c
 from registry.domain.core import Registry, Renew
+from registry.domain.refusals import RefusalLines
 from registry.domain.write_rules import LimitExceeded
 from registry.wire.codecs import BadInput, build_instance, instance_dict, parse_long, parse_status
 
@@ -126,11 +129,13 @@ def apply_batch(
     clock: Callable[[], int],
     max_items: int | None = None,
     sender: str = "",
+    refusal_lines: RefusalLines | None = None,
 ) -> dict[str, Any]:
     """``{"replicationList": [...]}`` → ``{"responseList": [...]}``, one answer per item, in order.
 
     ``clock`` is read once per item: the loop may serve others between two items. ``sender`` (the
-    peer's address) is only shown in the log line."""
+    peer's address) is only shown in the log line; ``refusal_lines`` decides whether refused items
+    get one (every batch that has some, without it)."""
     answers = []
     refused: Counter[str] = Counter()
     first_refusal = ""
@@ -148,15 +153,23 @@ def apply_batch(
             first_failure = first_failure or exc
             answers.append({"statusCode": 500})
         registry.pause()
-    if refused:
+    # Every batch with refused items without ``refusal_lines``; with it, at most one an interval.
+    batches = refusal_lines.note("replication_items") if refused and refusal_lines is not None else 1
+    if refused and batches:
         logger.warning(
-            "replication batch from %s: %d of %d items refused (%s); the first: %s",
+            "replication batch from %s: %d of %d items refused (%s); the first: %s%s",
             sender or "a peer",
             refused.total(),
             len(answers),
             _counts(refused),
             first_refusal,
-            extra={"event": "replication_items_refused", "sender": sender, "refused": dict(refused)},
+            f" ({batches - 1} more such batches since the last such line)" if batches > 1 else "",
+            extra={
+                "event": "replication_items_refused",
+                "sender": sender,
+                "refused": dict(refused),
+                "batches": batches,
+            },
         )
     if failed:
         logger.error(

@@ -29,9 +29,10 @@ from registry.cluster.discovery import PeerDiscovery, PeerResolver
 from registry.cluster.peers import PeerSet, is_own_url
 from registry.cluster.replicator import EmbeddedReplication, FollowUps, MemoryOutbox, Replicator
 from registry.cluster.startup import SelfRegistration, self_instance, sync_from_peers
-from registry.cluster.transport import PeerTransport
+from registry.cluster.transport import PeerTransport, peer_transport
 from registry.domain.core import Registry
 from registry.domain.endpoints import Peer, peer_hostname
+from registry.domain.refusals import RefusalLines
 
 if TYPE_CHECKING:
     from registry.domain.config import EurekaConfig
@@ -80,11 +81,7 @@ class ClusterMember:
         # Lookups change the peers from their own thread; one change at a time.
         self._peers_lock = threading.Lock()
         self._redis_client = redis_client
-        self.transport = transport or PeerTransport(
-            timeout_s=config.cluster.peer_timeout_ms / 1000,
-            max_answer_bytes=config.cluster.peer_max_answer_bytes,
-            total_timeout_s=config.cluster.peer_total_timeout_ms / 1000,
-        )
+        self.transport = transport or peer_transport(config)
         capacity = config.cluster.replication_queue_size
         self.production = redis_client is not None and kick is not None
         # Production mode: a drain as soon as a peer the workers found down answers again.
@@ -105,7 +102,13 @@ class ClusterMember:
                 return MemoryOutbox(capacity)
 
         self.replicator = Replicator(
-            registry, peers, peer_set, outbox_factory, transport=self.transport, buffer_capacity=capacity
+            registry,
+            peers,
+            peer_set,
+            outbox_factory,
+            transport=self.transport,
+            buffer_capacity=capacity,
+            refusal_lines=RefusalLines(config.process.refusal_log_interval_seconds),
         )
         self.drivers: EmbeddedReplication | None = None
         self.self_registration: SelfRegistration | None = None

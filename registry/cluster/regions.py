@@ -15,7 +15,10 @@ remote's last delta in, with the hashcode counted over the merged registry. A wh
 Who drives the fetches (the node's scheduler, or Celery beat through the control endpoint) only
 decides when: ``start_fetches`` hands each region not already being fetched to ``spawn`` (a thread,
 under gevent a greenlet) and returns at once, so a slow remote never holds a job or a request.
-Decoding a large remote registry gives the event loop a turn after each instance (``PACER``).
+A remote's answer is read instance by instance within limits (registry/wire/answers.py: how many
+instances and applications, how large one instance), never as one document of Python objects, and
+the event loop gets a turn every few milliseconds (``PACER``). An answer over the limits fails the
+fetch: the region keeps what it had.
 
 Plain Python: no Django. The HTTP client (httpx) is loaded only when a region is configured.
 """
@@ -28,15 +31,23 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from registry.cache.pacing import PACER
 from registry.domain import constants as c
 from registry.domain.endpoints import Peer, Whitelist
 from registry.domain.instances import InstanceInfo
 from registry.domain.lease_map import reconcile_hashcode
 from registry.domain.leases import LeaseView
-from registry.wire.codecs import BadInput, build_instance, instances_in, parse_long
+from registry.wire.answers import (
+    RECORD_BYTES_SETTING,
+    TOO_LARGE,
+    AnswerDocument,
+    AnswerOverLimit,
+    AnswerUnreadable,
+    RecordLimits,
+    Skipped,
+    registry_answer,
+)
+from registry.wire.codecs import BadInput, build_instance, parse_long
 
 logger = logging.getLogger(__name__)
 
@@ -73,29 +84,34 @@ def _counts_by_status(apps: Iterable[Iterable[LeaseView]]) -> dict[str, int]:
     return counts
 
 
-def decode_registry(document: Any, now: int) -> tuple[AppViews, str | None]:
+def region_limits(max_instances: int, max_record_bytes: int) -> RecordLimits:
+    """What a region's answer may hold, and the settings that say so."""
+    return RecordLimits(
+        max_instances, max_record_bytes, "EUREKA_REMOTE_REGION_MAX_ANSWER_INSTANCES", RECORD_BYTES_SETTING
+    )
+
+
+def decode_registry(document: AnswerDocument, now: int, skipped: Skipped) -> tuple[AppViews, str | None]:
     """A remote ``applications`` document → its instances grouped by app, and its hashcode. Each
     instance keeps the remote's data: status, lease times, ``actionType``, ``lastUpdatedTimestamp``.
-    An instance that is not a valid registration is skipped (one line per document says how many)."""
+    An instance that is not a valid registration, or larger than the limit, is counted in
+    ``skipped``. Raises AnswerOverLimit, or AnswerUnreadable for a document that is not a registry."""
     grouped: dict[str, dict[str, LeaseView]] = {}
-    skipped, first_reason = 0, ""
-    for raw in instances_in(document):
+    for raw in document:
+        if raw is TOO_LARGE:
+            skipped.add(f"larger than {RECORD_BYTES_SETTING}")
+            continue
         try:
             view = _remote_view(raw, now)
         except BadInput as exc:
-            skipped, first_reason = skipped + 1, first_reason or str(exc)
+            skipped.add("not valid registrations", str(exc))
             continue
         grouped.setdefault(view.instance.app, {})[view.instance.instance_id] = view
-        # Tens of microseconds an instance: a large remote registry decoded in one go would hold the
-        # event loop for a noticeable time (bench/README.md, "Numbers behind the code").
+        # Tens of microseconds an instance (bench/README.md, "Numbers behind the code").
         PACER.tick()
-    if skipped:
-        logger.warning("remote region: %d instances skipped, the first: %s", skipped, first_reason)
-    applications = document.get("applications") if isinstance(document, dict) else None
-    hashcode = applications.get("apps__hashcode") if isinstance(applications, dict) else None
-    return [(app, list(views.values())) for app, views in grouped.items()], (
-        hashcode if isinstance(hashcode, str) else None
-    )
+    if not document.found:
+        raise AnswerUnreadable(f"unreadable {document.what}: no applications document")
+    return [(app, list(views.values())) for app, views in grouped.items()], document.captured
 
 
 def _remote_view(raw: Mapping[str, Any], now: int) -> LeaseView:
@@ -143,9 +159,12 @@ class RemoteRegion:
     """One remote region's registry as last fetched. A fetch builds new ``apps`` and ``delta``
     objects and swaps them in; none is changed in place once published, so readers need no lock."""
 
-    def __init__(self, name: str, url: str):
+    def __init__(self, name: str, url: str, limits: RecordLimits):
         self.name = name
         self.peer = Peer(url)
+        self.limits = limits
+        # The last answer's skipped instances as logged (None: it skipped none).
+        self._skipped_said: str | None = None
         # app -> instance id -> view, as the remote holds them after the last fetch.
         self.apps: dict[str, dict[str, LeaseView]] = {}
         # What the remote changed in the last fetch: its delta, or after a full fetch its whole
@@ -227,19 +246,30 @@ class RemoteRegion:
         }
         return changed
 
-    def _document(self, transport: RegionTransport, delta: bool) -> Any:
+    def _decoded(
+        self, transport: RegionTransport, delta: bool, now: Callable[[], int]
+    ) -> tuple[AppViews, str | None]:
+        """``GET apps/`` (or the delta) decoded; raises FetchFailed. What was skipped of a readable
+        answer is logged in one line, and only when it is not what the last answer skipped."""
         body = transport.fetch(self.peer, delta)
-        what = "delta" if delta else "registry"
+        request = "GET apps/delta" if delta else "GET apps"
+        skipped = Skipped()
         try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise FetchFailed(f"unreadable {what}: {exc}") from None
-        if not isinstance(document, dict) or not isinstance(document.get("applications"), dict):
-            raise FetchFailed(f"unreadable {what}: no applications document")
-        return document
+            decoded = decode_registry(
+                registry_answer(body, self.limits, "delta" if delta else "registry"), now(), skipped
+            )
+        except AnswerOverLimit as exc:
+            raise FetchFailed(f"{request}: {exc}", over_limit=True) from None
+        except AnswerUnreadable as exc:
+            raise FetchFailed(str(exc)) from None
+        said = str(skipped) if skipped else None
+        if said is not None and said != self._skipped_said:
+            logger.warning("remote region %s: %s: instances skipped: %s", self.name, request, said)
+        self._skipped_said = said
+        return decoded
 
     def _fetch_full(self, transport: RegionTransport, now: Callable[[], int]) -> None:
-        apps, _ = decode_registry(self._document(transport, delta=False), now())
+        apps, _ = self._decoded(transport, False, now)
         self.apps = {app: _by_id(views) for app, views in apps}
         self.delta = apps
         self.full_fetches += 1
@@ -250,13 +280,12 @@ class RemoteRegion:
         not add up to the remote's hashcode. A delta over this node's limits fails the fetch: the
         full registry is larger still."""
         try:
-            document = self._document(transport, delta=True)
+            delta, remote_hashcode = self._decoded(transport, True, now)
         except FetchFailed as exc:
             if exc.over_limit:
                 raise
             logger.info("remote region %s: no delta (%s): full fetch", self.name, exc)
             return None
-        delta, remote_hashcode = decode_registry(document, now())
         # Only the apps the delta touches get new dictionaries; the others are shared with the last.
         apps = dict(self.apps)
         for app, views in delta:
@@ -291,11 +320,13 @@ class RemoteRegions:
         on_change: Callable[[str, set[str], set[str]], None] | None = None,
         spawn: Callable[[Callable[[], None]], None] | None = None,
         fallback: bool = True,
+        *,
+        limits: RecordLimits,
     ):
         # Transparent fallback (Eureka's default): requests that name no region get them all, and
         # ``GET apps/{app}`` / ``apps/{app}/{id}`` missing here are looked up in the regions.
         self.fallback = fallback
-        self.regions = {name: RemoteRegion(name, url) for name, url in urls.items()}
+        self.regions = {name: RemoteRegion(name, url, limits) for name, url in urls.items()}
         self.whitelist = whitelist
         self.transport = transport
         self.clock = clock

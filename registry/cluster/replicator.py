@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
+from registry.cache.pacing import PACER
 from registry.cluster.peers import PeerSet
 from registry.cluster.replication import BATCH_SIZE, ReplicationBuffer, encode
 from registry.cluster.retry import PROBE_WHILE_DOWN_MS, RetryPolicy
@@ -39,6 +40,7 @@ from registry.cluster.transport import PeerRefused, PeerTransport, PeerUnreachab
 from registry.domain import constants as c
 from registry.domain.core import Registry, ReplicationEvent
 from registry.domain.endpoints import Peer
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.domain.write_rules import LimitExceeded
 from registry.wire.codecs import BadInput, build_instance
 
@@ -114,6 +116,8 @@ class FollowUps:
     refused: int = 0
     reregister: list[tuple[str, str]] = field(default_factory=list)
     sync_back: list[dict[str, Any]] = field(default_factory=list)
+    # How many answers the peer gave when they were not one per item (then none is followed up).
+    ignored: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowUps:
@@ -122,6 +126,7 @@ class FollowUps:
             refused=int(data.get("refused", 0)),
             reregister=[(str(app), str(instance_id)) for app, instance_id in data.get("reregister", [])],
             sync_back=[entity for entity in data.get("sync_back", []) if isinstance(entity, dict)],
+            ignored=int(data.get("ignored", 0)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,14 +135,16 @@ class FollowUps:
             "refused": self.refused,
             "reregister": [list(pair) for pair in self.reregister],
             "sync_back": self.sync_back,
+            "ignored": self.ignored,
         }
 
 
 def read_answers(items: list[dict[str, Any]], answers: list[Any]) -> FollowUps:
     follow_ups = FollowUps(sent=len(items))
     if len(answers) != len(items):
-        # The Java sender ignores such an answer too: nothing to follow up, nothing to resend.
-        logger.warning("peer answered %d items for a batch of %d: answers ignored", len(answers), len(items))
+        # The Java sender ignores such an answer too: nothing to follow up, nothing to resend (the
+        # replicator logs it, at most once an interval).
+        follow_ups.ignored = len(answers)
         return follow_ups
     for item, answer in zip(items, answers, strict=True):
         code = answer.get("statusCode") if isinstance(answer, dict) else None
@@ -171,6 +178,7 @@ class Replicator:
         outbox_factory: Callable[[Peer], Outbox],
         transport: PeerTransport | None = None,
         buffer_capacity: int = DEFAULT_OUTBOX_CAPACITY,
+        refusal_lines: RefusalLines | None = None,
     ):
         self.registry = registry
         self.peer_set = peer_set
@@ -180,6 +188,7 @@ class Replicator:
         self.peers: dict[str, Peer] = {}
         self.outboxes: dict[str, Outbox] = {}
         self.counters: dict[str, PeerCounters] = {}
+        self.refusal_lines = refusal_lines or RefusalLines()
         for peer in peers:
             self.add_peer(peer)
 
@@ -313,21 +322,44 @@ class Replicator:
                 registers.append(encode(event))
         if registers:
             self._push(key, self.outboxes[key], registers, now)
+        if follow_ups.ignored:
+            self._trouble(
+                peer, "answers ignored", f"{follow_ups.ignored} answers to a batch of {follow_ups.sent}"
+            )
         for entity in follow_ups.sync_back:
-            self._sync_back(entity, now)
+            trouble = self._sync_back(entity, now)
+            if trouble is not None:
+                self._trouble(peer, *trouble)
+            PACER.tick()
         self.peer_set.record_success(peer.url, now)
         self.peer_set.set_queued(peer.url, len(self.outboxes[key]), self.lag_ms(key, now))
 
-    def _sync_back(self, entity: dict[str, Any], now: int) -> None:
+    def _sync_back(self, entity: dict[str, Any], now: int) -> tuple[str, str] | None:
+        """Take a peer's newer copy; what went wrong, if anything: (what, why)."""
         try:
             instance = build_instance(entity, now)
         except BadInput as exc:
-            logger.warning("peer's newer copy of an instance could not be read: %s", exc)
-            return
+            return "newer copy unreadable", str(exc)
         try:
             self.registry.register(instance, now, is_replication=True)
         except LimitExceeded as exc:
-            logger.warning("peer's newer copy of an instance refused: %s", exc)
+            return "newer copy refused", str(exc)
+        return None
+
+    def _trouble(self, peer: Peer, what: str, why: str) -> None:
+        """What went wrong with a peer's answers: a peer answering every batch badly costs a line per
+        kind and peer each interval (registry/domain/refusals.py), not one per batch or per item."""
+        kind = f"peer answer: {what}"
+        count = self.refusal_lines.note(f"{kind} {peer.key}")
+        if count:
+            logger.warning(
+                "peer %s: %s: %s%s",
+                peer.display_url,
+                what,
+                why[:200],
+                since_last_line(count),
+                extra=refusal_fields(kind, count),
+            )
 
     def lag_ms(self, key: str, now: int) -> int:
         outbox = self.outboxes.get(key)

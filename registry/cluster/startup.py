@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from registry.cache.pacing import PACER
 from registry.cluster.transport import PeerTransport, PeerUnreachable
 from registry.domain import constants as c
 from registry.domain.core import Registry
 from registry.domain.endpoints import Peer
+from registry.domain.instances import InstanceInfo
 from registry.domain.write_rules import LimitExceeded, copy_was_cancelled
-from registry.wire.codecs import BadInput, build_instance, instances_in
+from registry.wire.answers import RECORD_BYTES_SETTING, TOO_LARGE, Skipped
+from registry.wire.codecs import BadInput, build_instance
 
 logger = logging.getLogger(__name__)
 
@@ -43,70 +46,75 @@ def sync_from_peers(
     on_failure: Callable[[Peer, str], None] | None = None,
 ) -> int:
     """Copy the peers' registries into this node; returns how many instances were registered. A peer
-    whose registry is over this node's limits (transport.py ``AnswerLimits``) is told to ``on_failure``
-    with the reason: the console then shows the peer failing (a peer not up yet is the replication
-    probes' to report). Nothing of such an answer is registered.
+    whose registry is over this node's limits (transport.py ``AnswerLimits``, and what an answer may
+    hold: registry/wire/answers.py) is told to ``on_failure`` with the reason: the console then shows
+    the peer failing (a peer not up yet is the replication probes' to report). Nothing of such an
+    answer is registered, and the log says so once per peer and reason, not at every round.
 
     Each round:
 
-    1. ``GET apps`` from every peer, then ``GET apps/delta`` from those that answered: the cancels
+    1. ``GET apps`` from every peer, its instances read one at a time and kept as records (never the
+       document as Python objects); then ``GET apps/delta`` from those that answered: the cancels
        (``DELETED``) the deltas list, the newest per instance;
     2. every instance of the registries is registered as a replicated write, except a copy a peer
        cancelled (``copy_was_cancelled``, against the peers' cancels and this node's own recent ones):
        one peer's cancel not yet replicated to another must not bring the instance back, nor carry
-       it from node to node through a rolling restart;
+       it from node to node through a rolling restart; the event loop gets its turn as they go
+       (``PACER``);
     3. what this node held before (a warm restart's snapshot) and a peer cancelled since goes too;
     4. the node serves reads (``Registry.start_up_sync_done``): it has what every peer that answered
        holds, and a peer that did not (down, partitioned, or starting too: a node of ours answers 503
        until its own sync is done) has nothing to give now. A first node, or a whole cluster
        restarting, does not wait on the retries below.
 
+    Instances a peer sent that could not be read, or were refused, are logged in one line per peer
+    with their counts.
+
     Rounds go on, every ``wait_ms``, while nothing was registered, at most ``retries`` more times
     (Eureka's ``syncUp``: the count the node opens with is for self-preservation)."""
     stop = stop or threading.Event()
     count = dropped = skipped = 0
+    said: dict[str, str] = {}
     for attempt in range(retries + 1):
         if attempt and stop.wait(wait_ms / 1000):
             break
-        documents: list[tuple[Peer, Any]] = []
+        held: list[tuple[Peer, list[tuple[InstanceInfo, int]]]] = []
         for peer in peers:
             try:
-                documents.append((peer, transport.fetch_apps(peer)))
+                held.append((peer, _copies(peer, transport.fetch_apps(peer), clock, said)))
             except PeerUnreachable as exc:
                 if not exc.over_limit:
                     logger.info("start-up sync: %s not reachable (%s)", peer.display_url, exc)
                     continue
-                logger.warning("start-up sync: %s: %s", peer.display_url, exc)
+                _say_once(said, peer, "over", f"start-up sync: {peer.display_url}: {exc}")
                 if on_failure is not None:
                     on_failure(peer, f"start-up sync: {exc}")
         cancels: dict[tuple[str, str], tuple[int, int]] = {}
-        for peer, _ in documents:
+        for peer, _ in held:
             try:
                 delta = transport.fetch_delta(peer)
+                found = cancels_in(delta, clock()) if delta is not None else {}
             except PeerUnreachable as exc:
                 logger.info("start-up sync: no delta from %s (%s)", peer.display_url, exc)
                 continue
-            if delta is not None:
-                for key, cancel in cancels_in(delta, clock()).items():
-                    if key not in cancels or cancels[key][1] < cancel[1]:
-                        cancels[key] = cancel
-        for peer, document in documents:
-            for raw in instances_in(document):
-                now = clock()
-                try:
-                    instance = build_instance(raw, now)
-                except BadInput as exc:
-                    logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
-                    continue
-                if _cancelled_copy(registry, instance, raw, cancels):
+            for key, cancel in found.items():
+                if key not in cancels or cancels[key][1] < cancel[1]:
+                    cancels[key] = cancel
+        for peer, copies in held:
+            refused = Skipped()
+            for instance, updated in copies:
+                PACER.tick()
+                if _cancelled_copy(registry, instance, updated, cancels):
                     skipped += 1
                     continue
                 try:
-                    registry.register(instance, now, is_replication=True)
+                    registry.register(instance, clock(), is_replication=True)
                 except LimitExceeded as exc:
-                    logger.warning("start-up sync: an instance from %s skipped: %s", peer.display_url, exc)
+                    refused.add("refused", str(exc))
                     continue
                 count += 1
+            if refused:
+                _say_once(said, peer, "refused", f"start-up sync: from {peer.display_url}: {refused}")
         for (app, instance_id), (last_dirty, cancelled_at) in cancels.items():
             if registry.cancel_if_not_newer(app, instance_id, last_dirty, cancelled_at, clock()):
                 dropped += 1
@@ -124,12 +132,43 @@ def sync_from_peers(
     return count
 
 
-def cancels_in(document: Any, now: int) -> dict[tuple[str, str], tuple[int, int]]:
-    """The cancels (and evictions) a ``GET apps/delta`` document lists: (app, instance id) ->
+def _copies(
+    peer: Peer, records: Iterable[Any], clock: Callable[[], int], said: dict[str, str]
+) -> list[tuple[InstanceInfo, int]]:
+    """A peer's registry as records: each instance and its ``lastUpdatedTimestamp`` (0: none). Those
+    that cannot be read are counted and logged in one line. Raises PeerUnreachable (from reading)."""
+    copies: list[tuple[InstanceInfo, int]] = []
+    left_out = Skipped()
+    for raw in records:
+        if raw is TOO_LARGE:
+            left_out.add(f"larger than {RECORD_BYTES_SETTING}")
+            continue
+        try:
+            instance = build_instance(raw, clock())
+        except BadInput as exc:
+            left_out.add("not valid registrations", str(exc))
+            continue
+        copies.append((instance, _timestamp(raw.get("lastUpdatedTimestamp")) or 0))
+        PACER.tick()
+    if left_out:
+        _say_once(said, peer, "skipped", f"start-up sync: from {peer.display_url}: skipped {left_out}")
+    return copies
+
+
+def _say_once(said: dict[str, str], peer: Peer, kind: str, text: str) -> None:
+    """A warning, unless the same was said of this peer at an earlier round."""
+    key = f"{peer.key} {kind}"
+    if said.get(key) != text:
+        said[key] = text
+        logger.warning("%s", text)
+
+
+def cancels_in(records: Iterable[Any], now: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """The cancels (and evictions) the instances of a ``GET apps/delta`` list: (app, instance id) ->
     (the cancelled record's lastDirtyTimestamp, its lastUpdatedTimestamp: when it was cancelled)."""
     cancels: dict[tuple[str, str], tuple[int, int]] = {}
-    for raw in instances_in(document):
-        if raw.get("actionType") != c.DELETED:
+    for raw in records:
+        if raw is TOO_LARGE or raw.get("actionType") != c.DELETED:
             continue
         cancelled_at = _timestamp(raw.get("lastUpdatedTimestamp"))
         if cancelled_at is None or _timestamp(raw.get("lastDirtyTimestamp")) is None:
@@ -143,11 +182,13 @@ def cancels_in(document: Any, now: int) -> dict[tuple[str, str], tuple[int, int]
 
 
 def _cancelled_copy(
-    registry: Registry, instance: Any, raw: dict[str, Any], cancels: dict[tuple[str, str], tuple[int, int]]
+    registry: Registry,
+    instance: InstanceInfo,
+    updated: int,
+    cancels: dict[tuple[str, str], tuple[int, int]],
 ) -> bool:
     """Whether a peer's copy is one a peer's delta, or this node since it started, says was cancelled."""
     key = (instance.app, instance.instance_id)
-    updated = _timestamp(raw.get("lastUpdatedTimestamp")) or 0
     return any(
         cancel is not None and copy_was_cancelled(instance.last_dirty_timestamp, updated, *cancel)
         for cancel in (cancels.get(key), registry.recent_cancel(*key))

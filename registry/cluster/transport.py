@@ -8,7 +8,9 @@ Every answer, a peer's or a remote region's (region_transport.py), is read throu
 inflated in bounded steps, refused past a size cap and past a deadline for the whole exchange
 (``AnswerLimits``), and read one at a time once large: peers and regions answering gzip bombs or a
 byte at a time cost this node about one cap of memory in all, and a few milliseconds of its event
-loop at a time.
+loop at a time. What the answer holds is then read record by record within limits of its own
+(registry/wire/answers.py): no more instances than ``max_answer_instances``, none larger than
+``max_record_bytes``, never the whole document as Python objects.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -27,6 +29,17 @@ from registry.cache.pacing import PACER
 from registry.domain.constants import SERVER_IDENTITY
 from registry.domain.endpoints import Peer
 from registry.domain.redact import scrub_text
+from registry.wire.answers import (
+    RECORD_BYTES_SETTING,
+    AnswerOverLimit,
+    AnswerUnreadable,
+    RecordLimits,
+    batch_answer,
+    registry_answer,
+)
+
+if TYPE_CHECKING:
+    from registry.domain.config import EurekaConfig
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 # The most bytes one inflating step makes. One 64 KB read of a gzip bomb holds 64 MB once inflated
@@ -65,11 +78,6 @@ def http_error_text(exc: Exception) -> str:
     messages name the URL, which may hold credentials, so the URL is cut off and the rest scrubbed."""
     text = scrub_text(str(exc).split(" for url ", 1)[0].strip())
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
-
-
-class AnswerOverLimit(Exception):
-    """An answer larger than the cap once inflated, or not complete by the deadline: not read further.
-    The message names the limit and the setting that changes it."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +195,8 @@ def server_client(timeout: float | httpx.Timeout, identity: str) -> httpx.Client
 
 class PeerTransport:
     """``timeout_s`` bounds connecting and each read; ``max_answer_bytes`` and ``total_timeout_s``
-    bound a whole answer (``read_answer``)."""
+    bound a whole answer (``read_answer``); ``max_answer_instances`` and ``max_record_bytes`` what a
+    registry answer may hold (registry/wire/answers.py)."""
 
     def __init__(
         self,
@@ -196,10 +205,18 @@ class PeerTransport:
         *,
         max_answer_bytes: int,
         total_timeout_s: float,
+        max_answer_instances: int,
+        max_record_bytes: int,
     ):
         self._client = server_client(timeout_s, identity)
         self._limits = AnswerLimits(
             max_answer_bytes, total_timeout_s, "EUREKA_PEER_MAX_ANSWER_BYTES", "EUREKA_PEER_TOTAL_TIMEOUT_MS"
+        )
+        self._records = RecordLimits(
+            max_answer_instances,
+            max_record_bytes,
+            "EUREKA_PEER_MAX_ANSWER_INSTANCES",
+            RECORD_BYTES_SETTING,
         )
 
     def close(self) -> None:
@@ -227,45 +244,57 @@ class PeerTransport:
             raise PeerUnreachable(f"HTTP {status}", congested=status == 503, status=status)
         return status, body
 
-    def post_batch(self, peer: Peer, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``POST peerreplication/batch/``: the peer's answer per item (``statusCode``, maybe an entity)."""
+    def post_batch(self, peer: Peer, items: list[dict[str, Any]]) -> list[Any]:
+        """``POST peerreplication/batch/``: the peer's answer per item (``statusCode``, maybe an entity;
+        an answer larger than ``max_record_bytes`` is ``TOO_LARGE``). More answers than items is an
+        answer over the limits."""
+        path = "peerreplication/batch/"
         status, body = self._send(
             peer,
             "POST",
-            "peerreplication/batch/",
+            path,
             content=orjson.dumps({"replicationList": items}),
             headers={"Content-Type": "application/json"},
         )
         if status >= 400:
             raise PeerRefused(f"HTTP {status} for a batch of {len(items)}")
+        document = batch_answer(body, len(items), self._records.max_record_bytes)
         try:
-            answers = orjson.loads(body).get("responseList")
-        except (orjson.JSONDecodeError, AttributeError):
+            answers = list(document)
+        except AnswerOverLimit as exc:
+            raise PeerUnreachable(f"POST {path}: {exc}", congested=True, over_limit=True) from None
+        except AnswerUnreadable:
             answers = None
-        if not isinstance(answers, list):
+        if answers is None or not document.found:
             raise PeerRefused(f"unreadable batch answer (HTTP {status})")
         return answers
 
-    def fetch_apps(self, peer: Peer) -> dict[str, Any]:
-        """The peer's full registry (``GET apps``, JSON), as the start-up sync reads it."""
+    def fetch_apps(self, peer: Peer) -> Iterator[Any]:
+        """The peer's full registry (``GET apps``, JSON), as the start-up sync reads it: its instances,
+        one at a time (``TOO_LARGE`` for one over ``max_record_bytes``). Reading them may raise
+        PeerUnreachable too: an answer over the limits, or one that is not a registry."""
         status, body = self._send(peer, "GET", "apps/")
         if status != 200:
             raise PeerUnreachable(f"HTTP {status} for GET apps")
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise PeerUnreachable(f"unreadable registry: {exc}") from None
+        return self._instances("GET apps/", registry_answer(body, self._records))
 
-    def fetch_delta(self, peer: Peer) -> dict[str, Any] | None:
+    def fetch_delta(self, peer: Peer) -> Iterator[Any] | None:
         """The peer's ``GET apps/delta`` (JSON): its recent changes, cancels (``DELETED``) among them, as
-        the start-up sync reads them; None when the peer serves no delta (403: disabled)."""
+        the start-up sync reads them, one at a time as ``fetch_apps``; None when the peer serves no
+        delta (403: disabled)."""
         status, body = self._send(peer, "GET", "apps/delta")
         if status != 200:
             return None
+        return self._instances("GET apps/delta", registry_answer(body, self._records, what="delta"))
+
+    @staticmethod
+    def _instances(what: str, document: Any) -> Iterator[Any]:
         try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise PeerUnreachable(f"unreadable delta: {exc}") from None
+            yield from document
+        except AnswerOverLimit as exc:
+            raise PeerUnreachable(f"{what}: {exc}", congested=True, over_limit=True) from None
+        except AnswerUnreadable as exc:
+            raise PeerUnreachable(str(exc)) from None
 
     def register(self, peer: Peer, app: str, instance: dict[str, Any]) -> int:
         status, _ = self._send(
@@ -279,6 +308,18 @@ class PeerTransport:
 
     def heartbeat(self, peer: Peer, app: str, instance_id: str) -> int:
         return self._send(peer, "PUT", f"apps/{app}/{instance_id}")[0]
+
+
+def peer_transport(config: EurekaConfig) -> PeerTransport:
+    """The transport to peers with the node's settings (the node's and a Celery worker's)."""
+    cluster = config.cluster
+    return PeerTransport(
+        timeout_s=cluster.peer_timeout_ms / 1000,
+        max_answer_bytes=cluster.peer_max_answer_bytes,
+        total_timeout_s=cluster.peer_total_timeout_ms / 1000,
+        max_answer_instances=cluster.peer_max_answer_instances,
+        max_record_bytes=config.registry.max_answer_record_bytes,
+    )
 
 
 def probe(transport: PeerTransport, peer: Peer) -> PeerUnreachable | PeerRefused | None:

@@ -311,6 +311,16 @@ class RegistryRules:
         "UTF-8 bytes of all the text of one instance record, from clients and peers (else 400); 0: no limit.",
         minimum=0,
     )
+    # One instance of a peer's or a remote region's answer as it is read (registry/wire/answers.py):
+    # the characters of its names and texts, one for every other value. It bounds what one record can
+    # make of Python objects (a record of 60 MB of ``[]`` would be millions). Above the record limit
+    # (its text plus the names and JSON around it), so that every record a node keeps is read.
+    max_answer_record_bytes: int = setting(
+        262_144,
+        "EUREKA_MAX_ANSWER_RECORD_BYTES",
+        "Characters (names, texts) of one instance in a peer's or region's answer; a larger one is skipped.",
+        minimum=4_096,
+    )
 
     @property
     def eureka_timing(self) -> bool:
@@ -425,6 +435,16 @@ class ClusterConfig:
         "Time from a request to a peer to the last byte of its answer.",
         minimum=100,
     )
+    # Instances a peer's registry answer (GET apps, its delta) may hold, and applications too: one more
+    # and nothing of it is applied. The byte cap alone does not bound them (an empty instance is three
+    # bytes, and gzip shrinks such repetition a thousandfold); the default is above the number of real
+    # instances the byte cap lets through.
+    peer_max_answer_instances: int = setting(
+        100_000,
+        "EUREKA_PEER_MAX_ANSWER_INSTANCES",
+        "Instances (and applications) one registry answer of a peer may hold; one more and none is applied.",
+        minimum=1_000,
+    )
     # Items a peer's batch may hold (registry/cluster/incoming.py); a larger one is refused whole (413).
     # Peers send at most 250: four times that is headroom, not a load the node is sized for. At least
     # 250: the Java server's batches and ours hold up to 250 items.
@@ -480,6 +500,13 @@ class RemoteRegionsConfig:
         "EUREKA_REMOTE_REGION_TOTAL_TIMEOUT_MS",
         "Time from a fetch's request to the last byte of its answer.",
         minimum=100,
+    )
+    # As a peer's above.
+    max_answer_instances: int = setting(
+        100_000,
+        "EUREKA_REMOTE_REGION_MAX_ANSWER_INSTANCES",
+        "Instances (and applications) one answer of a region may hold; one more and none is applied.",
+        minimum=1_000,
     )
     # APP (from every region) or region:APP (from that region); a region with entries of its own
     # uses those, the others the plain entries; none at all: every app.
@@ -682,7 +709,8 @@ class HealthChecksConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProcessConfig:
-    """The serving process: garbage collection, the event loop's watch, the in-process scheduler."""
+    """The serving process: garbage collection, the event loop's watch, refusals in the log, the
+    in-process scheduler."""
 
     # registry/runtime/gc_policy.py; 0 switches the freezing off.
     gc_freeze_interval_ms: int = setting(
@@ -703,6 +731,13 @@ class ProcessConfig:
         "EUREKA_LOOP_STALL_THRESHOLD_MS",
         "A turn of the event loop later than this is logged and counted; 0: off.",
         minimum=0,
+    )
+    # registry/domain/refusals.py: connections, requests and credentials refused, malformed requests.
+    refusal_log_interval_seconds: int = setting(
+        60,
+        "EUREKA_REFUSAL_LOG_INTERVAL_SECONDS",
+        "Refusals (and malformed requests) are logged at most once in this time per kind, with a count.",
+        minimum=1,
     )
     embedded_scheduler: bool = setting(
         True,
@@ -906,8 +941,10 @@ class ConnectionsConfig:
     EUREKA_TRUSTED_PROXIES (a proxy or reader in front carries many clients) are not capped per
     address. The timeouts are Tomcat's and nginx's: the request line and headers of a new connection,
     and a request body (no byte for ``body_idle_timeout_s``, or not all of it within
-    ``body_timeout_s``), are given that long and then the connection is closed; so is a client that
-    takes no byte of its answer for ``send_timeout_s``. 0 switches one off."""
+    ``body_timeout_s``), are given that long and then the connection is closed; so is a connection
+    whose client takes no byte of its answer for ``write_timeout_s`` (nginx's ``send_timeout``), and
+    the answers clients that stopped reading hold are bounded by ``slow_readers_max_bytes``
+    (registry/runtime/connections.py, SlowReaders). 0 switches one off."""
 
     max_per_address: int = setting(
         256,
@@ -939,10 +976,17 @@ class ConnectionsConfig:
         "A request body must arrive whole within this; 0: off.",
         minimum=0,
     )
-    send_timeout_s: float = setting(
-        30.0,
-        "EUREKA_SEND_TIMEOUT_SECONDS",
+    # A client that reads, however slowly, takes bytes: only one that takes none this long is cut.
+    write_timeout_s: float = setting(
+        20.0,
+        "EUREKA_WRITE_TIMEOUT_SECONDS",
         "A client that takes no byte of its answer for this long is disconnected; 0: off.",
+        minimum=0,
+    )
+    slow_readers_max_bytes: int = setting(
+        64 * 1024 * 1024,
+        "EUREKA_SLOW_READERS_MAX_BYTES",
+        "Answers held for clients that stopped reading, in all; past it the oldest go; 0: no bound.",
         minimum=0,
     )
     # Also the limit after gunzip; Django's DATA_UPLOAD_MAX_MEMORY_SIZE is this too.

@@ -6,6 +6,7 @@ from time import perf_counter
 
 import orjson
 from django.http import HttpResponse
+from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
@@ -100,13 +101,25 @@ class EurekaView(APIView):
     def dispatch(self, request, *args, **kwargs):
         # Latency per protocol operation for GET /metrics, authentication and refusals included.
         observe = request_timer(request)
-        if observe is None:
-            return super().dispatch(request, *args, **kwargs)
         started = perf_counter()
         try:
             return super().dispatch(request, *args, **kwargs)
         finally:
-            observe(perf_counter() - started)
+            if observe is not None:
+                observe(perf_counter() - started)
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Undo the reference cycles a request leaves behind: the view and DRF's request point at each
+        other (and DRF's request at itself, Django's view at its own ``get`` as ``head``), and through
+        them at the WSGI environ, the connection's objects and the answer's bytes. Left to the
+        collector, a request whose connection outlives a collection or two (a client reading a large
+        answer slowly) is in the old generation when it ends, where the node's GC policy freezes it
+        (registry/runtime/gc_policy.py) with everything it holds, until the hourly full collection."""
+        drf_request = self.__dict__.get("request")
+        if isinstance(drf_request, Request) and isinstance(drf_request.parser_context, dict):
+            drf_request.parser_context.clear()
+        self.__dict__.clear()
 
 
 def _status_param(value: str | None, required: bool) -> str | None:
@@ -374,6 +387,7 @@ class PeerReplicationBatchView(EurekaView):
                     node.now,
                     max_items=node.config.cluster.replication_batch_max_items,
                     sender=meta(request).get("REMOTE_ADDR", ""),
+                    refusal_lines=node.received.refusal_lines,
                 )
             except BatchTooLarge as exc:
                 raise RequestRefused(413, str(exc)) from None

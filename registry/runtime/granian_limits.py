@@ -33,13 +33,14 @@ So, here:
    from a thread of its own in ``STREAM_PIECE_BYTES`` pieces of the one payload every reader shares,
    so a client that reads slowly, or not at all, holds a few pieces and a thread (the writers are a
    ``Shares`` too: past a share, 503 at once). A
-   client that takes no byte of its answer for EUREKA_SEND_TIMEOUT_SECONDS is disconnected by the
+   client that takes no byte of its answer for EUREKA_WRITE_TIMEOUT_SECONDS is disconnected by the
    kernel: the listening socket's ``TCP_USER_TIMEOUT``, which every accepted connection inherits
    (``registry/runtime/granian_server.py``; HAProxy's ``tcp-ut`` does the same), ends a connection whose
    sent bytes stay unacknowledged, or unsent behind a zero window, that long. The writer's thread
    then ends with it.
 
-Refusals and late answers are counted and logged at most once a minute (``Tally``).
+Refusals and late answers are counted and logged as every refusal is: at most one line a minute per
+kind, with a count (``Tally``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.wire.request_bodies import BodyDeadlines, BodyTooSlow
 
 logger = logging.getLogger("registry.runtime.granian_server")
@@ -74,45 +76,47 @@ CUT_SHORT_DELAY_S = 0.25
 # Answers larger than this are written in pieces from a thread of their own (AnswerWriters).
 STREAM_ABOVE_BYTES = 32 * 1024
 STREAM_PIECE_BYTES = 16 * 1024
-# Refusals and late answers are logged at most once in this many seconds, with their counts.
-TALLY_LOG_INTERVAL_S = 60.0
 
 _UNCOUNTED = ""
 
 
 class Tally:
-    """Counts of refused and late requests, logged at most once a ``interval_s`` with the counts since
-    the last line (a flood of them must not become a flood of log lines)."""
+    """Refusals and late answers, logged as the node logs every refusal (``registry/domain/refusals.py``):
+    the first of each kind, then at most one line an interval, saying how many more came; every one is
+    counted in ``totals``."""
 
-    def __init__(self, interval_s: float = TALLY_LOG_INTERVAL_S, clock=time.monotonic, log=logger):
-        self.interval_s = interval_s
-        self.clock = clock
+    def __init__(self, lines: RefusalLines | None = None, log=logger):
+        self.lines = lines or RefusalLines()
         self.log = log
         self.lock = threading.Lock()
         self.totals: dict[str, int] = {}
-        self.unlogged: dict[str, int] = {}
-        self.logged_at = -math.inf
 
     def note(self, kind: str, address: str) -> None:
         with self.lock:
             self.totals[kind] = self.totals.get(kind, 0) + 1
-            self.unlogged[kind] = self.unlogged.get(kind, 0) + 1
-            now = self.clock()
-            if now - self.logged_at < self.interval_s:
-                return
-            counts, self.unlogged, self.logged_at = self.unlogged, {}, now
-        self.log.warning(
-            "since the last line: %s (latest from %s)",
-            ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items())),
-            address or "-",
-        )
+        count = self.lines.note(kind)
+        if count:
+            self.log.warning(
+                "%s (latest from %s)%s",
+                _TALLIED[kind],
+                address or "-",
+                since_last_line(count),
+                extra=refusal_fields(kind, count),
+            )
 
 
-TURN_REFUSED = "requests refused (too many from the address under way)"
-BODY_REFUSED = "body reads refused (a share of EUREKA_MAX_CONNECTIONS_PER_ADDRESS's address or all)"
-BODY_LATE = "bodies answered 408 past EUREKA_BODY_(IDLE_)TIMEOUT_SECONDS"
-DRAIN_LATE = "unread bodies cut off after the answer's drain"
-ANSWER_REFUSED = "large answers refused (too many being written to the address or in all)"
+TURN_REFUSED = "granian_turn"
+BODY_REFUSED = "granian_body"
+ANSWER_REFUSED = "granian_answer"
+BODY_LATE = "granian_body_late"
+DRAIN_LATE = "granian_drain_late"
+_TALLIED = {
+    TURN_REFUSED: "request refused with 503: too many from its address under way",
+    BODY_REFUSED: "request body refused with 503, unread: its address's share of body threads, or all, taken",
+    ANSWER_REFUSED: "large answer refused with 503: its address's share of the writers, or all, taken",
+    BODY_LATE: "request body answered 408: not received within EUREKA_BODY_(IDLE_)TIMEOUT_SECONDS",
+    DRAIN_LATE: "answer cut short: the body it left unread still coming after 2 s",
+}
 
 
 class Shares:

@@ -71,6 +71,7 @@ from registry.runtime.granian_limits import (
     Gate,
     Pieces,
     Shares,
+    Tally,
     TimedBody,
 )
 from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
@@ -91,7 +92,7 @@ TURNS_PER_ADDRESS = 8
 BODY_THREADS = 64
 BODY_SHARES = 8
 # Large answers being written at once (a client that reads slowly holds one until it has read its
-# answer or EUREKA_SEND_TIMEOUT_SECONDS ends it), in all and to one client address.
+# answer or EUREKA_WRITE_TIMEOUT_SECONDS ends it), in all and to one client address.
 ANSWER_WRITERS = 64
 ANSWER_WRITERS_PER_ADDRESS = 8
 # hyper's buffer per connection, for a request's head and what is written to the client: what a slow
@@ -446,6 +447,7 @@ def _worker_target():
                 options["access_log"], options["access_log_format"] or AccessLog.DEFAULT_FORMAT
             )
         from registry.access.clients import is_trusted_proxy
+        from registry.domain.refusals import RefusalLines
 
         body_threads = options["body_threads"]
         runner = make_runner(
@@ -454,6 +456,7 @@ def _worker_target():
             access_log=access_log,
             bodies=Shares(body_threads, max(1, body_threads // BODY_SHARES), exempt=is_trusted_proxy),
             turns=Shares(1 << 30, TURNS_PER_ADDRESS, exempt=is_trusted_proxy),
+            deadlines=Deadlines(tally=Tally(RefusalLines(options["refusal_log_interval_s"]))),
             writers=Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS, exempt=is_trusted_proxy),
             body_limits=options["body_limits"],
         )
@@ -471,7 +474,7 @@ def _worker_target():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, begin_stop)
         if sock[0] is not None and not sock[0].is_uds():
-            sock = (None, listening_socket(sock[0], options["send_timeout_s"]))
+            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
         worker = WSGIWorker(
             worker_id,
             sock,
@@ -506,20 +509,25 @@ def _worker_target():
 _OPTIONS: dict[str, Any] = {}
 
 
-def listening_socket(spec, send_timeout_s: float):
+def listening_socket(spec, write_timeout_s: float):
     """granian's listening socket (``spec``: its ``ListenerSpec``, bound as granian binds it) with
-    ``TCP_USER_TIMEOUT`` set, which every connection accepted from it inherits: the kernel ends a
-    connection whose sent bytes stay unacknowledged, or unsent behind the client's zero window, that
-    long (EUREKA_SEND_TIMEOUT_SECONDS; HAProxy's ``tcp-ut``). granian has no write timeout of its own,
-    and a client that never reads would otherwise hold its connection, and what was written for it,
-    for as long as it likes."""
+    ``TCP_USER_TIMEOUT`` and ``TCP_NOTSENT_LOWAT`` set, which every connection accepted from it
+    inherits. The first makes the kernel end a connection whose sent bytes stay unacknowledged, or
+    unsent behind the client's zero window, that long (EUREKA_WRITE_TIMEOUT_SECONDS; HAProxy's
+    ``tcp-ut``): granian has no write timeout of its own, and a client that never reads would
+    otherwise hold its connection, and what was written for it, for as long as it likes."""
     import socket
 
+    from registry.runtime.connections import limit_unsent
+
     holder = spec.build()
-    if send_timeout_s and hasattr(socket, "TCP_USER_TIMEOUT"):
-        # A second descriptor of the same socket, to set the option with; closing it leaves granian's.
-        with socket.socket(fileno=os.dup(holder.get_fd())) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(send_timeout_s * 1000)))
+    # A second descriptor of the same socket, to set the options with; closing it leaves granian's.
+    with socket.socket(fileno=os.dup(holder.get_fd())) as sock:
+        if write_timeout_s and hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(write_timeout_s * 1000)))
+        # The kernel takes little more of an answer than is in flight, as under gunicorn: a client that
+        # reads nothing holds that, and a few pieces of its answer here, not a socket buffer full.
+        limit_unsent(sock)
     return holder
 
 
@@ -608,7 +616,8 @@ def main(argv: list[str] | None = None) -> None:
         threads=max(1, args.threads),
         body_threads=max(1, args.body_threads),
         body_limits=BodyDeadlines(limits.body_idle_timeout_s, limits.body_timeout_s),
-        send_timeout_s=limits.send_timeout_s,
+        write_timeout_s=limits.write_timeout_s,
+        refusal_log_interval_s=settings.EUREKA.process.refusal_log_interval_seconds,
         access_log=args.access_logfile,
         access_log_format=args.access_logformat,
     )

@@ -9,7 +9,12 @@ address and one in all, below ``worker_connections``; a refused one gets a 503 a
 connection must send its request line and headers within the header timeout (Tomcat's
 ``connectionTimeout``, 20 s), a kept-alive one its next request within the keep-alive time, shortened
 to the header timeout while most of the cap is in use; and request bodies are read under their own
-deadlines before a view runs (``registry/wire/request_bodies.py``).
+deadlines before a view runs (``registry/wire/request_bodies.py``). Answers are written under a
+deadline too: a write the socket does not take at once is watched (``SLOW_READERS``, a
+``connections.SlowReaders``), and the sweeper that ends idle waits resets the connection of a client
+that takes no byte of its answer for the write timeout, sheds the readers blocked longest near the
+connection cap, and bounds the answers such readers hold; at the cap, a new connection is admitted in
+place of the reader blocked longest.
 
 gunicorn's gevent worker closes a connection at once after an error answer (an over-long request
 line, bad chunk framing) or a response that ends the connection. If the client is still sending its
@@ -22,8 +27,9 @@ this worker does the same for gevent: half-close, read and discard what the clie
 A graceful stop (SIGTERM) does not wait for idle kept-alive connections: gunicorn waits for every
 open connection up to ``graceful_timeout``, and a client that keeps its connection open between
 heartbeats (every Java client does) holds the whole stop for those 20 s. Here a connection waiting for
-its next request is closed when the stop begins (a request in progress is still answered), so a
-node stops in about a second and a restart or rolling deploy is not held up.
+its next request is closed when the stop begins (a request in progress is still answered, unless
+its client has taken nothing of the answer for a second), so a node stops in about a second and a
+restart or rolling deploy is not held up.
 
 It remembers which peers may set forwarding headers: gunicorn decides that for every request by
 parsing the peer's address with ``ipaddress`` (about 5 % of a heartbeat's CPU). The answer depends
@@ -56,6 +62,7 @@ instead, so refusing a body never means reading it.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import sys
@@ -65,6 +72,12 @@ import gevent
 from gevent.pool import Pool
 from gunicorn import util
 from gunicorn.http import message, wsgi
+from gunicorn.http.errors import (
+    ConfigurationProblem,
+    InvalidResponseHeader,
+    InvalidResponseHeaderName,
+    ParseException,
+)
 from gunicorn.workers import ggevent
 from gunicorn.workers.ggevent import GeventWorker
 
@@ -75,8 +88,11 @@ DRAIN_SECONDS = 2.0
 # turn: registry/cache/pacing.py; this module imports nothing of the project at load).
 FAIR_TURN_S = 0.000_01
 _READ_STEP = 8192
-# Refused connections are logged at most once in this many seconds, with how many there were.
-REFUSAL_LOG_INTERVAL_S = 60.0
+# Parse errors gunicorn answers 500: the application's or the configuration's, not a malformed request.
+NOT_THE_CLIENTS = (InvalidResponseHeader, InvalidResponseHeaderName, ConfigurationProblem)
+# The sweeper closes this many slow readers, then gives the event loop a turn: thousands that went
+# quiet together are closed without holding every other connection's requests.
+CLOSE_BATCH = 100
 
 
 # Addresses whose trust was decided; a fleet is thousands of addresses, a scan could be millions.
@@ -111,6 +127,7 @@ message._ip_in_allow_list = remember_peer_trust(message._ip_in_allow_list)
 # gunicorn's own class and function, also when this module is imported again (tests reload it).
 _GunicornErrors = getattr(wsgi.WSGIErrorsWrapper, "gunicorn_class", wsgi.WSGIErrorsWrapper)
 _gunicorn_write = getattr(util.write, "gunicorn_write", util.write)
+_gunicorn_write_chunk = getattr(util.write_chunk, "gunicorn_write_chunk", util.write_chunk)
 _gunicorn_http_date = getattr(util.http_date, "format_date", util.http_date)
 
 
@@ -177,38 +194,86 @@ SMALL_WRITE = 64 * 1024
 # request being served, not background work.
 SEND_SLICE = 256 * 1024
 
+# The worker's slow readers (registry/runtime/connections.py ``SlowReaders``), set when it serves: a
+# write the socket does not take at once is noted there, and the sweeper closes it if its reader
+# stops reading. None elsewhere (another worker class, tests): writes then block as gunicorn's do.
+SLOW_READERS = None
+
+
+class ReaderTooSlow(ConnectionResetError):
+    """Thrown into a connection's greenlet blocked in a write that the sweeper closes (its reader took
+    nothing for the write timeout, or it was shed): gunicorn ends the connection as after a reset by
+    the client, quietly, and its socket, set to reset, frees what the kernel still held of it."""
+
 
 def write_small_at_once(sock, data, chunked=False):
-    """gunicorn's ``util.write``: a small write is one ``send``, and ``sendall`` only sends what that
-    did not take (gevent's ``sendall`` asks the socket for its buffer size at every call); a large
-    one is sent in paced slices."""
-    if chunked or SMALL_WRITE < len(data) <= SEND_SLICE:
-        return _gunicorn_write(sock, data, chunked)
-    if len(data) > SEND_SLICE:
-        # Imported here: the master loads this module before it forks, and loads nothing of the project.
-        from registry.cache.pacing import PACER
+    """gunicorn's ``util.write``: a small write is one ``send`` (gevent's ``sendall`` asks the socket
+    for its buffer size at every call); what the socket does not take at once is sent in slices, paced,
+    and, in this worker, as a write ``SLOW_READERS`` watches."""
+    if chunked:  # gunicorn's write_chunk: the chunk's size line, the data, its end
+        if isinstance(data, str):
+            data = data.encode()
+        data = b"".join((b"%X\r\n" % len(data), data, b"\r\n"))
+    size = len(data)
+    if not size:  # an empty body: nothing to send (gunicorn's sendall makes no call either)
+        return
+    slow_readers = SLOW_READERS
+    sent = 0
+    if slow_readers is not None and size > SMALL_WRITE:
+        from registry.runtime.connections import limit_unsent
 
-        # A pause is set only where the event loop serves (gevent); another worker class just sends.
-        turns = PACER.pause is not None
-        turn_at = time.perf_counter() + PACER.slice_s
-        view = memoryview(data)
-        for start in range(0, len(view), SEND_SLICE):
-            if start and turns and time.perf_counter() >= turn_at:
-                gevent.sleep(FAIR_TURN_S)
-                turn_at = time.perf_counter() + PACER.slice_s
-            sock.sendall(view[start : start + SEND_SLICE])
-        return
-    if not data:  # an empty body: nothing to send (gunicorn's sendall makes no call either)
-        return
-    sent = sock.send(data)
-    if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
+        limit_unsent(sock)  # before the first send: the kernel takes little more than a window of it
+    if size <= SEND_SLICE:
+        if slow_readers is None:
+            sent = sock.send(data)
+        else:
+            # Not waiting for room in the socket (gevent's send would): a client that left earlier
+            # answers unread would hold this one unwatched.
+            try:
+                sent = sock.send(data, 0, 0.0)
+            except BlockingIOError:
+                sent = 0
+        if sent == size:
+            return
+    write = None if slow_readers is None else slow_readers.begin(gevent.getcurrent(), data, sock)
+    try:
+        _send_rest(sock, memoryview(data), sent, write, slow_readers)
+    finally:
+        if write is not None:
+            slow_readers.end(write)
+
+
+def _send_rest(sock, view, sent, write, slow_readers) -> None:
+    # Imported here: the master loads this module before it forks, and loads nothing of the project.
+    from registry.cache.pacing import PACER
+
+    # A pause is set only where the event loop serves (gevent); another worker class just sends.
+    turns = PACER.pause is not None and len(view) > SEND_SLICE
+    turn_at = time.perf_counter() + PACER.slice_s
+    first = True
+    while sent < len(view):
+        if turns and not first and time.perf_counter() >= turn_at:
+            gevent.sleep(FAIR_TURN_S)
+            turn_at = time.perf_counter() + PACER.slice_s
+        first = False
+        # gevent's send waits for room in the socket, then sends what fits.
+        taken = sock.send(view[sent : sent + SEND_SLICE])
+        if taken and write is not None:
+            slow_readers.moved(write)
+        sent += taken
+
+
+def _write_chunk(sock, data):
+    write_small_at_once(sock, data, chunked=True)
 
 
 write_small_at_once.gunicorn_write = _gunicorn_write
+_write_chunk.gunicorn_write_chunk = _gunicorn_write_chunk
 wsgi.WSGIErrorsWrapper = _ErrorsPerConfig()
 util.http_date = HttpDatePerSecond(_gunicorn_http_date)
 util.write = write_small_at_once
+# The end of a chunked answer (resp.close) goes the same watched way.
+util.write_chunk = _write_chunk
 
 
 def _fully_read(body) -> bool:
@@ -351,8 +416,10 @@ class RegistryWorker(GeventWorker):
         # refused and a new connection's first request may take the keep-alive time.
         self.admission = None
         self.header_timeout_s = 0.0
-        self._refusals_logged_at = 0.0
-        self._refusals_unlogged = 0
+        # Which refusals get a log line (registry/domain/refusals.py), set with the limits.
+        self.refusal_lines = None
+        # Set when the worker runs, as the admission (registry/runtime/connections.py SlowReaders).
+        self.slow_readers = None
 
     def run(self):
         self.use_connection_limits()
@@ -362,13 +429,17 @@ class RegistryWorker(GeventWorker):
 
     def use_connection_limits(self) -> None:
         """The caps and the header timeout of EUREKA_MAX_CONNECTIONS(_PER_ADDRESS) and
-        EUREKA_HEADER_TIMEOUT_SECONDS (registry/runtime/connections.py). Read once the application is
+        EUREKA_HEADER_TIMEOUT_SECONDS, and the slow readers' limits of EUREKA_WRITE_TIMEOUT_SECONDS and
+        EUREKA_SLOW_READERS_MAX_BYTES (registry/runtime/connections.py). Read once the application is
         loaded (in the worker: the master loads nothing of the project)."""
+        global SLOW_READERS
         from django.conf import settings
 
         from registry.access.clients import is_trusted_proxy
+        from registry.domain.refusals import RefusalLines
         from registry.runtime import connections
 
+        self.refusal_lines = RefusalLines(settings.EUREKA.process.refusal_log_interval_seconds)
         limits = settings.EUREKA.connections
         max_total = limits.max_total
         # Below worker_connections, so that the worker always accepts and can answer a refusal.
@@ -382,8 +453,11 @@ class RegistryWorker(GeventWorker):
                     ceiling,
                 )
             max_total = ceiling
+        self.slow_readers = SLOW_READERS = connections.SLOW_READERS = connections.SlowReaders(
+            limits.write_timeout_s, limits.slow_readers_max_bytes
+        )
         self.admission = connections.CURRENT = connections.ConnectionAdmission(
-            limits.max_per_address, max_total, exempt=is_trusted_proxy
+            limits.max_per_address, max_total, exempt=is_trusted_proxy, make_room=self.shed_slowest_reader
         )
         self.header_timeout_s = limits.header_timeout_s
 
@@ -396,6 +470,7 @@ class RegistryWorker(GeventWorker):
     def refuse(self, client, addr, reason: str) -> None:
         """Answer a refused connection and close it, without reading from it. Called from the accept
         loop (the hub): the answer goes in one non-blocking send, or not at all."""
+        from registry.domain.refusals import refusal_fields
         from registry.runtime.connections import refusal_answer
 
         try:
@@ -405,17 +480,16 @@ class RegistryWorker(GeventWorker):
         finally:
             util.close(client)
         # One line a minute at most: a flood of refusals must not become a flood of log lines.
-        self._refusals_unlogged += 1
-        now = time.monotonic()
-        if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
+        count = self.refusal_lines.note("connection")
+        if count:
             self.log.warning(
                 "refused %d connection(s) since the last line (latest from %s: %s cap; "
                 "EUREKA_MAX_CONNECTIONS_PER_ADDRESS / EUREKA_MAX_CONNECTIONS)",
-                self._refusals_unlogged,
+                count,
                 addr[0] if isinstance(addr, tuple) else addr,
                 reason.replace("_", " "),
+                extra=refusal_fields("connection", count),
             )
-            self._refusals_logged_at, self._refusals_unlogged = now, 0
 
     def _try_h2c_upgrade(self, listener, req, parser, client, addr):
         # gunicorn asks its settings whether an HTTP/1.1 request may upgrade to HTTP/2 (off by default).
@@ -436,16 +510,62 @@ class RegistryWorker(GeventWorker):
         return header, keepalive
 
     def sweep_waits(self) -> None:
-        """Ends the waits past their time (``wait_limits``), looking every quarter of the shorter
-        one or every second, whichever is sooner."""
+        """Ends the waits past their time (``wait_limits``) and closes the slow readers' writes that
+        are due (``SlowReaders.due``), looking every quarter of the shorter wait or of the write
+        timeout, or every second, whichever is sooner."""
         while self.alive:
-            gevent.sleep(min(1.0, self.wait_limits()[0] / 4))
+            period = min(1.0, self.wait_limits()[0] / 4)
+            slow_readers = self.slow_readers
+            if slow_readers is not None and slow_readers.timeout_s:
+                period = min(period, slow_readers.timeout_s / 4)
+            gevent.sleep(period)
             first_s, next_s = self.wait_limits()
             now = time.monotonic()
             for greenlet, wait in list(self.waiting.items()):
                 began, first = wait
                 if now - began >= (first_s if first else next_s):
                     self._end_wait(greenlet, wait)
+            if slow_readers is not None:
+                for number, write in enumerate(slow_readers.due(self.admission)):
+                    if number and not number % CLOSE_BATCH:
+                        gevent.sleep(FAIR_TURN_S)  # the loop polls: requests come in between
+                    self._close_slow_reader(write)
+
+    def shed_slowest_reader(self) -> bool:
+        """At the connection cap: close the connection blocked longest in a write, so that a new one
+        is admitted in its place (``ConnectionAdmission(make_room=...)``); False if none is."""
+        write = self.slow_readers.shed() if self.slow_readers is not None else None
+        if write is None:
+            return False
+        self._close_slow_reader(write)
+        return True
+
+    def _close_slow_reader(self, write) -> None:
+        from registry.runtime.connections import reset_on_close
+
+        # From the hub, and only if that greenlet is still in that same write.
+        def close() -> None:
+            if self.slow_readers.current(write.owner) is write:
+                reset_on_close(write.sock)
+                write.owner.throw(ReaderTooSlow(errno.ECONNRESET, f"reader too slow ({write.closing})"))
+
+        gevent.get_hub().loop.run_callback(close)
+        self._log_slow_reader(write.closing)
+
+    def _log_slow_reader(self, reason: str) -> None:
+        from registry.domain.refusals import refusal_fields
+
+        # One line a minute at most per reason, with the count since the last.
+        kind = f"slow reader: {reason.replace('_', ' ')}"
+        count = self.refusal_lines.note(kind)
+        if count:
+            self.log.warning(
+                "closed %d connection(s) whose readers did not read their answers since the last line "
+                "(%s; EUREKA_WRITE_TIMEOUT_SECONDS / EUREKA_SLOW_READERS_MAX_BYTES / EUREKA_MAX_CONNECTIONS)",
+                count,
+                reason.replace("_", " "),
+                extra=refusal_fields(kind, count),
+            )
 
     def _end_wait(self, greenlet, since: tuple) -> None:
         # From the hub, and only if that greenlet is still in that same wait: had its request come
@@ -464,8 +584,18 @@ class RegistryWorker(GeventWorker):
     def _end_waits(self) -> None:
         for greenlet, since in list(self.waiting.items()):
             self._end_wait(greenlet, since)
+        # Nor for clients that are not reading their answers (the sweeper stops with the worker).
+        if self.slow_readers is not None:
+            for write in self.slow_readers.stalled():
+                self._close_slow_reader(write)
 
     def handle_error(self, req, client, addr, exc):
+        if isinstance(exc, ParseException) and not isinstance(exc, NOT_THE_CLIENTS):
+            # gunicorn answers it 4xx and logs a line for it, which the log's refusals filter cuts to
+            # one an interval (registry/runtime/logs.py); /metrics counts every one.
+            from registry.wire.handlers import BAD_REQUESTS
+
+            BAD_REQUESTS["malformed"] += 1
         super().handle_error(req, client, addr, exc)
         util.close_graceful(client, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
 

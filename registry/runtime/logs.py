@@ -6,6 +6,11 @@ through the same configuration (``eureka_site/celery.py`` answers Celery's ``set
 so Celery does not replace the root handler with its own), and gunicorn's own lines (start, stop,
 worker errors) go through it too (``use_for_gunicorn``, from ``deploy/gunicorn.conf.py``).
 
+Lines a client can cause at will, one per request it sends (Django's ``django.security.*`` lines,
+gunicorn's malformed requests), pass ``RefusalLinesFilter`` on the one handler: at most one per kind
+an interval, with a count (the node's own refusal lines are cut where they are written, by the same
+``registry/domain/refusals.py``).
+
 A JSON line holds ``timestamp`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
 ``message``, the exception if any (``exc_info``) and the record's ``extra`` fields: the registry's
 state-change lines carry ``event`` and their facts (``instances``, ``peer``, ``renews_last_minute``...).
@@ -26,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 from pythonjsonlogger.json import JsonFormatter
 
 from registry.domain.redact import scrub_text
+from registry.domain.refusals import REFUSAL_LOG_INTERVAL_S, RefusalLines, refusal_fields, since_last_line
 
 LOG_FORMATS = ("plain", "json")
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -95,6 +101,46 @@ class JsonLineFormatter(JsonFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return self._mask(super().format(record))
+
+
+# gunicorn's line for each request its parser refused (bad request line, headers or chunk framing).
+GUNICORN_INVALID_REQUEST = "Invalid request from ip="
+
+
+def refusal_kind(record: logging.LogRecord) -> str | None:
+    """The kind of refusal a line written by a library reports, or None for any other line: Django's
+    ``django.security.*`` lines (a Host not in ALLOWED_HOSTS, a failed CSRF check, a form with too
+    many fields... one logger per kind) and gunicorn's malformed requests."""
+    name = record.name
+    if name.startswith("django.security."):
+        return name
+    if name == "gunicorn.error" and str(record.msg).startswith(GUNICORN_INVALID_REQUEST):
+        return "gunicorn.invalid_request"
+    return None
+
+
+class RefusalLinesFilter(logging.Filter):
+    """The lines libraries write for each request they refuse, one per request a client chose to
+    send, cut to at most one per kind each ``interval_s`` (``registry/domain/refusals.py``), saying
+    how many there were, and without Django's traceback (it shows Django's code, not the request).
+    The registry's own refusals are counted where they happen and logged the same way."""
+
+    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S, clock=None):
+        super().__init__()
+        self.lines = RefusalLines(interval_s) if clock is None else RefusalLines(interval_s, clock)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = refusal_kind(record)
+        if kind is None or getattr(record, "event", None) == "refusals":  # not one, or counted already
+            return True
+        count = self.lines.note(kind)
+        if not count:
+            return False
+        record.msg = record.getMessage() + since_last_line(count)
+        record.args = None
+        record.exc_info = record.exc_text = None
+        record.__dict__.update(refusal_fields(kind, count))
+        return True
 
 
 def line_formatter(format: str = "plain", secrets: Iterable[str] = ()) -> logging.Formatter:  # noqa: A002

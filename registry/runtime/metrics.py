@@ -12,7 +12,8 @@ request for numbers that exist already.
 
 Only one thing goes to prometheus-client as it happens: the latency of protocol requests, one
 Histogram child per operation bound once at import (``request_timer``, called by
-``EurekaView.dispatch``). API refusals are counted by ``registry.access`` and read here too.
+``EurekaView.dispatch``). API refusals are counted by ``registry.access`` and requests refused
+before any view by ``registry.wire.handlers``; both are read here too.
 
 The metrics come from the registry process only: Celery workers and beat hold no map, and what they
 do reaches the node's records through the control endpoint. Served through Django's full stack (not
@@ -47,6 +48,7 @@ from registry.access.clients import client_address
 from registry.domain import constants as c
 from registry.runtime import connections
 from registry.runtime.node import get_node
+from registry.wire import handlers
 
 if TYPE_CHECKING:
     from registry.runtime.node import Node
@@ -180,6 +182,16 @@ class NodeCollector(Collector):
         for cap, count in admission.refused.items():
             refused.add_metric([cap], count)
         yield refused
+        slow_readers = connections.SLOW_READERS
+        if slow_readers is not None:
+            closed = CounterMetricFamily(
+                "eureka_slow_readers_closed",
+                "Connections closed while their clients were not reading their answers, by reason.",
+                labels=["reason"],
+            )
+            for reason, count in slow_readers.closed.items():
+                closed.add_metric([reason], count)
+            yield closed
 
     def _remote_regions(self, node: Node, now: int) -> Iterator[Metric]:
         """Each remote region's fetches (registry/cluster/regions.py); nothing when none is configured."""
@@ -313,6 +325,15 @@ class NodeCollector(Collector):
         for reason, count in accounts.REFUSALS.items():
             refusals.add_metric([reason], count)
         yield refusals
+        bad = CounterMetricFamily(
+            "eureka_bad_requests",
+            "Requests refused with 4xx before any view: a Host not in ALLOWED_HOSTS (host), or HTTP "
+            "gunicorn could not parse (malformed; granian answers those without the node seeing them).",
+            labels=["reason"],
+        )
+        for reason, count in handlers.BAD_REQUESTS.items():
+            bad.add_metric([reason], count)
+        yield bad
 
     def _registry(self, node: Node, now: int) -> Iterator[Metric]:
         stats = node.registry.stats(now)

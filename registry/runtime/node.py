@@ -21,6 +21,7 @@ from registry.domain.core import Registry
 from registry.domain.findings import RegistrationSources
 from registry.domain.history import WINDOW_MS as HISTORY_WINDOW_MS
 from registry.domain.history import History, StatusTrail
+from registry.domain.refusals import RefusalLines
 from registry.health.addresses import AddressPolicy, own_address_policy
 from registry.health.checker import HealthChecker
 from registry.health.config import CheckDefaults
@@ -75,6 +76,8 @@ class ReceivedReplication:
     # batch of 1,000 Registers is ~3 MB decoded; the node may hold thousands of connections). Made
     # with the node, so under gevent after the monkey-patching: a waiter yields to the loop.
     applying: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Which batches with refused items get a log line (registry/cluster/incoming.py).
+    refusal_lines: RefusalLines = field(default_factory=RefusalLines, repr=False, compare=False)
 
     def record(self, items: int, now: int) -> None:
         self.batches += 1
@@ -371,6 +374,7 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         remote_regions=remote_regions,
         history=history,
         status_trail=status_trail,
+        received=ReceivedReplication(refusal_lines=RefusalLines(config.process.refusal_log_interval_seconds)),
     )
 
 
@@ -391,7 +395,7 @@ def _remote_regions(
         return None
     # Here, not at the top: a node without remote regions does not load the HTTP client.
     from registry.cluster.region_transport import RegionHttpTransport
-    from registry.cluster.regions import RemoteRegions
+    from registry.cluster.regions import RemoteRegions, region_limits
 
     def on_change(region: str, apps: set[str], vips: set[str]) -> None:
         # What a fetch changed leaves the payloads that merge it: GET apps and the delta (every
@@ -415,6 +419,7 @@ def _remote_regions(
         clock,
         on_change=on_change,
         fallback=regions.transparent_fallback,
+        limits=region_limits(regions.max_answer_instances, config.registry.max_answer_record_bytes),
     )
 
 

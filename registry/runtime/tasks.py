@@ -52,17 +52,13 @@ def _replication_context():
     """What a worker needs to drain outboxes, built once per worker process."""
     from redis import Redis
 
-    from registry.cluster.transport import PeerTransport
+    from registry.cluster.transport import peer_transport
 
     cluster = settings.EUREKA.cluster
     # The static peers; those found through DNS are looked up by ``_peer`` as the node publishes them.
     peers = {peer.key: peer for peer in cluster.peers}
     client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
-    transport = PeerTransport(
-        timeout_s=cluster.peer_timeout_ms / 1000,
-        max_answer_bytes=cluster.peer_max_answer_bytes,
-        total_timeout_s=cluster.peer_total_timeout_ms / 1000,
-    )
+    transport = peer_transport(settings.EUREKA)
     return peers, client, transport, _control_client()
 
 

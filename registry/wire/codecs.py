@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from xml.etree.ElementTree import Element, TreeBuilder
 from xml.parsers import expat
@@ -233,19 +233,6 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return value if isinstance(value, list) else [value]
-
-
-def instances_in(document: Any) -> Iterator[dict[str, Any]]:
-    """The instance objects of a ``GET apps`` (or delta) JSON document, unchecked (one app or instance
-    may be unwrapped): what the start-up sync and the remote-region fetch read."""
-    applications = document.get("applications") if isinstance(document, dict) else None
-    if not isinstance(applications, dict):
-        return
-    for application in _as_list(applications.get("application")):
-        if isinstance(application, dict):
-            for instance in _as_list(application.get("instance")):
-                if isinstance(instance, dict):
-                    yield instance
 
 
 def decode_instance(body: bytes, fmt: str, now: int, path_app: str | None = None) -> InstanceInfo:

@@ -9,6 +9,7 @@ connections and caches, which protocol views never open).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 
@@ -18,11 +19,12 @@ from django.core.exceptions import DisallowedHost
 from django.core.handlers.exception import response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import setting_changed
-from django.http import HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import set_urlconf
 from django.utils.functional import cached_property
 from django.utils.log import log_response
 
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.wire.flat_routes import FlatRoutes
 from registry.wire.http import browser_refusal
 from registry.wire.request_bodies import (
@@ -39,6 +41,12 @@ PROTOCOL_PREFIX = "/eureka/"
 DISALLOWED_HOST = "Bad Request: the Host header names no host in ALLOWED_HOSTS"
 PROTOCOL_URLCONF = "eureka_site.protocol_urls"
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
+# Django's logger for this refusal: a logging set-up that routes or silences Django's own lines about
+# it applies to these too.
+host_logger = logging.getLogger("django.security.DisallowedHost")
+# Requests refused before any view since start, by reason, read by /metrics (eureka_bad_requests_total):
+# a Host not in ALLOWED_HOSTS, and HTTP gunicorn's parser refused (registry/runtime/gunicorn_worker.py).
+BAD_REQUESTS = {"host": 0, "malformed": 0}
 
 
 class ProtocolHandler(WSGIHandler):
@@ -113,11 +121,10 @@ class ProtocolHandler(WSGIHandler):
         return match
 
     def __call__(self, environ, start_response):
+        if not self.hosts.allowed(environ):
+            # A page reached by DNS rebinding names its own host, and must not read the registry.
+            return self.hosts.refuse(environ, start_response)
         request = self.request_class(environ)
-        if not self.hosts.allowed(request):
-            # As Django's own handler (DisallowedHost, 400) on every other path: a page reached by DNS
-            # rebinding names its own host, and must not read the registry.
-            return plain_wsgi_answer(start_response, 400, DISALLOWED_HOST)
         request.urlconf = self.urlconf
         response = self.get_response(request)
         content = response.content
@@ -132,13 +139,17 @@ class ProtocolHandler(WSGIHandler):
 class AllowedHosts:
     """``ALLOWED_HOSTS`` as Django's ``request.get_host()`` applies it, with its answers kept per Host
     (and X-Forwarded-Host) value: every protocol request asks, and a fleet names the node a few ways.
-    With ``"*"`` allowed (the default) nothing is checked."""
+    With ``"*"`` allowed (the default) nothing is checked.
+
+    A refused request is answered 400 here, before Django, which would log a traceback for each one a
+    client sends: it is counted (``BAD_REQUESTS``) and logged at most once an interval, with a count."""
 
     REMEMBERED = 1024
 
     def __init__(self):
         self._answers: dict[tuple, bool] = {}
         self._checks = None
+        self.lines = RefusalLines(settings.EUREKA.process.refusal_log_interval_seconds)
         setting_changed.connect(self._forget, weak=False)
 
     def _forget(self, *, setting: str, **kwargs) -> None:
@@ -146,29 +157,51 @@ class AllowedHosts:
             self._answers.clear()
             self._checks = None
 
-    def allowed(self, request) -> bool:
+    def allowed(self, environ: dict) -> bool:
         if self._checks is None:
             self._checks = "*" not in settings.ALLOWED_HOSTS
         if not self._checks:
             return True
-        meta = request.META
         key = (
-            meta.get("HTTP_HOST"),
-            meta.get("HTTP_X_FORWARDED_HOST"),
-            meta.get("SERVER_NAME"),
-            meta.get("SERVER_PORT"),
+            environ.get("HTTP_HOST"),
+            environ.get("HTTP_X_FORWARDED_HOST"),
+            environ.get("SERVER_NAME"),
+            environ.get("SERVER_PORT"),
         )
         answer = self._answers.get(key)
         if answer is None:
-            try:
-                request.get_host()
-                answer = True
-            except DisallowedHost:
-                answer = False
+            answer = _disallowed_host(environ) is None
             if len(self._answers) >= self.REMEMBERED:
                 self._answers.clear()
             self._answers[key] = answer
         return answer
+
+    def refuse(self, environ: dict, start_response):
+        """The 400 of a request whose host ``allowed`` refused, counted and logged."""
+        BAD_REQUESTS["host"] += 1
+        count = self.lines.note("host")
+        if count:
+            host_logger.warning(
+                "%s %r from %s refused with 400: %s%s",
+                environ.get("REQUEST_METHOD", "")[:20],
+                environ.get("PATH_INFO", "")[:200],
+                environ.get("REMOTE_ADDR", ""),
+                (_disallowed_host(environ) or "Host not in ALLOWED_HOSTS")[:300],
+                since_last_line(count),
+                extra=refusal_fields("host", count),
+            )
+        return plain_wsgi_answer(start_response, 400, DISALLOWED_HOST)
+
+
+def _disallowed_host(environ: dict) -> str | None:
+    """Why Django's ``get_host()`` refuses this request's host, or None when it does not."""
+    request = HttpRequest()
+    request.META = environ
+    try:
+        request.get_host()
+    except DisallowedHost as refused:
+        return str(refused)
+    return None
 
 
 def body_deadlines() -> BodyDeadlines:
@@ -219,6 +252,9 @@ class RoutingApplication:
             # Before the body is read: nothing of a refused request is looked at.
             return plain_wsgi_answer(start_response, 403, refusal)
         protocol = environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIX)
+        if not protocol and not self.protocol.hosts.allowed(environ):
+            # As the protocol handler does: before the body is read, and before Django.
+            return self.protocol.hosts.refuse(environ, start_response)
         try:
             # Before Django builds the request: a charset it cannot use would raise out of the handler.
             refuse_unusable_charset(environ)

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from registry.access import accounts
 from registry.access.credentials import CredentialCache
+from registry.domain.refusals import RefusalLines
 from tests.conftest import FakeClock
 from tests.factories import instance_body
 
@@ -247,23 +248,30 @@ def test_auth_off_keeps_the_open_api(api, node):
 
 
 def test_refusals_are_logged_at_most_once_a_minute_per_reason_with_the_count(caplog):
-    log = accounts.RefusalLog(interval_s=60, clock=FakeClock(0))
-    with caplog.at_level("WARNING", logger="registry.access"):
-        assert log.note("forbidden", "'a' lacks x")
-        assert not log.note("forbidden", "'b' lacks x")
-        assert not log.note("forbidden", "'c' lacks x")
-        assert log.note("unauthenticated", "no credentials")
-        log.clock.advance(60)
-        assert log.note("forbidden", "'d' lacks x")
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 3
-    assert lines[2].endswith("(2 more refused since the last line)")
+    lines = RefusalLines(interval_s=60, clock=FakeClock(0))
+    accounts.reset_refusal_lines(lines)
+    before = dict(accounts.REFUSALS)
+    try:
+        with caplog.at_level("WARNING", logger="registry.access"):
+            accounts.note_refusal("forbidden", "'a' lacks x")
+            accounts.note_refusal("forbidden", "'b' lacks x")
+            accounts.note_refusal("forbidden", "'c' lacks x")
+            accounts.note_refusal("unauthenticated", "no credentials")
+            lines.clock.advance(60)
+            accounts.note_refusal("forbidden", "'d' lacks x")
+    finally:
+        accounts.reset_refusal_lines()
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 3
+    assert logged[2] == "API request refused (forbidden): 'd' lacks x (2 more since the last such line)"
+    assert caplog.records[2].refusals == 3
+    assert accounts.REFUSALS["forbidden"] == before["forbidden"] + 4
 
 
 def test_no_password_reaches_the_log(api, node, caplog):
     account("svc", "client", password="s3cret-pw")
     with caplog.at_level("DEBUG"):
-        accounts.refusal_log = accounts.RefusalLog(interval_s=60)
+        accounts.reset_refusal_lines()
         register(api, basic("svc", "wrong-s3cret"))
         register(api, basic("svc", "s3cret-pw"), HTTP_X_NETFLIX_DISCOVERY_REPLICATION="true")
     text = "\n".join(r.getMessage() for r in caplog.records)

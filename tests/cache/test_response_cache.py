@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import time
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -147,6 +148,36 @@ def test_concurrent_misses_on_one_key_build_once():
     for t in threads:
         t.join(5)
     assert builder.calls == [key]
+
+
+def test_readers_that_waited_for_a_build_share_it_even_when_a_write_kept_it_out_of_the_cache():
+    """Registrations going on land during nearly every build of a large registry: a build is then
+    served and not kept. Readers that queued behind it are served that build too (it began before
+    they were answered, as a kept one would have), not one build each: every build is a copy of the
+    registry that the slow readers among them would hold while they take their time."""
+    cache, builder = make(use_read_only=False)
+    key = CacheKey(APPS, "", "json")
+    gate = threading.Event()
+
+    def write_landing_while_held() -> None:
+        cache.invalidate("ORDERS", [])
+        gate.wait()
+
+    builder.during_build = write_landing_while_held
+    served = []
+    threads = [threading.Thread(target=lambda: served.append(cache.get(key, T0))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)  # the other four wait for the first one's build
+    gate.set()
+    for t in threads:
+        t.join(5)
+
+    assert builder.calls == [key] and len(served) == 5
+    assert all(payload is served[0] for payload in served)
+    builder.during_build = None
+    cache.get(key, T0)
+    assert builder.calls == [key, key], "the build a write overtook is still not kept"
 
 
 def test_payloads_are_gzipped_and_gunzipped_by_the_configured_offload_once():

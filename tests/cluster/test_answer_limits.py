@@ -1,8 +1,10 @@
 """Answers from peers and remote regions are read within limits (registry/cluster/transport.py
 ``read_answer``; issue 34, item 3): a cap on the body once inflated, reached without inflating past
-it, and a deadline for the whole answer on top of the per-read timeout. What a peer or region over
-the limits leaves behind: the region keeps its last registry and is shown failing, the peer is
-unreachable (the start-up sync registers nothing of it and reports it).
+it, and a deadline for the whole answer on top of the per-read timeout. What they hold is bounded too
+(registry/wire/answers.py; issue 44, item 1): an answer under the byte cap that expands into 22
+million instances is refused at the instance cap. What a peer or region over the limits leaves
+behind: the region keeps its last registry and is shown failing, the peer is unreachable (the
+start-up sync registers nothing of it and reports it once).
 
 ``read_answer`` is driven through httpx's mock transport; the transports through a local HTTP server
 (tests/cluster/hostile_remote.py) that answers with a 400 MiB gzip bomb or a byte at a time.
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from registry.cache.pacing import PACER
 from registry.cluster import transport as transport_module
 from registry.cluster.region_transport import RegionHttpTransport
 from registry.cluster.regions import FetchFailed, RemoteRegions
@@ -33,9 +36,11 @@ from registry.cluster.transport import (
 from registry.domain.config import parse_config
 from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer, Whitelist
-from tests.cluster.hostile_remote import HostileRemote, gzip_bomb, registry_document
+from tests.cluster.hostile_remote import HostileRemote, expanding_answer, gzip_bomb, registry_document
+from tests.cluster.test_remote_regions import LIMITS as REGION_LIMITS
 from tests.cluster.test_remote_regions import FakeRemote, remote_instance
-from tests.cluster.test_replication import FetchingTransport
+from tests.cluster.test_replication import FetchingTransport, apps_document
+from tests.factories import instance_body
 
 MIB = 1024 * 1024
 LIMITS = AnswerLimits(MIB, 5.0, "EUREKA_TEST_MAX_BYTES", "EUREKA_TEST_TOTAL_MS")
@@ -143,7 +148,13 @@ def region_transport(**limits) -> RegionHttpTransport:
 
 
 def peer_transport(**limits) -> PeerTransport:
-    return PeerTransport(2.0, **{"max_answer_bytes": MIB, "total_timeout_s": 5.0, **limits})
+    defaults = {
+        "max_answer_bytes": MIB,
+        "total_timeout_s": 5.0,
+        "max_answer_instances": 100_000,
+        "max_record_bytes": 262_144,
+    }
+    return PeerTransport(2.0, **{**defaults, **limits})
 
 
 def test_a_region_answering_a_gzip_bomb_fails_the_fetch_naming_the_setting(remote):
@@ -225,7 +236,9 @@ def test_a_region_over_the_limits_keeps_its_last_registry_and_is_not_fetched_who
     west = FakeRemote()
     west.add(remote_instance("PAYMENTS", "10.2.0.1"))
     transport = DeltaOverLimit(west)
-    regions = RemoteRegions({"us-west": "http://w1:8761/eureka/"}, Whitelist(), transport, clock)
+    regions = RemoteRegions(
+        {"us-west": "http://w1:8761/eureka/"}, Whitelist(), transport, clock, limits=REGION_LIMITS
+    )
     regions.fetch("us-west")
     regions.fetch("us-west")
     # A full fetch would be larger still: the failing delta ends the fetch.
@@ -275,3 +288,113 @@ def test_the_limits_are_settings():
     assert (regions.max_answer_bytes, regions.total_timeout_ms) == (2 * MIB, 3000)
     defaults = parse_config({})
     assert defaults.cluster.peer_max_answer_bytes == defaults.remote_regions.max_answer_bytes == 64 * MIB
+
+
+# ------------------------------------------------ answers that expand into millions of instances
+
+
+@pytest.fixture(scope="module")
+def _expanding_made_once():
+    expanding_answer(), expanding_answer(batch=True)
+
+
+def test_a_region_answering_millions_of_instances_keeps_its_registry_and_names_the_setting(
+    remote, clock, caplog, _expanding_made_once
+):
+    transport = region_transport(max_answer_bytes=64 * MIB)
+    regions = RemoteRegions({"us-west": remote.url}, Whitelist(), transport, clock, limits=REGION_LIMITS)
+    regions.fetch("us-west")
+    remote.mode = "expanding"
+    for _ in range(3):
+        regions.fetch("us-west")
+    health = regions.health()[0]
+    assert health.ready and health.failures == 3 and health.instances == 1
+    assert health.last_error == (
+        "GET apps/delta: answer holds more than 100,000 instances, not read further "
+        "(the limit is EUREKA_REMOTE_REGION_MAX_ANSWER_INSTANCES)"
+    )
+    held = [view.instance.instance_id for _, views in regions.applications(["us-west"]) for view in views]
+    assert held == ["10.2.0.1:payments:8080"]
+    # Three failing fetches, one line: the error is logged when it changes.
+    assert caplog.text.count("holds more than 100,000 instances") == 1
+
+
+def test_a_peer_answering_millions_of_instances_is_unreachable_for_every_request(
+    remote, _expanding_made_once
+):
+    transport = peer_transport(max_answer_bytes=64 * MIB)
+    peer = Peer(remote.url)
+    remote.mode = "expanding"
+    with pytest.raises(PeerUnreachable) as failed:
+        list(transport.fetch_apps(peer))
+    assert failed.value.over_limit and failed.value.congested
+    assert str(failed.value) == (
+        "GET apps/: answer holds more than 100,000 instances, not read further "
+        "(the limit is EUREKA_PEER_MAX_ANSWER_INSTANCES)"
+    )
+    with pytest.raises(PeerUnreachable, match="^GET apps/delta: answer holds more than 100,000") as failed:
+        list(transport.fetch_delta(peer))
+    assert failed.value.over_limit
+    with pytest.raises(PeerUnreachable) as failed:
+        transport.post_batch(peer, [{"action": "Heartbeat"}] * 3)
+    assert failed.value.over_limit
+    assert str(failed.value) == (
+        "POST peerreplication/batch/: answer holds more than 3 items, not read further "
+        "(the limit is the 3 items sent)"
+    )
+
+
+def test_the_start_up_sync_registers_nothing_of_an_expanding_peer_and_says_so_once(
+    remote, clock, caplog, _expanding_made_once
+):
+    registry = Registry(RegistryRules(), clock())
+    peer = Peer(remote.url)
+    remote.mode = "expanding"
+    reported: list[str] = []
+    count = sync_from_peers(
+        registry,
+        [peer],
+        peer_transport(max_answer_bytes=64 * MIB),
+        clock,
+        retries=2,
+        wait_ms=0,
+        on_failure=lambda _, error: reported.append(error),
+    )
+    assert count == 0 and registry.size() == 0
+    assert remote.answered["expanding"] == 3 and len(reported) == 3
+    assert reported[0] == (
+        "start-up sync: GET apps/: answer holds more than 100,000 instances, not read further "
+        "(the limit is EUREKA_PEER_MAX_ANSWER_INSTANCES)"
+    )
+    warnings = [record for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1, [record.getMessage() for record in warnings]
+    assert (
+        warnings[0].getMessage()
+        == f"start-up sync: {peer.display_url}: {reported[0][len('start-up sync: ') :]}"
+    )
+
+
+def test_instances_a_peer_sent_that_cannot_be_read_are_logged_in_one_line(clock, caplog):
+    registry = Registry(RegistryRules(), clock())
+    peer = Peer("http://node-b:8761/eureka/")
+    good = instance_body()["instance"]
+    document = {"applications": {"application": [{"name": "ORDERS", "instance": [{}] * 5_000 + [good]}]}}
+    transport = FetchingTransport({peer.display_url: [document]})
+    assert sync_from_peers(registry, [peer], transport, clock, retries=0, wait_ms=0) == 1
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warnings == [
+        f"start-up sync: from {peer.display_url}: skipped 5,000 not valid registrations "
+        "(the first: Missing instanceId)"
+    ]
+
+
+def test_the_start_up_sync_gives_the_loop_a_turn_as_it_reads_and_registers(clock, monkeypatch):
+    ticks = []
+    monkeypatch.setattr(PACER, "tick", lambda: ticks.append(1))
+    registry = Registry(RegistryRules(), clock())
+    peer = Peer("http://node-b:8761/eureka/")
+    bodies = [instance_body(host=f"10.0.{n // 256}.{n % 256}") for n in range(1_000)]
+    transport = FetchingTransport({peer.display_url: [apps_document(*bodies)]})
+    assert sync_from_peers(registry, [peer], transport, clock, retries=0, wait_ms=0) == 1_000
+    # Once per instance read, once per instance registered, and every few hundred events parsed.
+    assert len(ticks) > 2_000

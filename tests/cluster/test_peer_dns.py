@@ -16,6 +16,7 @@ from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import BadPeerUrl, Peer, parse_nameserver, parse_peer_dns, parse_peer_urls
 from registry.wire.codecs import build_instance
 from tests.cluster.dns_server import DnsServer
+from tests.cluster.test_replication import records_of
 from tests.conftest import FakeClock
 from tests.factories import instance_body
 
@@ -290,7 +291,7 @@ class PeerRegistries:
     def fetch_apps(self, peer):
         self.asked.append(peer.display_url)
         body = instance_body(app="SYNCED", instance_id=peer.address[0])["instance"]
-        return {"applications": {"application": [{"name": "SYNCED", "instance": [body]}]}}
+        return records_of({"applications": {"application": [{"name": "SYNCED", "instance": [body]}]}})
 
     def fetch_delta(self, peer):
         return None

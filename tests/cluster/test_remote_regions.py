@@ -14,7 +14,7 @@ from xml.etree import ElementTree as ET
 import pytest
 from bs4 import BeautifulSoup
 
-from registry.cluster.regions import FetchFailed, RemoteRegions
+from registry.cluster.regions import FetchFailed, RemoteRegions, region_limits
 from registry.domain.endpoints import BadRegionConfig, Peer, Whitelist, parse_region_urls, parse_whitelist
 from registry.runtime.jobs import sync_response_cache
 from registry.runtime.node import build_node, reset_node
@@ -99,6 +99,8 @@ class FakeRemote:
 
 
 URLS = {"us-west": WEST, "eu": EAST}
+# What a region's answer may hold: the node's defaults.
+LIMITS = region_limits(100_000, 262_144)
 
 
 class FakeTransport:
@@ -123,6 +125,7 @@ def regions_of(clock, remotes: dict[str, FakeRemote], whitelist: Whitelist | Non
         clock,
         on_change=lambda region, apps, vips: changes.append((region, apps)),
         spawn=lambda run: run(),
+        limits=LIMITS,
     )
     return regions, transport, changes
 

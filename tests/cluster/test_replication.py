@@ -27,11 +27,13 @@ from registry.cluster.retry import (
     PROBE_WHILE_DOWN_MS,
     RetryPolicy,
 )
-from registry.cluster.startup import SelfRegistration, instances_in, sync_from_peers
+from registry.cluster.startup import SelfRegistration, sync_from_peers
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.domain import constants as c
 from registry.domain.core import Registry, RegistryRules, ReplicationEvent
 from registry.domain.endpoints import Peer, parse_peer_urls
+from registry.domain.refusals import RefusalLines
+from registry.wire.answers import RecordLimits, registry_answer
 from registry.wire.codecs import build_instance
 from tests.conftest import FakeClock
 from tests.factories import instance_body
@@ -280,6 +282,26 @@ def test_bad_items_are_counted_in_one_log_line_per_batch_not_one_each(clock, cap
     assert caplog.records[0].refused == {"Cancel": 500, "unknown": 2}
 
 
+def test_batches_of_bad_items_sent_one_after_another_are_logged_once_an_interval_with_a_count(clock, caplog):
+    """Anyone who may send batches may send them back to back: a line for each is a log flood (issue 44,
+    item 6). Every batch is still answered item by item."""
+    registry, _ = new_registry(clock)
+    seconds = FakeClock(0)
+    lines = RefusalLines(interval_s=60, clock=seconds)
+    with caplog.at_level(logging.WARNING, logger="registry.cluster.incoming"):
+        for _ in range(1_000):
+            answers = apply_batch(registry, batch({"action": "Cancel"}), clock, refusal_lines=lines)
+            assert answers["responseList"] == [{"statusCode": 400}]
+        seconds.advance(60)
+        apply_batch(registry, batch({"action": "Cancel"}), clock, sender="10.9.9.9", refusal_lines=lines)
+    assert [r.getMessage() for r in caplog.records] == [
+        "replication batch from a peer: 1 of 1 items refused (Cancel 1); the first: Missing appName",
+        "replication batch from 10.9.9.9: 1 of 1 items refused (Cancel 1); the first: Missing appName "
+        "(999 more such batches since the last such line)",
+    ]
+    assert caplog.records[1].batches == 1_000
+
+
 def test_items_that_fail_are_answered_500_each_and_logged_once_with_the_first_traceback(clock, caplog):
     registry, _ = new_registry(clock)
 
@@ -338,7 +360,7 @@ def test_answers_ask_for_registers_sync_backs_or_nothing():
     assert (follow_ups.sent, follow_ups.refused) == (5, 1)
     assert FollowUps.from_dict(follow_ups.as_dict()) == follow_ups
     # Answers that do not match the batch are ignored, as the Java sender ignores them.
-    assert read_answers(items, answers[:2]) == FollowUps(sent=5)
+    assert read_answers(items, answers[:2]) == FollowUps(sent=5, ignored=2)
 
 
 class FakeTransport:
@@ -565,7 +587,28 @@ def test_a_peers_newer_copy_over_the_record_size_limit_is_refused_and_ours_kept(
     view, _ = registry.lease("ORDERS", ID)
     assert dict(view.instance.metadata) == {"v": "old"}
     assert registry.event_counts().from_peers.too_large == 1
-    assert "peer's newer copy of an instance refused: Instance record too large" in caplog.text
+    assert "newer copy refused: Instance record too large" in caplog.text
+
+
+def test_a_peer_answering_every_batch_badly_is_logged_once_a_minute_with_counts(clock, caplog):
+    rep, registry, key, _ = replicator(clock, FakeTransport())
+    rep.refusal_lines = RefusalLines(60, clock=lambda: clock() / 1000)
+    peer = rep.peers[key]
+    unreadable = {"instanceId": "x"}  # a 409's entity that is no registration
+    for _ in range(61):  # bad answers every second
+        rep.apply_follow_ups(key, FollowUps(sent=2, ignored=3), clock())
+        rep.apply_follow_ups(key, FollowUps(sent=2, sync_back=[unreadable, unreadable]), clock())
+        clock.advance(1_000)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    ignored = f"peer {peer.display_url}: answers ignored: 3 answers to a batch of 2"
+    unreadable_copy = f"peer {peer.display_url}: newer copy unreadable: Missing hostname"
+    assert warnings == [
+        ignored,
+        unreadable_copy,
+        f"{ignored} (59 more since the last such line)",
+        f"{unreadable_copy} (119 more since the last such line)",
+    ]
+    assert FollowUps.from_dict(FollowUps(sent=2, ignored=3).as_dict()).ignored == 3
 
 
 def test_a_full_outbox_drops_the_oldest_and_counts(clock):
@@ -645,7 +688,21 @@ def test_own_url_is_the_same_host_and_port_not_the_host_alone():
     assert is_own_url(Peer("http://node-a:8761/eureka/"), "http://node-a:8761/eureka", [])
 
 
+# What a test peer's answers may hold: the node's defaults.
+ANSWER_LIMITS = RecordLimits(
+    100_000, 262_144, "EUREKA_PEER_MAX_ANSWER_INSTANCES", "EUREKA_MAX_ANSWER_RECORD_BYTES"
+)
+
+
+def records_of(document):
+    """A JSON document's instances as PeerTransport hands them over: read by the node's own reader."""
+    return iter(registry_answer(orjson.dumps(document), ANSWER_LIMITS))
+
+
 class FetchingTransport:
+    """PeerTransport's start-up reads, answered from documents (dicts, rendered and read as a real
+    answer would be) or exceptions."""
+
     def __init__(self, documents, deltas=None):
         self.documents = documents  # peer display url -> list of answers, one per attempt
         self.deltas = deltas or {}  # peer display url -> its GET apps/delta (None: no delta)
@@ -655,7 +712,7 @@ class FetchingTransport:
         answer = self.deltas.get(peer.display_url)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return None if answer is None else records_of(answer)
 
     def fetch_apps(self, peer):
         self.calls += 1
@@ -663,7 +720,7 @@ class FetchingTransport:
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return records_of(answer)
 
 
 def apps_document(*bodies) -> dict:
@@ -700,7 +757,8 @@ def test_start_up_sync_skips_a_record_over_the_size_limit_and_registers_the_rest
         "10.0.0.9:orders:8080"
     ]
     assert registry.event_counts().from_peers.too_large == 1
-    assert "an instance from http://node-b:8761/eureka/ skipped: Instance record too large" in caplog.text
+    said = "start-up sync: from http://node-b:8761/eureka/: 1 refused (the first: Instance record too large"
+    assert said in caplog.text
 
 
 def test_start_up_sync_gives_up_after_its_retries(clock):
@@ -709,13 +767,6 @@ def test_start_up_sync_gives_up_after_its_retries(clock):
     transport = FetchingTransport({peer.display_url: [PeerUnreachable("refused")]})
     assert sync_from_peers(registry, [peer], transport, clock, retries=2, wait_ms=0) == 0
     assert transport.calls == 3
-
-
-def test_instances_are_found_in_every_shape_of_apps_document():
-    one = instance_body()["instance"]
-    assert list(instances_in({"applications": {"application": {"name": "A", "instance": one}}})) == [one]
-    assert list(instances_in({"applications": {"application": []}})) == []
-    assert list(instances_in({"nothing": 1})) == []
 
 
 def test_self_registration_registers_once_heartbeats_then_re_registers_when_forgotten():

@@ -15,7 +15,7 @@ from registry.cluster.transport import PeerUnreachable
 from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer
 from registry.wire.codecs import build_instance, instance_dict
-from tests.cluster.test_replication import FetchingTransport
+from tests.cluster.test_replication import FetchingTransport, records_of
 from tests.conftest import FakeClock
 from tests.factories import instance_body
 
@@ -140,7 +140,7 @@ def test_cancels_are_read_from_a_java_servers_delta_with_string_timestamps():
             ],
         }
     }
-    assert cancels_in(delta, 9_000) == {("ORDERS", "10.0.0.2:orders:8080"): (1_000, 5_000)}
+    assert cancels_in(records_of(delta), 9_000) == {("ORDERS", "10.0.0.2:orders:8080"): (1_000, 5_000)}
 
 
 def test_reads_are_served_once_the_first_round_has_asked_every_peer():

@@ -104,11 +104,11 @@ def test_clients_that_never_read_their_answer_are_disconnected_and_hold_no_copy_
     1 KB receive buffer and never read. granian copied each answer whole into Rust and kept it, and
     the connection, for as long as the client stayed. Now each is written in pieces of the one payload
     (a few held per client, at most a share of writers per address), the kernel ends a connection whose
-    client took no byte for EUREKA_SEND_TIMEOUT_SECONDS (2 s here), and heartbeats from another address
+    client took no byte for EUREKA_WRITE_TIMEOUT_SECONDS (2 s here), and heartbeats from another address
     go on meanwhile."""
     import psutil
 
-    env = {"EUREKA_SEND_TIMEOUT_SECONDS": "2", "EUREKA_TRUSTED_PROXIES": "::1"}
+    env = {"EUREKA_WRITE_TIMEOUT_SECONDS": "2", "EUREKA_TRUSTED_PROXIES": "::1"}
     with running_server(tmp_path, env, server="granian") as server:
         base = server.base_url
         with httpx.Client(base_url=base, timeout=60) as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import re
@@ -204,3 +205,71 @@ def test_the_protocol_checks_the_host_against_allowed_hosts_as_the_site_does(nod
 
     settings.ALLOWED_HOSTS = ["*"]
     assert call(app, "GET", "/eureka/apps", HTTP_HOST="evil.example")[0] == 200
+
+
+def test_every_path_refuses_a_host_not_in_allowed_hosts_before_django_and_logs_it_once(
+    node, settings, caplog
+):
+    """Django logs a traceback for each request with a bad Host: a client sending them as fast as it can
+    filled the disk (issue 44, item 6). The refusal comes before Django, counted for /metrics and logged
+    once an interval with a count (tests/deploy/test_log_floods_live.py floods a live node)."""
+    from registry.wire.handlers import BAD_REQUESTS
+
+    settings.ALLOWED_HOSTS = ["registry.internal"]
+    app = RoutingApplication()
+    before = BAD_REQUESTS["host"]
+    paths = ["/", "/admin/", "/admin/login/", "/healthz", "/readyz", "/metrics", "/static/x.css", "/nope"]
+
+    with caplog.at_level("INFO"):
+        for _ in range(50):
+            for path in paths + ["/eureka/apps"]:
+                status, _, content = call(app, "GET", path, HTTP_HOST="evil.example", REMOTE_ADDR="10.1.2.3")
+                assert status == 400 and b"ALLOWED_HOSTS" in content
+            status, _, _ = call(app, "POST", "/admin/login/", b"a=b", HTTP_HOST="evil.example")
+            assert status == 400
+
+    assert BAD_REQUESTS["host"] == before + 50 * (len(paths) + 2)
+    [line] = caplog.records
+    assert line.name == "django.security.DisallowedHost" and line.exc_info is None
+    assert line.getMessage() == (
+        "GET '/' from 10.1.2.3 refused with 400: Invalid HTTP_HOST header: 'evil.example'. "
+        "You may need to add 'evil.example' to ALLOWED_HOSTS."
+    )
+    # An allowed host is served.
+    assert call(app, "GET", "/eureka/apps", HTTP_HOST="registry.internal")[0] == 200
+
+
+def test_a_protocol_request_leaves_no_reference_cycle_behind(node):
+    """What a request made (Django's and DRF's request, the view, the WSGI environ, and through it the
+    connection's objects and the answer's bytes) goes when the request is done with it, not at the next
+    collection: a request whose connection outlived a collection or two would be in the old generation
+    by then, where the node's GC policy freezes it until its hourly full collection."""
+    app = RoutingApplication()
+    body = json.dumps(instance_body()).encode()
+    requests = [
+        ("POST", "/eureka/apps/ORDERS", body, {"CONTENT_TYPE": "application/json"}),
+        ("GET", "/eureka/apps", b"", {"HTTP_ACCEPT": "application/json"}),
+        ("GET", "/eureka/apps/delta", b"", {}),
+        ("GET", "/eureka/apps/ORDERS", b"", {"HTTP_ACCEPT": "application/json"}),
+        ("PUT", "/eureka/apps/ORDERS/10.0.0.1:orders:8080", b"", {}),
+        ("PUT", "/eureka/apps/ORDERS/10.0.0.1:orders:8080/status?value=OUT_OF_SERVICE", b"", {}),
+        ("PUT", "/eureka/apps/ORDERS/unknown", b"", {}),
+        ("POST", "/eureka/apps/ORDERS", b"{", {"CONTENT_TYPE": "application/json"}),
+        ("DELETE", "/eureka/apps/ORDERS/10.0.0.1:orders:8080", b"", {}),
+    ]
+    for method, path, content, headers in requests:
+        call(app, method, path, content, **headers)  # anything made once (caches) is made now
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for method, path, content, headers in requests:
+            call(app, method, path, content, **headers)
+        gc.collect()
+        left = sorted({type(thing).__qualname__ for thing in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+    assert left == []

@@ -10,10 +10,15 @@ import gevent
 
 from registry.runtime import gunicorn_worker
 from registry.runtime.connections import (
+    HELD_BYTES,
     PER_ADDRESS,
+    SHED,
+    STALLED_S,
     TOTAL,
     UNCOUNTED_ADDRESS,
+    WRITE_TIMEOUT,
     ConnectionAdmission,
+    SlowReaders,
     refusal_answer,
 )
 
@@ -135,3 +140,179 @@ def test_the_sweeper_ends_a_new_connections_wait_at_the_header_timeout_and_not_a
     assert all(greenlet.successful() for greenlet in greenlets)
     assert ended["new"] < 1.0  # the header timeout (0.2 s) plus at most a sweep (0.05 s)
     assert ended["kept alive"] >= 1.5  # its keep-alive time is 30 s: the wait ran to its end
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def slow_readers(timeout_s=20.0, max_held_bytes=0, queued=None):
+    """SlowReaders on a fake clock; ``queued`` maps a write's socket to what its queue holds."""
+    clock = Clock()
+    queues = queued if queued is not None else {}
+    return SlowReaders(timeout_s, max_held_bytes, clock=clock, queue=queues.get), clock
+
+
+def test_a_reader_that_takes_nothing_for_the_write_timeout_is_closed_and_one_that_reads_is_not():
+    readers, clock = slow_readers(timeout_s=20.0)
+    stuck = readers.begin("stuck", b"x" * 1000)
+    reading = readers.begin("reading", b"x" * 1000)
+
+    for _ in range(19):
+        clock.now += 1
+        readers.moved(reading)  # the socket took more of its answer
+        assert readers.due() == []
+    clock.now += 1
+
+    assert readers.due() == [stuck]
+    assert stuck.closing == WRITE_TIMEOUT and readers.closed[WRITE_TIMEOUT] == 1
+    assert readers.due() == [], "a write being closed is named once"
+    readers.end(stuck)
+    readers.end(reading)
+    assert readers.writes == {}
+
+
+def test_a_reader_whose_socket_queue_shrinks_is_moving_though_nothing_was_added_to_it():
+    """A slow reader takes a little at a time: the kernel's queue shrinks while the server, waiting
+    for room, adds nothing. That is progress; a queue that stays as it was is not."""
+    queued = {}
+    looked_at = []
+
+    class Queues(dict):
+        def get(self, sock):
+            looked_at.append(sock)
+            return queued[sock]
+
+    readers, clock = slow_readers(timeout_s=5.0, queued=Queues())
+    trickle = readers.begin("trickle", b"x" * 100_000, sock="trickle socket")
+    stuck = readers.begin("stuck", b"x" * 100_000, sock="stuck socket")
+    queued["trickle socket"] = queued["stuck socket"] = 65_000
+
+    closed = []
+    for _ in range(12):
+        clock.now += 1
+        queued["trickle socket"] -= 100
+        closed += readers.due()
+
+    assert closed == [stuck] and trickle.closing is None
+    # Asked about when first seen quiet and at the timeout, not at every sweep.
+    assert looked_at.count("stuck socket") == 2 and looked_at.count("trickle socket") <= 6
+
+
+def test_under_pressure_the_readers_stalled_longest_are_closed_until_the_node_is_below_the_mark():
+    admission = ConnectionAdmission(max_per_address=0, max_total=10)  # pressure from 8 open
+    readers, clock = slow_readers()
+    writes = []
+    for n in range(9):
+        admission.admit(f"10.0.0.{n}")
+        writes.append(readers.begin(n, b"x" * 1000))
+        clock.now += 0.1
+    clock.now += STALLED_S
+    readers.moved(writes[0])  # it just took something: not stalled
+
+    closing = readers.due(admission)
+
+    # 9 open, below the mark means 7: the two stalled longest (1 and 2) go, not the one that moved.
+    assert closing == [writes[1], writes[2]]
+    assert all(write.closing == SHED for write in closing) and readers.closed[SHED] == 2
+    assert readers.due(ConnectionAdmission(max_per_address=0, max_total=10)) == [], (
+        "no pressure, nothing shed"
+    )
+
+
+def test_a_write_stalled_less_than_a_second_is_not_shed_by_the_sweep():
+    admission = ConnectionAdmission(max_per_address=0, max_total=2)
+    readers, clock = slow_readers()
+    admission.admit("10.0.0.1")
+    admission.admit("10.0.0.2")
+    readers.begin("fresh", b"x")
+    clock.now += STALLED_S / 2
+
+    assert readers.due(admission) == []
+
+
+def test_at_the_cap_the_reader_blocked_longest_gives_its_place_to_a_new_connection():
+    readers, clock = slow_readers()
+    shed = []
+
+    def make_room() -> bool:
+        write = readers.shed()
+        if write is None:
+            return False
+        shed.append(write.owner)
+        return True
+
+    admission = ConnectionAdmission(max_per_address=2, max_total=3, make_room=make_room)
+    for owner in ("a", "b", "c"):
+        assert admission.admit(f"10.0.0.{owner}")[0]
+        readers.begin(owner, b"x" * 1000)
+        clock.now += 0.5
+    readers.moved(readers.current("a"))
+
+    # Before any sweep, and however briefly blocked: b, then c, then a, then nothing left to shed.
+    assert admission.admit("10.0.1.1") == (True, "10.0.1.1")
+    assert admission.admit("10.0.1.2") == (True, "10.0.1.2")
+    assert shed == ["b", "c"] and readers.closed[SHED] == 2
+    assert admission.open_total == 5, "the shed ones count until they are released"
+    assert admission.admit("10.0.1.3")[0] and shed == ["b", "c", "a"]
+    assert admission.admit("10.0.1.4") == (False, TOTAL)
+    # An address over its own cap is refused for that, and sheds nobody.
+    readers.begin("d", b"x")
+    assert admission.admit("10.0.1.1") == (True, "10.0.1.1")
+    assert admission.admit("10.0.1.1") == (False, PER_ADDRESS) and shed == ["b", "c", "a", "d"]
+
+
+def test_the_shed_order_skips_writes_that_ended_or_moved_and_forgets_ended_ones():
+    readers, clock = slow_readers()
+    first, second, third = (readers.begin(n, b"x" * 10) for n in range(3))
+    clock.now += 1
+    readers.end(first)
+    readers.moved(second)
+    clock.now += 1
+    fourth = readers.begin(3, b"x")
+
+    assert [readers.shed() for _ in range(4)] == [third, second, fourth, None]
+
+    for n in range(1000):
+        readers.end(readers.begin(("brief", n), b"x"))
+    assert len(readers._by_moved) <= 2 * len(readers.writes) + 64, "ended writes are not kept"
+
+
+def test_the_answers_stalled_readers_hold_are_bounded_oldest_version_first():
+    """Each rebuild of the registry is a new answer; slow readers each hold the one they started on.
+    Past the bound, the readers of the oldest answers go; the newest is never let go for it."""
+    readers, clock = slow_readers(timeout_s=0, max_held_bytes=25)
+    versions = [bytes([n]) * 10 for n in range(4)]  # 10 bytes each
+    holders = {}
+    for number, version in enumerate(versions):
+        holders[number] = [readers.begin((number, n), version) for n in range(3)]
+        clock.now += 1
+    clock.now += STALLED_S
+
+    closing = readers.due()
+
+    # 40 bytes held: versions 0 and 1 go (20 left, within 25); 2 and 3 stay.
+    assert set(closing) == set(holders[0] + holders[1])
+    assert all(write.closing == HELD_BYTES for write in closing) and readers.closed[HELD_BYTES] == 6
+    assert readers.due() == []
+
+    # One answer larger than the bound alone, the newest: kept.
+    readers, clock = slow_readers(timeout_s=0, max_held_bytes=5)
+    readers.begin("only", versions[0])
+    clock.now += STALLED_S
+    assert readers.due() == []
+
+
+def test_an_answer_that_moving_readers_hold_is_not_counted():
+    readers, clock = slow_readers(timeout_s=0, max_held_bytes=15)
+    old, new = b"o" * 10, b"n" * 10
+    reading = readers.begin("reading", old)
+    readers.begin("stalled", new)
+    clock.now += STALLED_S
+    readers.moved(reading)
+
+    assert readers.due() == []

@@ -14,8 +14,12 @@ import time
 import pytest
 from django.conf import settings
 
+from registry.domain.refusals import RefusalLines
+from registry.runtime.connections import UNSENT_BYTES
 from registry.runtime.granian_limits import (
+    BODY_LATE,
     BODY_PIECE_BYTES,
+    BODY_REFUSED,
     DRAIN_BYTES,
     STREAM_ABOVE_BYTES,
     STREAM_PIECE_BYTES,
@@ -318,23 +322,27 @@ def test_the_deadline_thread_answers_a_body_past_its_deadline_by_itself():
     assert refused == ["no data for 0.05 s"]
 
 
-def test_refusals_are_logged_at_most_once_a_minute_with_their_counts():
+def test_refusals_are_logged_as_every_refusal_is_at_most_once_an_interval_with_a_count():
     clock = Clock()
     lines = []
 
     class Log:
-        def warning(self, message, *args):
-            lines.append(message % args)
+        def warning(self, message, *args, extra):
+            lines.append((message % args, extra))
 
-    tally = Tally(clock=clock, log=Log())
+    tally = Tally(RefusalLines(60, clock=clock), log=Log())
     for _ in range(500):
-        tally.note("refused", "10.0.0.1")
+        tally.note(BODY_REFUSED, "10.0.0.1")
         clock.now += 0.01
-    assert len(lines) == 1
+    tally.note(BODY_LATE, "10.0.0.3")
+    assert len(lines) == 2 and "unread" in lines[0][0] and "408" in lines[1][0]
     clock.now += 60
-    tally.note("refused", "10.0.0.2")
-    assert len(lines) == 2 and "500 refused" in lines[1] and "10.0.0.2" in lines[1]
-    assert tally.totals == {"refused": 501}
+    tally.note(BODY_REFUSED, "10.0.0.2")
+    assert len(lines) == 3
+    message, extra = lines[2]
+    assert "latest from 10.0.0.2" in message and "(499 more since the last such line)" in message
+    assert extra == {"event": "refusals", "kind": BODY_REFUSED, "refusals": 500}
+    assert tally.totals == {BODY_REFUSED: 501, BODY_LATE: 1}
 
 
 # ------------------------------------------------------------------------------------------ the runner
@@ -611,6 +619,8 @@ def test_the_listening_socket_disconnects_clients_that_take_no_byte_for_the_send
     with socket.socket(fileno=holder.get_fd()) as listening:
         try:
             assert listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 2500
+            # And the kernel takes little of an answer beyond what is in flight, as under gunicorn.
+            assert listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT) == UNSENT_BYTES
         finally:
             listening.detach()  # granian's descriptor stays granian's
 

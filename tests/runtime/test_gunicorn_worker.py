@@ -17,7 +17,9 @@ import pytest
 from gunicorn.http.body import Body, ChunkedReader, LengthReader
 from gunicorn.http.unreader import IterUnreader
 
-from registry.runtime import gunicorn_worker
+from registry.domain.refusals import RefusalLines
+from registry.runtime import connections, gunicorn_worker
+from registry.runtime.connections import SHED, WRITE_TIMEOUT, ConnectionAdmission, SlowReaders
 from registry.runtime.gunicorn_worker import DRAIN_BYTES, discard_unread_body
 
 
@@ -220,7 +222,7 @@ class PartialSocket:
         return 65536
 
 
-def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_goes_by_sendall():
+def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_more_sends():
     from gunicorn import util
 
     whole = PartialSocket(take=1 << 20)
@@ -229,11 +231,11 @@ def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_goes_by_sendall
 
     partial = PartialSocket(take=5)
     util.write(partial, b"0123456789abcdef")
-    assert partial.calls == ["send", "sendall"] and bytes(partial.sent) == b"0123456789abcdef"
+    assert partial.calls == ["send"] * 4 and bytes(partial.sent) == b"0123456789abcdef"
 
     large = PartialSocket(take=1 << 20)
     util.write(large, b"x" * (gunicorn_worker.SMALL_WRITE + 1))
-    assert large.calls == ["sendall"] and len(large.sent) == gunicorn_worker.SMALL_WRITE + 1
+    assert large.calls == ["send"] and len(large.sent) == gunicorn_worker.SMALL_WRITE + 1
 
     empty = PartialSocket(take=1 << 20)
     util.write(empty, b"")
@@ -241,7 +243,8 @@ def test_a_small_write_is_one_send_and_the_rest_of_a_partial_one_goes_by_sendall
 
     chunked = PartialSocket(take=1 << 20)
     util.write(chunked, b"abc", chunked=True)
-    assert bytes(chunked.sent) == b"3\r\nabc\r\n"
+    util.write_chunk(chunked, "")  # the end of a chunked answer, as gunicorn's resp.close() writes it
+    assert bytes(chunked.sent) == b"3\r\nabc\r\n0\r\n\r\n"
 
 
 def test_the_worker_reads_its_keepalive_and_h2c_settings_once():
@@ -462,10 +465,6 @@ class RecordingSocket:
         self.received += data
         return len(data)
 
-    def sendall(self, data) -> None:
-        self.calls.append(("sendall", len(data)))
-        self.received += data
-
 
 def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(monkeypatch):
     from registry.cache.pacing import PACER
@@ -479,7 +478,7 @@ def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(mon
     gunicorn_worker.write_small_at_once(sock, body)
     assert bytes(sock.received) == body
     slice_ = gunicorn_worker.SEND_SLICE
-    assert sock.calls == [("sendall", slice_)] * 3 + [("sendall", len(body) - 3 * slice_)]
+    assert sock.calls == [("send", slice_)] * 3 + [("send", len(body) - 3 * slice_)]
     assert turns == [gunicorn_worker.FAIR_TURN_S] * 3, "a turn between two slices once the time is used up"
 
     # Within the pacer's slice of time, slices follow one another without a turn.
@@ -496,10 +495,176 @@ def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(mon
     gunicorn_worker.write_small_at_once(sock, body)
     assert bytes(sock.received) == body and len(sock.calls) == 4 and turns == []
 
-    # A small body is one send, a middle-sized one one sendall: no turn.
+    # A small body is one send, and so is a middle-sized one: no turn.
     turns.clear()
-    for size, calls in ((100, [("send", 100)]), (slice_, [("sendall", slice_)])):
+    for size, calls in ((100, [("send", 100)]), (slice_, [("send", slice_)])):
         sock = RecordingSocket()
         gunicorn_worker.write_small_at_once(sock, b"x" * size)
         assert sock.calls == calls and bytes(sock.received) == b"x" * size
     assert turns == []
+
+
+# ---- readers that do not read (registry/runtime/connections.py SlowReaders) ----
+
+
+@pytest.fixture
+def watching(monkeypatch):
+    """A worker whose writes are watched, with a write timeout of 2 s and its sweeper running."""
+    worker = fair_worker()
+    worker.header_timeout_s = 20
+    worker.log = types.SimpleNamespace(warning=lambda *args, **kwargs: None)
+    worker.refusal_lines = RefusalLines()
+    worker.slow_readers = SlowReaders(timeout_s=2.0)
+    monkeypatch.setattr(gunicorn_worker, "SLOW_READERS", worker.slow_readers)
+    worker.sweeper = gevent.spawn(worker.sweep_waits)
+    yield worker
+    worker.alive = False
+    worker.sweeper.kill()
+
+
+def loopback_pair(receive_buffer: int = 1024):
+    """A connected pair of gevent TCP sockets on loopback; the client's receive window is tiny."""
+    from gevent import socket as gsocket
+
+    listener = gsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = gsocket.socket()
+    client.setsockopt(gsocket.SOL_SOCKET, gsocket.SO_RCVBUF, receive_buffer)
+    client.connect(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    return server, client
+
+
+def serve(server, *answers: bytes) -> str:
+    """What a connection's greenlet does: write the answers, then close (gunicorn's handle)."""
+    try:
+        for answer in answers:
+            gunicorn_worker.write_small_at_once(server, answer)
+    except gunicorn_worker.ReaderTooSlow:
+        return "closed: reader too slow"
+    finally:
+        server.close()
+    return "written"
+
+
+def read_until_reset(client, seconds: float) -> str:
+    client.settimeout(seconds)
+    try:
+        while client.recv(65536):
+            pass
+    except ConnectionResetError:
+        return "reset"
+    return "closed"
+
+
+def test_a_reader_that_takes_nothing_is_closed_at_the_write_timeout_with_a_reset(watching):
+    server, client = loopback_pair()
+    started = time.monotonic()
+
+    writer = gevent.spawn(serve, server, b"x" * (4 << 20))
+    writer.join(10)
+
+    assert writer.value == "closed: reader too slow"
+    assert 2.0 <= time.monotonic() - started < 3.5
+    assert watching.slow_readers.closed[WRITE_TIMEOUT] == 1 and watching.slow_readers.writes == {}
+    # Reset, not closed gracefully: the kernel drops what the reader never took.
+    assert read_until_reset(client, 5) == "reset"
+
+
+def test_a_reader_that_reads_slowly_is_not_closed_though_the_writer_waits_longer_than_the_timeout(watching):
+    """At 8 KB/s the socket has room for more only every few seconds (it wakes the writer once half of
+    what it may hold beyond the window is gone: connections.UNSENT_BYTES), longer than the 2 s write
+    timeout; the reader is still taking bytes, so it is not closed."""
+    server, client = loopback_pair()
+    body = bytes(range(256)) * 512  # 128 KB
+    writer = gevent.spawn(serve, server, body)
+    received = bytearray()
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        received += client.recv(1024)
+        gevent.sleep(0.125)
+    assert not writer.ready(), "the slow reader was closed"
+    client.settimeout(5)
+    while len(received) < len(body):
+        received += client.recv(65536)
+
+    assert writer.get(timeout=5) == "written" and bytes(received) == body
+    assert watching.slow_readers.closed[WRITE_TIMEOUT] == 0
+
+
+def test_a_client_that_leaves_its_answers_unread_is_closed_however_small_they_are(watching):
+    """Pipelined requests whose answers are never read fill the socket: the answer that finds no room
+    waits as a watched write, not for ever."""
+    server, client = loopback_pair()
+
+    writer = gevent.spawn(serve, server, *[b"y" * 8192] * 2000)
+    writer.join(10)
+
+    assert writer.value == "closed: reader too slow"
+    assert watching.slow_readers.closed[WRITE_TIMEOUT] == 1
+
+
+def test_at_the_cap_a_new_connection_takes_the_place_of_the_reader_blocked_longest(watching):
+    watching.admission = ConnectionAdmission(0, 2, make_room=watching.shed_slowest_reader)
+    pairs = [loopback_pair() for _ in range(2)]
+    writers = []
+    for number, (server, _) in enumerate(pairs):
+        assert watching.admission.admit(f"10.0.0.{number}")[0]
+        writers.append(gevent.spawn(serve, server, b"x" * (4 << 20)))
+        gevent.sleep(0.2)
+
+    assert watching.admission.admit("10.0.0.9") == (True, "")
+    gevent.sleep(0.1)
+
+    assert writers[0].value == "closed: reader too slow" and not writers[1].ready()
+    assert watching.slow_readers.closed[SHED] == 1
+    assert read_until_reset(pairs[0][1], 5) == "reset"
+    gevent.killall(writers)
+
+
+def test_closing_slow_readers_is_logged_once_a_minute_per_reason_with_the_counts():
+    worker = keepalive_worker(30)
+    now = [1000.0]
+    worker.refusal_lines = RefusalLines(60.0, clock=lambda: now[0])
+    lines = []
+    worker.log = types.SimpleNamespace(warning=lambda message, *args, **kwargs: lines.append(message % args))
+
+    for reason in [WRITE_TIMEOUT] * 3 + [SHED] * 500:
+        worker._log_slow_reader(reason)
+
+    assert len(lines) == 2 and all("closed 1 connection(s)" in line for line in lines)
+    now[0] += 60.0
+    worker._log_slow_reader(SHED)
+    worker._log_slow_reader(WRITE_TIMEOUT)
+    assert len(lines) == 4
+    assert "closed 500 connection(s)" in lines[2] and SHED.replace("_", " ") in lines[2]
+    assert "closed 3 connection(s)" in lines[3] and WRITE_TIMEOUT.replace("_", " ") in lines[3]
+
+
+def test_a_stop_closes_the_readers_that_are_not_reading_and_lets_the_others_finish(watching):
+    stuck_server, _ = loopback_pair()
+    reading_server, reading_client = loopback_pair(receive_buffer=1 << 20)
+    body = b"y" * (16 << 20)
+    received = bytearray()
+
+    def read_steadily() -> None:  # 64 KB every 10 ms: a few seconds for the whole
+        reading_client.settimeout(5)
+        while len(received) < len(body):
+            received.extend(reading_client.recv(65536))
+            gevent.sleep(0.01)
+
+    stuck = gevent.spawn(serve, stuck_server, b"x" * (4 << 20))
+    reading = gevent.spawn(serve, reading_server, body)
+    reader = gevent.spawn(read_steadily)
+    gevent.sleep(connections.STALLED_S + 0.2)
+
+    watching.alive = False  # gunicorn's handle_exit, then ours
+    watching._end_waits()
+    stuck.join(2)
+
+    assert stuck.value == "closed: reader too slow"
+    assert not reading.ready(), "the answer being read is still being sent"
+    reader.get(timeout=20)
+    assert reading.get(timeout=5) == "written" and bytes(received) == body

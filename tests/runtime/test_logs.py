@@ -19,13 +19,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.core.exceptions import DisallowedHost
 from rest_framework.test import APIClient
 
 from registry.cluster.peers import PeerSet
 from registry.domain.core import EvictionRun
 from registry.domain.endpoints import parse_peer_urls
+from registry.runtime.logs import RefusalLinesFilter
 from registry.runtime.node import build_node, reset_node
 from registry.runtime.state_log import LISTED, StateLog
+from tests.conftest import FakeClock
 from tests.factories import instance_body
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -423,3 +426,71 @@ def test_state_lines_that_close_an_episode_are_warnings_too(level, caplog):
     state.eviction(EvictionRun([], 0, True, **numbers), size=6)
     state.eviction(EvictionRun([], 0, False, **{**numbers, "renews_last_minute": 12}), size=6)
     assert events(caplog) == ["self_preservation_entered", "self_preservation_left"]
+
+
+def library_line(name: str, message: str, *args, exc_info=None) -> logging.LogRecord:
+    return logging.LogRecord(name, logging.WARNING, __file__, 1, message, args, exc_info)
+
+
+def test_the_lines_libraries_write_per_refused_request_come_once_an_interval_with_a_count():
+    """Django's django.security.* lines (with a traceback each) and gunicorn's "Invalid request" line,
+    one per request a client sends: issue 44, item 6 (tests/deploy/test_log_floods_live.py: live)."""
+    clock = FakeClock(0)
+    refusals = RefusalLinesFilter(interval_s=60, clock=clock)
+    try:
+        raise DisallowedHost("Invalid HTTP_HOST header: 'evil.example'.")
+    except DisallowedHost:
+        traceback = sys.exc_info()
+
+    def host() -> logging.LogRecord:
+        return library_line(
+            "django.security.DisallowedHost", "Invalid HTTP_HOST header: %r.", "evil", exc_info=traceback
+        )
+
+    def csrf() -> logging.LogRecord:
+        return library_line(
+            "django.security.csrf", "Forbidden (%s): %s", "CSRF cookie not set.", "/admin/login/"
+        )
+
+    def malformed() -> logging.LogRecord:
+        return library_line(
+            "gunicorn.error", "Invalid request from ip=127.0.0.9: Invalid HTTP request line: ''"
+        )
+
+    first = host()
+    assert (
+        refusals.filter(first)
+        and first.exc_info is None
+        and first.getMessage() == "Invalid HTTP_HOST header: 'evil'."
+    )
+    assert [refusals.filter(host()) for _ in range(999)] == [False] * 999
+    assert refusals.filter(csrf()) and refusals.filter(malformed())
+    assert not any(refusals.filter(line()) for line in (csrf, malformed) for _ in range(100))
+    # Every other line passes as it is, and so do refusal lines the node counted itself.
+    other = library_line("gunicorn.error", "Booting worker with pid: %s", 7)
+    assert refusals.filter(other) and other.getMessage() == "Booting worker with pid: 7"
+    counted = library_line("django.security.DisallowedHost", "GET / refused")
+    counted.event = "refusals"
+    assert refusals.filter(counted) and counted.getMessage() == "GET / refused"
+
+    clock.advance(60)
+    due = host()
+    assert refusals.filter(due)
+    assert due.getMessage() == "Invalid HTTP_HOST header: 'evil'. (999 more since the last such line)"
+    assert (due.event, due.kind, due.refusals, due.exc_info) == (
+        "refusals",
+        "django.security.DisallowedHost",
+        1000,
+        None,
+    )
+    due = malformed()
+    assert refusals.filter(due) and due.getMessage().endswith("(100 more since the last such line)")
+
+
+def test_the_configured_log_cuts_refusal_lines(caplog):
+    """settings.LOGGING puts the filter on the one handler every logger writes through."""
+    from django.conf import settings
+
+    config = settings.LOGGING
+    assert "refusals" in config["handlers"]["console"]["filters"]
+    assert config["filters"]["refusals"]["interval_s"] == settings.EUREKA.process.refusal_log_interval_seconds

@@ -376,6 +376,22 @@ def test_the_workers_connections_and_refusals_are_exported(api, node, monkeypatc
     assert value(samples, "eureka_connections_refused_total", cap="total") == 1
 
 
+def test_the_slow_readers_closed_are_exported_by_reason(api, node, monkeypatch):
+    from registry.runtime import connections
+
+    readers = connections.SlowReaders(timeout_s=20)
+    monkeypatch.setattr(connections, "CURRENT", connections.ConnectionAdmission(0, 0))
+    monkeypatch.setattr(connections, "SLOW_READERS", readers)
+    readers.begin("a", b"x")
+    readers.shed()
+
+    samples = scrape(api)
+
+    assert value(samples, "eureka_slow_readers_closed_total", reason="shed") == 1
+    assert value(samples, "eureka_slow_readers_closed_total", reason="write_timeout") == 0
+    assert value(samples, "eureka_slow_readers_closed_total", reason="held_bytes") == 0
+
+
 def protocol_routes():
     for pattern in protocol_urls.urlpatterns:
         assert isinstance(pattern, URLPattern) and not isinstance(pattern, URLResolver)
