@@ -73,7 +73,7 @@ DRAIN_S = 2.0
 # connection): hyper writes what it holds when the answer has nothing more for it, and would not
 # write an answer that ended in the same turn.
 CUT_SHORT_DELAY_S = 0.25
-# Answers larger than this are written in pieces from a thread of their own (AnswerWriters).
+# Answers larger than this are written in pieces of this size from a thread of their own.
 STREAM_ABOVE_BYTES = 32 * 1024
 STREAM_PIECE_BYTES = 16 * 1024
 
@@ -321,6 +321,8 @@ class TimedBody:
         self.withheld: tuple[int, list, bytes] | None = None
         self.answered = False
         self.late: str | None = None
+        # What goes to the client when late (set with ``late``): the 408, or the answer withheld.
+        self.late_answer: tuple[int, list, bytes] = (408, [], b"")
         # With no deadline there is nothing to note: whole pieces at once.
         self.timed = bool(limits.idle_s or limits.total_s)
         self.step = 1 if self.timed else BODY_PIECE_BYTES
@@ -331,11 +333,14 @@ class TimedBody:
     # --- reading
 
     def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            # All of it (nothing of the node asks so; the WSGI contract does).
+            return b"".join(iter(lambda: self.read(BODY_PIECE_BYTES), b""))
         if self.late:
             raise BodyTooSlow(self.late)
         if self.finished or size == 0:
             return b""
-        wanted = BODY_PIECE_BYTES if size is None or size < 0 else size
+        wanted = size
         if self.length is not None:
             wanted = min(wanted, self.length - self.received)
         if self.phase is None:
@@ -432,25 +437,23 @@ class TimedBody:
             return False
         if self.phase == DRAINING:
             self.late = "the answer's unread body still coming"
+            self.late_answer = self.withheld
             return True
         idle_s, total_s = self.limits.idle_s, self.limits.total_s
         if total_s and now >= self.began + total_s:
             self.late = f"not all of it within {total_s:g} s"
         else:
             self.late = f"no data for {idle_s:g} s"
+        content = f"Request body not received in time: {self.late}\n".encode()
+        self.late_answer = (408, [("Content-Type", "text/plain; charset=utf-8")], content)
         return True
 
     def answer_late(self) -> None:
         """The answer of a body past a deadline, from a thread of its own (it waits while hyper
         writes): 408 with the reason (as ``registry/wire/request_bodies.py`` words it), or the answer
         withheld while draining; cut short, so that the connection is closed after it."""
-        if self.phase == DRAINING and self.withheld is not None:
-            status, headers, content = self.withheld
-            self.deadlines.tally.note(DRAIN_LATE, self.address)
-        else:
-            content = f"Request body not received in time: {self.late}\n".encode()
-            status, headers = 408, [("Content-Type", "text/plain; charset=utf-8")]
-            self.deadlines.tally.note(BODY_LATE, self.address)
+        status, headers, content = self.late_answer
+        self.deadlines.tally.note(BODY_LATE if status == 408 else DRAIN_LATE, self.address)
         threading.Thread(
             target=answer_cut_short,
             args=(self.proto, status, headers, content),
