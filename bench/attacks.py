@@ -771,6 +771,78 @@ add(
 )
 
 
+# ---- item 4: one slow body beside registrations ----
+
+SLOW_BODY_SOURCE = "127.0.0.2"
+SLOW_BODY_REGISTRAR = "127.0.0.3"
+
+
+def slow_body(port: int, seconds: float) -> dict:
+    """One slow body: a registration's headers with ``Content-Length: 100`` and one byte of its body,
+    then nothing, from one address for the whole attack; meanwhile another address registers an
+    instance a second, each on a fresh connection.
+
+    Reported: the registrations' answers by status (and the slowest), and what became of the slow
+    body: the status the node answered it with and when, and when the node closed its connection
+    (None: not within the attack)."""
+    started = time.monotonic()
+    slow = socket.create_connection((HOST, port), timeout=5, source_address=(SLOW_BODY_SOURCE, 0))
+    slow.sendall(
+        f"POST /eureka/apps/SLOW HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{".encode()
+    )
+    slow.setblocking(False)
+    answer, answered_s, closed_s = b"", None, None
+    codes: Counter = Counter()
+    slowest = 0.0
+    number = 0
+
+    def watch_slow() -> None:
+        nonlocal answer, answered_s, closed_s
+        if closed_s is not None:
+            return
+        try:
+            while data := slow.recv(65536):
+                answer += data
+                answered_s = answered_s or round(time.monotonic() - started, 1)
+            closed_s = round(time.monotonic() - started, 1)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed_s = round(time.monotonic() - started, 1)
+
+    while time.monotonic() - started < seconds:
+        body = extra_instance(number)["instanceInfo"] | {"app": "OTHERS", "instanceId": f"other-{number}"}
+        sent = time.monotonic()
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", "/eureka/apps/OTHERS", port, "", json.dumps({"instance": body}).encode()),
+                    SLOW_BODY_REGISTRAR,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        slowest = max(slowest, time.monotonic() - sent)
+        codes[code or "no answer"] += 1
+        number += 1
+        watch_slow()
+        time.sleep(max(0.0, started + number - time.monotonic()))
+    watch_slow()
+    slow.close()
+    return {
+        "registrations": dict(codes),
+        "slowest registration s": round(slowest, 2),
+        "slow body answered": answer.split(b"\r\n", 1)[0].decode(errors="replace") or None,
+        "answered at s": answered_s,
+        "closed at s": closed_s,
+    }
+
+
+add(Attack("slow-body", slow_body, duration_s=60.0))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attacks", nargs="*", default=None, help="names (default: all)")
