@@ -392,7 +392,7 @@ class NodeCollector(Collector):
         )
         yield _gauge(
             "eureka_delta_queue_entries",
-            "Entries in the delta queue (retention window).",
+            "Instances in the delta queue (changed within the retention window; each once).",
             stats["delta_queue_length"],
         )
         yield _gauge(
