@@ -282,7 +282,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# ---- the attacks (each helper's section adds its own; keep them in the issue's order) ----
+# ---- the attacks, in the order of issue 44 ----
 
 ATTACKS: dict[str, Attack] = {}
 
@@ -518,6 +518,224 @@ def console_readers(port: int, seconds: float, path: str = "/") -> dict:
 add(Attack("console", console_readers, registered=10_000))
 
 
+# ---- 3. readers that never read their answer ----
+
+SLOW_READERS = 2_000
+SLOW_READER_SOURCES = [f"127.0.0.{n}" for n in range(2, 10)]  # 8 addresses, 250 connections each
+# A receive buffer this small (set before connecting, so the window the node sees is tiny from the
+# start); the kernel rounds it up to its minimum.
+SLOW_READER_RCVBUF = 1024
+# Connections opened (and the ones the node closes opened again) at most this many a second: faster, the
+# attack is a flood of requests for the registry, which costs the node the same whether or not their
+# answers are read.
+SLOW_READERS_OPENED_PER_S = 200
+CHURN_SOURCE = "127.0.0.100"
+
+
+def open_slow_reader(port: int, source: str) -> socket.socket:
+    """A connection from ``source`` that asks for the whole registry, uncompressed, and reads nothing."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_RCVBUF)
+        sock.bind((source, 0))
+        sock.settimeout(5)
+        sock.connect((HOST, port))
+        sock.sendall(
+            f"GET /eureka/apps HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n\r\n".encode()
+        )
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def churn_registrations(port: int, stop: threading.Event, counts: dict) -> None:
+    """Registers (and re-registers) instances of the extra registry's apps, 20 a second on fresh
+    connections, so that the registry's payload keeps changing while the slow readers hold theirs."""
+    number = 0
+    while not stop.is_set():
+        body = extra_instance(number % 100)["instanceInfo"] | {"instanceId": f"churn-{number % 500}"}
+        app = body["app"]
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", f"/eureka/apps/{app}", port, "", json.dumps({"instance": body}).encode()),
+                    CHURN_SOURCE,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        counts[code] = counts.get(code, 0) + 1
+        number += 1
+        stop.wait(0.05)
+
+
+def slow_readers(port: int, seconds: float, connections: int = SLOW_READERS) -> dict:
+    """Slow readers: 2,000 connections from 8 addresses ask for ``GET /eureka/apps`` (no gzip)
+    with a 1 KB receive buffer and never read, while registrations go on.
+
+    They are opened 200 a second, and a connection the node closes is opened again (within the same
+    200 a second), so the attack holds its count for its whole duration.
+
+    Reported: connections opened, refused (503), reset or closed by the node, how long the node let
+    them sit (p50/max), and how many were still open at the end."""
+    started = time.monotonic()
+    stop = threading.Event()
+    registered: dict[str, int] = {}
+    churn = threading.Thread(target=churn_registrations, args=(port, stop, registered), daemon=True)
+    churn.start()
+    poller = select.poll()
+    held: dict[int, tuple[socket.socket, str, float]] = {}
+    outcome = {
+        "opened": 0,
+        "connect failed": 0,
+        "refused 503": 0,
+        "reset by the node": 0,
+        "closed by the node": 0,
+    }
+    held_s: list[float] = []
+    # Which addresses still have a connection to (re)open, and when the next may open.
+    wanted = [SLOW_READER_SOURCES[n % len(SLOW_READER_SOURCES)] for n in range(connections)]
+    next_open = started
+    while time.monotonic() - started < seconds:
+        while wanted and time.monotonic() >= next_open and time.monotonic() - started < seconds:
+            source = wanted.pop()
+            next_open = max(next_open, time.monotonic() - 1) + 1 / SLOW_READERS_OPENED_PER_S
+            try:
+                sock = open_slow_reader(port, source)
+            except OSError:
+                outcome["connect failed"] += 1
+                wanted.insert(0, source)
+                break
+            outcome["opened"] += 1
+            held[sock.fileno()] = (sock, source, time.monotonic())
+            poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+        for fd, _ in poller.poll(50):
+            sock, source, opened = held.pop(fd)
+            poller.unregister(fd)
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
+                kind = "reset by the node"
+            else:
+                try:
+                    # Only a refusal is short enough to have arrived whole through the tiny window.
+                    head = sock.recv(12, socket.MSG_PEEK)
+                    kind = "refused 503" if head.startswith(b"HTTP/1.1 503") else "closed by the node"
+                except ConnectionResetError:
+                    kind = "reset by the node"
+                except OSError as error:
+                    kind = f"error {error.errno}"
+            outcome[kind] = outcome.get(kind, 0) + 1
+            if kind != "refused 503":
+                held_s.append(time.monotonic() - opened)
+            sock.close()
+            wanted.append(source)
+    stop.set()
+    outcome["still open at the end"] = len(held)
+    for sock, _, _ in held.values():
+        sock.close()
+    churn.join(15)
+    outcome["held s (p50/max)"] = (
+        [round(percentile(held_s, 0.5), 1), round(max(held_s), 1)] if held_s else None
+    )
+    outcome["registrations"] = registered
+    return outcome
+
+
+add(
+    Attack(
+        "slow-readers",
+        slow_readers,
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+add(
+    Attack(
+        "slow-readers-at-cap",
+        slow_readers,
+        env={"EUREKA_MAX_CONNECTIONS": str(SLOW_READERS)},
+        registered=10_000,
+        duration_s=60.0,
+        settle_s=15.0,
+    )
+)
+
+
+# ---- 4. one slow body beside registrations ----
+
+SLOW_BODY_SOURCE = "127.0.0.2"
+SLOW_BODY_REGISTRAR = "127.0.0.3"
+
+
+def slow_body(port: int, seconds: float) -> dict:
+    """One slow body: a registration's headers with ``Content-Length: 100`` and one byte of its body,
+    then nothing, from one address for the whole attack; meanwhile another address registers an
+    instance a second, each on a fresh connection.
+
+    Reported: the registrations' answers by status (and the slowest), and what became of the slow
+    body: the status the node answered it with and when, and when the node closed its connection
+    (None: not within the attack)."""
+    started = time.monotonic()
+    slow = socket.create_connection((HOST, port), timeout=5, source_address=(SLOW_BODY_SOURCE, 0))
+    slow.sendall(
+        f"POST /eureka/apps/SLOW HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{".encode()
+    )
+    slow.setblocking(False)
+    answer, answered_s, closed_s = b"", None, None
+    codes: Counter = Counter()
+    slowest = 0.0
+    number = 0
+
+    def watch_slow() -> None:
+        nonlocal answer, answered_s, closed_s
+        if closed_s is not None:
+            return
+        try:
+            while data := slow.recv(65536):
+                answer += data
+                answered_s = answered_s or round(time.monotonic() - started, 1)
+            closed_s = round(time.monotonic() - started, 1)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed_s = round(time.monotonic() - started, 1)
+
+    while time.monotonic() - started < seconds:
+        body = extra_instance(number)["instanceInfo"] | {"app": "OTHERS", "instanceId": f"other-{number}"}
+        sent = time.monotonic()
+        try:
+            code = asyncio.run(
+                exchange(
+                    port,
+                    request("POST", "/eureka/apps/OTHERS", port, "", json.dumps({"instance": body}).encode()),
+                    SLOW_BODY_REGISTRAR,
+                )
+            ).decode()
+        except (TimeoutError, OSError) as error:
+            code = type(error).__name__
+        slowest = max(slowest, time.monotonic() - sent)
+        codes[code or "no answer"] += 1
+        number += 1
+        watch_slow()
+        time.sleep(max(0.0, started + number - time.monotonic()))
+    watch_slow()
+    slow.close()
+    return {
+        "registrations": dict(codes),
+        "slowest registration s": round(slowest, 2),
+        "slow body answered": answer.split(b"\r\n", 1)[0].decode(errors="replace") or None,
+        "answered at s": answered_s,
+        "closed at s": closed_s,
+    }
+
+
+add(Attack("slow-body", slow_body, duration_s=60.0))
+
+
 # ---- 5. re-registration churn ----
 
 CHURN_IDS = 1_000  # the same instances, registered again and again
@@ -729,224 +947,6 @@ def log_flood(port: int, seconds: float) -> dict:
 
 
 add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
-
-
-# ---- item 3: readers that never read their answer ----
-
-SLOW_READERS = 2_000
-SLOW_READER_SOURCES = [f"127.0.0.{n}" for n in range(2, 10)]  # 8 addresses, 250 connections each
-# A receive buffer this small (set before connecting, so the window the node sees is tiny from the
-# start); the kernel rounds it up to its minimum.
-SLOW_READER_RCVBUF = 1024
-# Connections opened (and the ones the node closes opened again) at most this many a second: faster, the
-# attack is a flood of requests for the registry, which costs the node the same whether or not their
-# answers are read.
-SLOW_READERS_OPENED_PER_S = 200
-CHURN_SOURCE = "127.0.0.100"
-
-
-def open_slow_reader(port: int, source: str) -> socket.socket:
-    """A connection from ``source`` that asks for the whole registry, uncompressed, and reads nothing."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_RCVBUF)
-        sock.bind((source, 0))
-        sock.settimeout(5)
-        sock.connect((HOST, port))
-        sock.sendall(
-            f"GET /eureka/apps HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n\r\n".encode()
-        )
-    except OSError:
-        sock.close()
-        raise
-    sock.setblocking(False)
-    return sock
-
-
-def churn_registrations(port: int, stop: threading.Event, counts: dict) -> None:
-    """Registers (and re-registers) instances of the extra registry's apps, 20 a second on fresh
-    connections, so that the registry's payload keeps changing while the slow readers hold theirs."""
-    number = 0
-    while not stop.is_set():
-        body = extra_instance(number % 100)["instanceInfo"] | {"instanceId": f"churn-{number % 500}"}
-        app = body["app"]
-        try:
-            code = asyncio.run(
-                exchange(
-                    port,
-                    request("POST", f"/eureka/apps/{app}", port, "", json.dumps({"instance": body}).encode()),
-                    CHURN_SOURCE,
-                )
-            ).decode()
-        except (TimeoutError, OSError) as error:
-            code = type(error).__name__
-        counts[code] = counts.get(code, 0) + 1
-        number += 1
-        stop.wait(0.05)
-
-
-def slow_readers(port: int, seconds: float, connections: int = SLOW_READERS) -> dict:
-    """Slow readers: 2,000 connections from 8 addresses ask for ``GET /eureka/apps`` (no gzip)
-    with a 1 KB receive buffer and never read, while registrations go on.
-
-    They are opened 200 a second, and a connection the node closes is opened again (within the same
-    200 a second), so the attack holds its count for its whole duration.
-
-    Reported: connections opened, refused (503), reset or closed by the node, how long the node let
-    them sit (p50/max), and how many were still open at the end."""
-    started = time.monotonic()
-    stop = threading.Event()
-    registered: dict[str, int] = {}
-    churn = threading.Thread(target=churn_registrations, args=(port, stop, registered), daemon=True)
-    churn.start()
-    poller = select.poll()
-    held: dict[int, tuple[socket.socket, str, float]] = {}
-    outcome = {
-        "opened": 0,
-        "connect failed": 0,
-        "refused 503": 0,
-        "reset by the node": 0,
-        "closed by the node": 0,
-    }
-    held_s: list[float] = []
-    # Which addresses still have a connection to (re)open, and when the next may open.
-    wanted = [SLOW_READER_SOURCES[n % len(SLOW_READER_SOURCES)] for n in range(connections)]
-    next_open = started
-    while time.monotonic() - started < seconds:
-        while wanted and time.monotonic() >= next_open and time.monotonic() - started < seconds:
-            source = wanted.pop()
-            next_open = max(next_open, time.monotonic() - 1) + 1 / SLOW_READERS_OPENED_PER_S
-            try:
-                sock = open_slow_reader(port, source)
-            except OSError:
-                outcome["connect failed"] += 1
-                wanted.insert(0, source)
-                break
-            outcome["opened"] += 1
-            held[sock.fileno()] = (sock, source, time.monotonic())
-            poller.register(sock, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
-        for fd, _ in poller.poll(50):
-            sock, source, opened = held.pop(fd)
-            poller.unregister(fd)
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET:
-                kind = "reset by the node"
-            else:
-                try:
-                    # Only a refusal is short enough to have arrived whole through the tiny window.
-                    head = sock.recv(12, socket.MSG_PEEK)
-                    kind = "refused 503" if head.startswith(b"HTTP/1.1 503") else "closed by the node"
-                except ConnectionResetError:
-                    kind = "reset by the node"
-                except OSError as error:
-                    kind = f"error {error.errno}"
-            outcome[kind] = outcome.get(kind, 0) + 1
-            if kind != "refused 503":
-                held_s.append(time.monotonic() - opened)
-            sock.close()
-            wanted.append(source)
-    stop.set()
-    outcome["still open at the end"] = len(held)
-    for sock, _, _ in held.values():
-        sock.close()
-    churn.join(15)
-    outcome["held s (p50/max)"] = (
-        [round(percentile(held_s, 0.5), 1), round(max(held_s), 1)] if held_s else None
-    )
-    outcome["registrations"] = registered
-    return outcome
-
-
-add(
-    Attack(
-        "slow-readers",
-        slow_readers,
-        registered=10_000,
-        duration_s=60.0,
-        settle_s=15.0,
-    )
-)
-add(
-    Attack(
-        "slow-readers-at-cap",
-        slow_readers,
-        env={"EUREKA_MAX_CONNECTIONS": str(SLOW_READERS)},
-        registered=10_000,
-        duration_s=60.0,
-        settle_s=15.0,
-    )
-)
-
-
-# ---- item 4: one slow body beside registrations ----
-
-SLOW_BODY_SOURCE = "127.0.0.2"
-SLOW_BODY_REGISTRAR = "127.0.0.3"
-
-
-def slow_body(port: int, seconds: float) -> dict:
-    """One slow body: a registration's headers with ``Content-Length: 100`` and one byte of its body,
-    then nothing, from one address for the whole attack; meanwhile another address registers an
-    instance a second, each on a fresh connection.
-
-    Reported: the registrations' answers by status (and the slowest), and what became of the slow
-    body: the status the node answered it with and when, and when the node closed its connection
-    (None: not within the attack)."""
-    started = time.monotonic()
-    slow = socket.create_connection((HOST, port), timeout=5, source_address=(SLOW_BODY_SOURCE, 0))
-    slow.sendall(
-        f"POST /eureka/apps/SLOW HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
-        "Content-Length: 100\r\n\r\n{".encode()
-    )
-    slow.setblocking(False)
-    answer, answered_s, closed_s = b"", None, None
-    codes: Counter = Counter()
-    slowest = 0.0
-    number = 0
-
-    def watch_slow() -> None:
-        nonlocal answer, answered_s, closed_s
-        if closed_s is not None:
-            return
-        try:
-            while data := slow.recv(65536):
-                answer += data
-                answered_s = answered_s or round(time.monotonic() - started, 1)
-            closed_s = round(time.monotonic() - started, 1)
-        except BlockingIOError:
-            pass
-        except OSError:
-            closed_s = round(time.monotonic() - started, 1)
-
-    while time.monotonic() - started < seconds:
-        body = extra_instance(number)["instanceInfo"] | {"app": "OTHERS", "instanceId": f"other-{number}"}
-        sent = time.monotonic()
-        try:
-            code = asyncio.run(
-                exchange(
-                    port,
-                    request("POST", "/eureka/apps/OTHERS", port, "", json.dumps({"instance": body}).encode()),
-                    SLOW_BODY_REGISTRAR,
-                )
-            ).decode()
-        except (TimeoutError, OSError) as error:
-            code = type(error).__name__
-        slowest = max(slowest, time.monotonic() - sent)
-        codes[code or "no answer"] += 1
-        number += 1
-        watch_slow()
-        time.sleep(max(0.0, started + number - time.monotonic()))
-    watch_slow()
-    slow.close()
-    return {
-        "registrations": dict(codes),
-        "slowest registration s": round(slowest, 2),
-        "slow body answered": answer.split(b"\r\n", 1)[0].decode(errors="replace") or None,
-        "answered at s": answered_s,
-        "closed at s": closed_s,
-    }
-
-
-add(Attack("slow-body", slow_body, duration_s=60.0))
 
 
 def main(argv: list[str]) -> int:

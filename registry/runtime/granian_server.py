@@ -8,17 +8,25 @@ where gunicorn served 0.6 times, at about half the CPU a heartbeat (bench/README
 
 How requests reach the node here (granian's own WSGI glue is replaced, see ``serve_registry``):
 
-- **Every request runs on one of ``--threads`` Python threads** (2). One thread serves the most
-  heartbeats (no GIL handed between threads: measured with 16 connections, 1 thread ~10,000-11,700/s,
-  2 ~10,300-11,300, 4 ~8,800-9,800, 16 ~6,700), but granian reads a request's body on the thread that
-  runs the request and lets go of it only once the body is in (it takes the body back when the
-  callback returns, so the read cannot be handed to another thread): a client that sends its body
-  slowly holds that thread. ``BodyReads`` caps the bodies received at once below the thread count,
-  so heartbeats and reads (no body) always find a thread.
-- **Streaming answers** (the change feed's Server-Sent Events) are written from a thread of their
-  own: granian writes an answer's chunks from the thread that produced it, and a stream waits for
-  changes for minutes. The feed caps how many are open (``EUREKA_FEED_MAX_STREAMS``).
+- **The application runs on ``--threads`` threads at once** (2: ``Gate``). One thread serves the
+  most heartbeats (no GIL handed between threads: measured with 16 connections, 1 thread
+  ~10,000-11,700/s, 2 ~10,300-11,300, 4 ~8,800-9,800, 16 ~6,700). granian's pool has
+  ``--body-threads`` (64) more: granian reads a request's body on the thread that runs the request,
+  and a client that sends its body slowly holds that thread until its deadline (a share of them per
+  client address); while it waits, it gives up its turn of the application. Turns go round the
+  client addresses, and one address has at most ``TURNS_PER_ADDRESS`` requests under way (more: 503
+  at once), so a client that sends many requests at once delays its own, not everyone's.
+- **Large answers** (over 32 KB) are written from a thread of their own, a piece at a time, and
+  **streaming answers** (the change feed's Server-Sent Events) too: granian writes an answer's pieces
+  from the thread that hands them over, waiting while the client does not read, and a stream waits
+  for changes for minutes. The feed caps how many streams are open (``EUREKA_FEED_MAX_STREAMS``).
 - Every other answer is joined and handed to granian in one piece.
+
+What one client may hold, and for how long (request bodies' deadlines, answers to clients that do
+not read, the shares per address): ``registry/runtime/granian_limits.py``. The listening socket's
+``TCP_USER_TIMEOUT`` (``listening_socket``) is the send timeout; granian holds at most
+EUREKA_MAX_CONNECTIONS connections (more wait in the kernel's backlog) and reads a request's head
+within EUREKA_HEADER_TIMEOUT_SECONDS.
 
 The node starts as under gunicorn (``registry.runtime.node.start_serving``, which both servers
 call): warm-restart snapshot, cluster (knowing where it listens), the garbage-collector policy,
@@ -27,14 +35,18 @@ SIGTERM the open streams end at once, granian finishes the requests under way, a
 (jobs, replication, last snapshot).
 
 What gunicorn's worker (``registry/runtime/gunicorn_worker.py``) does that this server does not:
-connections are not admitted per client address (``EUREKA_MAX_CONNECTIONS_PER_ADDRESS``): an idle
-connection costs granian a Rust task, not a Python thread; a body has no deadline (no 408: granian
-gives no read timeout and no way to the connection; ``BodyReads`` bounds what slow bodies hold
-instead); malformed HTTP is answered by granian's parser (hyper), not with gunicorn's answers;
-``X-Forwarded-Proto`` is not read (``FORWARDED_ALLOW_IPS``); there is no event loop to watch for
-stalls. Connections are refused until the node can answer them as under gunicorn, by other means:
-granian's worker opens its own listening socket (``SO_REUSEPORT``) once the node has started, which
-is also why ``refuse_a_taken_port`` checks that no other process listens there first.
+connections are not admitted per client address (``EUREKA_MAX_CONNECTIONS_PER_ADDRESS``; granian
+gives no hook between accepting a connection and reading its request; requests are shared out per
+address instead); past EUREKA_MAX_CONNECTIONS a connection waits in the backlog instead of being
+answered 503; a kept-alive connection waits for its next request as long as a new one for its first
+(hyper's header timeout), not 75 s; nothing can close a connection but its answer, so an answer
+given without reading the body waits for the rest of it (at most 2 s), and an answer past a
+deadline is cut one byte short to close the connection (granian_limits.py says why); malformed HTTP
+is answered by granian's parser (hyper), not with gunicorn's answers; ``X-Forwarded-Proto`` is not
+read (``FORWARDED_ALLOW_IPS``); there is no event loop to watch for stalls. Connections are refused
+until the node can answer them as under gunicorn, by other means: granian's worker opens its own
+listening socket (``SO_REUSEPORT``) once the node has started, which is also why
+``refuse_a_taken_port`` checks that no other process listens there first.
 
 It depends on granian internals of the 2.8 series (its worker class and callback scheduler), hence
 the narrow pin in pyproject.toml.
@@ -50,22 +62,42 @@ import threading
 import time
 from typing import Any
 
+from registry.runtime.granian_limits import (
+    ANSWER_REFUSED,
+    BODY_REFUSED,
+    STREAM_ABOVE_BYTES,
+    TURN_REFUSED,
+    Deadlines,
+    Gate,
+    Pieces,
+    Shares,
+    Tally,
+    TimedBody,
+)
+from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_BIND = "0.0.0.0:8761"
-# A new connection sends its request line and headers within this (Tomcat's connectionTimeout).
-HEADER_TIMEOUT_S = 20
 GRACEFUL_TIMEOUT_S = 20
-# Request threads: more than one lets a body be received while other requests are answered; each one
-# more costs heartbeats (GIL hand-overs: 1 thread ~11,000/s, 2 ~10,800, 4 ~9,800, 16 ~6,700).
+# Threads running the application: more than one lets an answer be built while another is handed
+# over; each one more costs heartbeats (GIL hand-overs: 1 thread ~11,000/s, 2 ~10,800, 4 ~9,800, 16
+# ~6,700).
 THREADS = 2
-# What is read of a body the application answered without reading (more: the connection is closed).
-DRAIN_BYTES = 64 * 1024
-# A body awaited this long is a slow one; a body past the cap waits for a slot until a held one is slow
-# (BodyReads). A shorter wait refused registrations in a burst of 10,000 (a read that waited for the
-# GIL behind a payload build: 2 of 10,000 refused with 50 ms).
-SLOW_BODY_S = 0.5
-BODY_SLOT_WAIT_S = SLOW_BODY_S
+# Requests of one client address under way at once (waiting for a turn of the application or in one,
+# receiving a body); more are answered 503 at once.
+TURNS_PER_ADDRESS = 8
+# Threads kept for receiving request bodies (a body sent slowly holds one until its deadline), and the
+# share of them one client address may hold.
+BODY_THREADS = 64
+BODY_SHARES = 8
+# Large answers being written at once (a client that reads slowly holds one until it has read its
+# answer or EUREKA_WRITE_TIMEOUT_SECONDS ends it), in all and to one client address.
+ANSWER_WRITERS = 64
+ANSWER_WRITERS_PER_ADDRESS = 8
+# hyper's buffer per connection, for a request's head and what is written to the client: what a slow
+# reader's connection holds beside the pieces of its answer. nginx reads heads of up to 32 KB.
+CONNECTION_BUFFER_BYTES = 32 * 1024
 
 
 class _StartResponse:
@@ -104,69 +136,54 @@ def _has_body(environ: dict) -> bool:
     return "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
+def _declared_length(environ: dict) -> int | None:
+    """The body's ``Content-Length``; None when a transfer coding frames it (chunked)."""
+    if environ.get("HTTP_TRANSFER_ENCODING"):
+        return None
+    try:
+        return int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:  # hyper refuses a malformed length before any application runs
+        return None
+
+
 def _client_address(environ: dict) -> str:
     return environ.get("REMOTE_ADDR", "")
 
 
-_BUSY = b"too many slow request bodies being received; try again\n"
+def _close(answer) -> None:
+    close = getattr(answer, "close", None)
+    if close is not None:
+        close()
 
 
-class BodyReads:
-    """The requests whose body is being received, capped so that they never hold every thread.
+_TURNS_BUSY = b"too many requests from this address under way; try again\n"
+_BODIES_BUSY = b"too many request bodies being received from this address or in all; try again\n"
+_WRITERS_BUSY = b"too many large answers being written to this address or in all; try again\n"
 
-    granian reads the socket: a client that sends its body slowly, or never, holds a request thread
-    until it has sent it or gone, and nothing here can end that wait (granian gives the application
-    neither a read timeout nor the connection). So at most ``max_total`` bodies (the request threads
-    less one) are received at once: heartbeats and reads have no body and always find a thread, and
-    the node stays on the network however many slow bodies arrive. A request with a body past the cap
-    waits up to ``wait_s`` for a slot (bodies that are in the socket already, as every real client
-    sends them, are read in microseconds), and is answered 503 at once, unread, when a body held has
-    been awaited longer than ``slow_s`` or the wait ends; so is one from an address that holds
-    ``max_per_address`` slow bodies already. Eureka clients retry a 503, at another node if they
-    have one. The wait has a price: meanwhile that thread serves nothing else, so a client that keeps
-    opening fresh slow bodies can delay heartbeats by up to ``wait_s`` at a time (not stop them)."""
 
-    def __init__(
-        self,
-        max_total: int,
-        max_per_address: int,
-        slow_s: float = SLOW_BODY_S,
-        wait_s: float = BODY_SLOT_WAIT_S,
-        clock=time.monotonic,
-    ):
-        self.max_total = max_total
-        self.max_per_address = max_per_address
-        self.slow_s = slow_s
-        self.wait_s = wait_s
-        self.clock = clock
-        self.changed = threading.Condition()
-        self.next_key = 0
-        # key -> (began, client address)
-        self.receiving: dict[int, tuple[float, str]] = {}
-        self.refused = 0
+def _busy(proto, message: bytes, retry_after: str) -> tuple[int, int]:
+    proto.response_bytes(
+        503,
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(message))),
+            ("Retry-After", retry_after),
+            ("Connection", "close"),
+        ],
+        message,
+    )
+    return 503, len(message)
 
-    def admit(self, address: str) -> int | None:
-        """A key for ``done``, or None: answer 503."""
-        with self.changed:
-            give_up = self.clock() + self.wait_s
-            while True:
-                now = self.clock()
-                slow = [held for began, held in self.receiving.values() if began <= now - self.slow_s]
-                if self.max_per_address and slow.count(address) >= self.max_per_address:
-                    break
-                if len(self.receiving) < self.max_total:
-                    self.next_key += 1
-                    self.receiving[self.next_key] = (now, address)
-                    return self.next_key
-                if slow or now >= give_up or not self.changed.wait(give_up - now):
-                    break
-            self.refused += 1
-            return None
 
-    def done(self, key: int) -> None:
-        with self.changed:
-            if self.receiving.pop(key, None) is not None:
-                self.changed.notify()
+def _stream(proto, status, headers, answer) -> None:
+    proto.response_iter(status, headers, _Chunks(answer))
+
+
+def _write(proto, status, headers, content: bytes, writers: Shares, ticket: str) -> None:
+    try:
+        proto.response_iter(status, headers, Pieces(content))
+    finally:
+        writers.done(ticket)
 
 
 class _Atoms(dict):
@@ -214,11 +231,25 @@ class AccessLog:
 
 
 def make_runner(
-    application, threads: int, max_bodies_per_address: int = 1, access_log: AccessLog | None = None
+    application,
+    threads: int,
+    access_log: AccessLog | None = None,
+    *,
+    turns: Shares | None = None,
+    bodies: Shares | None = None,
+    writers: Shares | None = None,
+    deadlines: Deadlines | None = None,
+    body_limits: BodyDeadlines = NO_DEADLINES,
 ):
-    """granian's per-request callback ``(proto, scope)`` for a WSGI ``application``: answers handed
-    over in one piece, streaming ones from a thread of their own, bodies received under
-    ``BodyReads``; each logged to ``access_log`` when given."""
+    """granian's per-request callback ``(proto, scope)`` for a WSGI ``application``, run on granian's
+    request threads (``threads`` of them at once run the application: ``Gate``); each answer logged
+    to ``access_log`` when given.
+
+    A request with a body takes a slot of ``bodies`` first (503 unread without one) and its body is
+    read within ``body_limits``, watched by ``deadlines`` (registry/runtime/granian_limits.py); an
+    answer given without reading the body waits until the rest of it is read (``TimedBody.drain``).
+    Answers are handed over in one piece, large ones in pieces from a thread of their own (a slot of
+    ``writers``, 503 without one), streaming ones from a thread of their own."""
     base_environ = {
         "GATEWAY_INTERFACE": "CGI/1.1",
         "SCRIPT_NAME": "",
@@ -229,81 +260,134 @@ def make_runner(
         "wsgi.run_once": False,
         "wsgi.version": (1, 0),
     }
-    from registry.wire.request_bodies import BODY_RECEIVED
+    gate = Gate(threads)
+    turns = turns or Shares(1 << 30, TURNS_PER_ADDRESS)
+    bodies = bodies or Shares(BODY_THREADS, max(1, BODY_THREADS // BODY_SHARES))
+    writers = writers or Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS)
+    deadlines = deadlines or Deadlines()
+    tally = deadlines.tally
 
-    bodies = BodyReads(max(1, threads - 1), max_bodies_per_address)
-
-    def stream(proto, status, headers, answer):
-        proto.response_iter(status, headers, _Chunks(answer))
-
-    def respond(proto, environ) -> tuple[int, int | None]:
-        """Answer; the status and the body's size (None for a stream)."""
+    def call(environ) -> tuple[int, list, bytes | None, Any]:
+        """The application's answer, not yet handed over: status, headers, and the content joined, or
+        (a stream) the answer to write from a thread of its own."""
         start = _StartResponse()
         answer = application(environ, start)
         if isinstance(answer, list):
-            content = b"".join(answer)
-        elif getattr(answer, "streaming", False):
-            threading.Thread(
-                target=stream, args=(proto, start.status, start.headers, answer), name="stream", daemon=True
-            ).start()
-            return start.status, None
-        else:
-            try:
-                content = b"".join(answer)
-            finally:
-                close = getattr(answer, "close", None)
-                if close is not None:
-                    close()
-        proto.response_bytes(start.status, start.headers, content)
-        return start.status, len(content)
-
-    def answer_busy(proto) -> tuple[int, int]:
-        proto.response_bytes(
-            503,
-            [
-                ("Content-Type", "text/plain; charset=utf-8"),
-                ("Content-Length", str(len(_BUSY))),
-                ("Retry-After", "1"),
-                ("Connection", "close"),
-            ],
-            _BUSY,
-        )
-        return 503, len(_BUSY)
-
-    def respond_to_body(proto, environ) -> tuple[int, int | None]:
-        key = bodies.admit(_client_address(environ))
-        if key is None:
-            return answer_busy(proto)
-        # The application says when the body is in (registry/wire/handlers.py), before its view runs.
-        environ[BODY_RECEIVED] = lambda: bodies.done(key)
-        body = environ["wsgi.input"]
+            return start.status, start.headers, b"".join(answer), None
+        if getattr(answer, "streaming", False):
+            return start.status, start.headers, None, answer
         try:
-            answered = respond(proto, environ)
-            # An answer given without the body (401 before it is read, 413 past the limit): read what
-            # the client is still sending, up to DRAIN_BYTES, so that it gets the answer rather than
-            # a reset; a client writes its whole body before it reads (Jersey, Spring). Nothing is
-            # left to read when the application read the body.
-            body.read(DRAIN_BYTES)
-            return answered
+            content = b"".join(answer)
         finally:
-            bodies.done(key)
+            _close(answer)
+        return start.status, start.headers, content, None
+
+    def send(proto, address, status, headers, content, stream) -> tuple[int, int | None]:
+        """Hand the answer over; the status and the body's size (None for a stream)."""
+        if stream is not None:
+            threading.Thread(
+                target=_stream, args=(proto, status, headers, stream), name="stream", daemon=True
+            ).start()
+            return status, None
+        if len(content) > STREAM_ABOVE_BYTES:
+            ticket = writers.admit(address)
+            if ticket is None:
+                tally.note(ANSWER_REFUSED, address)
+                return _busy(proto, _WRITERS_BUSY, "5")
+            threading.Thread(
+                target=_write,
+                args=(proto, status, headers, content, writers, ticket),
+                name="answer",
+                daemon=True,
+            ).start()
+            return status, len(content)
+        proto.response_bytes(status, headers, content)
+        return status, len(content)
+
+    def respond(proto, environ, address: str) -> tuple[int, int | None]:
+        gate.acquire(address)
+        try:
+            answer = call(environ)
+        finally:
+            gate.release()
+        return send(proto, address, *answer)
+
+    def respond_to_body(proto, environ, address: str) -> tuple[int, int | None]:
+        body = TimedBody(
+            environ["wsgi.input"], proto, deadlines, body_limits, _declared_length(environ), address
+        )
+        environ["wsgi.input"] = body
+        slot: list[str] = []
+
+        def received() -> None:
+            # The application says when the body is in (registry/wire/handlers.py), before its view.
+            if slot:
+                bodies.done(slot.pop())
+            body.settle()
+
+        environ[BODY_RECEIVED] = received
+        try:
+            gate.acquire(address)
+            try:
+                ticket = bodies.admit(address)
+                if ticket is None:
+                    tally.note(BODY_REFUSED, address)
+                    return _busy(proto, _BODIES_BUSY, "1")
+                slot.append(ticket)
+                body.gate = gate
+                try:
+                    status, headers, content, stream = call(environ)
+                finally:
+                    body.settle()
+                    body.gate = None
+            finally:
+                gate.release()
+            # An answer given without the body (401 before it is read, 413 past the limit): the rest of
+            # it is read first, so that the client gets the answer rather than a reset; a client writes
+            # its whole body before it reads (Jersey, Spring). More than that: the connection is closed.
+            if not body.drain(status, headers, content or b"") and not body.late:
+                headers = [*headers, ("Connection", "close")]
+            if not body.claim():
+                # Answered past a deadline already, and the connection closed after it.
+                if stream is not None:
+                    _close(stream)
+                return status, None
+            return send(proto, address, status, headers, content, stream)
+        finally:
+            if slot:
+                bodies.done(slot.pop())
+
+    def serve(proto, environ) -> tuple[int, int | None]:
+        address = _client_address(environ)
+        turn = turns.admit(address)
+        if turn is None:
+            # Refused before it waits for a turn: a client sending many requests at once leaves the
+            # requests behind its own in granian's queue waiting for no more than its share.
+            tally.note(TURN_REFUSED, address)
+            return _busy(proto, _TURNS_BUSY, "1")
+        try:
+            if _has_body(environ):
+                return respond_to_body(proto, environ, address)
+            return respond(proto, environ, address)
+        finally:
+            turns.done(turn)
 
     def run(proto, scope):
         environ = base_environ | scope
         if access_log is None:
-            if _has_body(environ):
-                respond_to_body(proto, environ)
-            else:
-                respond(proto, environ)
+            serve(proto, environ)
             return
         began = time.perf_counter()
         status, size = 500, 0
         try:
-            status, size = respond_to_body(proto, environ) if _has_body(environ) else respond(proto, environ)
+            status, size = serve(proto, environ)
         finally:
             access_log.write(environ, status, size, time.perf_counter() - began)
 
+    run.turns = turns
     run.bodies = bodies
+    run.writers = writers
+    run.deadlines = deadlines
     return run
 
 
@@ -362,7 +446,20 @@ def _worker_target():
             access_log = AccessLog(
                 options["access_log"], options["access_log_format"] or AccessLog.DEFAULT_FORMAT
             )
-        runner = make_runner(callback, options["threads"], access_log=access_log)
+        from registry.access.clients import is_trusted_proxy
+        from registry.domain.refusals import RefusalLines
+
+        body_threads = options["body_threads"]
+        runner = make_runner(
+            callback,
+            options["threads"],
+            access_log=access_log,
+            bodies=Shares(body_threads, max(1, body_threads // BODY_SHARES), exempt=is_trusted_proxy),
+            turns=Shares(1 << 30, TURNS_PER_ADDRESS, exempt=is_trusted_proxy),
+            deadlines=Deadlines(tally=Tally(RefusalLines(options["refusal_log_interval_s"]))),
+            writers=Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS, exempt=is_trusted_proxy),
+            body_limits=options["body_limits"],
+        )
         shutdown = WorkerSignal()
         drained = threading.Event()
         # granian calls this once it has stopped accepting and finished the requests under way.
@@ -376,13 +473,17 @@ def _worker_target():
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, begin_stop)
+        if sock[0] is not None and not sock[0].is_uds():
+            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
         worker = WSGIWorker(
             worker_id,
             sock,
             ipc,
             runtime_threads,
             runtime_blocking_threads,
-            blocking_threads,
+            # Request threads: those running the application (the Gate lets that many at once) and
+            # those receiving bodies.
+            options["threads"] + body_threads,
             blocking_threads_idle_timeout,
             backpressure,
             http_mode,
@@ -408,8 +509,43 @@ def _worker_target():
 _OPTIONS: dict[str, Any] = {}
 
 
+def listening_socket(spec, write_timeout_s: float):
+    """granian's listening socket (``spec``: its ``ListenerSpec``, bound as granian binds it) with
+    ``TCP_USER_TIMEOUT`` and ``TCP_NOTSENT_LOWAT`` set, which every connection accepted from it
+    inherits. The first makes the kernel end a connection whose sent bytes stay unacknowledged, or
+    unsent behind the client's zero window, that long (EUREKA_WRITE_TIMEOUT_SECONDS; HAProxy's
+    ``tcp-ut``): granian has no write timeout of its own, and a client that never reads would
+    otherwise hold its connection, and what was written for it, for as long as it likes."""
+    import socket
+
+    from registry.runtime.connections import limit_unsent
+
+    holder = spec.build()
+    # A second descriptor of the same socket, to set the options with; closing it leaves granian's.
+    with socket.socket(fileno=os.dup(holder.get_fd())) as sock:
+        if write_timeout_s and hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(write_timeout_s * 1000)))
+        # The kernel takes little more of an answer than is in flight, as under gunicorn: a client that
+        # reads nothing holds that, and a few pieces of its answer here, not a socket buffer full.
+        limit_unsent(sock)
+    return holder
+
+
 def _worker_options() -> dict[str, Any]:
     return _OPTIONS
+
+
+def raise_open_files_limit(connections: int) -> None:
+    """Let the process hold ``connections`` sockets and some files beside, as far as the hard limit
+    allows (granian accepts that many: its backpressure)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 1024
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if raised > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -442,9 +578,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--bind", type=parse_bind, default=parse_bind(DEFAULT_BIND), help="HOST:PORT")
     parser.add_argument("--backlog", type=int, default=2048)
-    parser.add_argument("--header-timeout", type=int, default=HEADER_TIMEOUT_S, help="seconds")
+    parser.add_argument(
+        "--header-timeout", type=float, help="seconds (default: EUREKA_HEADER_TIMEOUT_SECONDS)"
+    )
     parser.add_argument("--graceful-timeout", type=int, default=GRACEFUL_TIMEOUT_S, help="seconds")
-    parser.add_argument("--threads", type=int, default=THREADS, help="request threads (see THREADS)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="threads running the application")
+    parser.add_argument(
+        "--body-threads", type=int, default=BODY_THREADS, help="threads receiving request bodies"
+    )
     parser.add_argument("--access-logfile", help="a path, or - for standard output (default: none)")
     parser.add_argument("--access-logformat", help="gunicorn's atoms, see AccessLog")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -468,26 +609,40 @@ def main(argv: list[str] | None = None) -> None:
             "_granian": {"handlers": ["console"], "propagate": False},
         },
     }
+    limits = settings.EUREKA.connections
+    header_timeout_s = limits.header_timeout_s if args.header_timeout is None else args.header_timeout
     _OPTIONS.update(
         listening=[(host, port)],
-        threads=args.threads,
+        threads=max(1, args.threads),
+        body_threads=max(1, args.body_threads),
+        body_limits=BodyDeadlines(limits.body_idle_timeout_s, limits.body_timeout_s),
+        write_timeout_s=limits.write_timeout_s,
+        refusal_log_interval_s=settings.EUREKA.process.refusal_log_interval_seconds,
         access_log=args.access_logfile,
         access_log_format=args.access_logformat,
     )
+    raise_open_files_limit(limits.max_total)
     server = MPServer(
         "eureka_site.wsgi:application",
         address=host,
         port=port,
         interface=Interfaces.WSGI,
         workers=1,
-        # One Python thread for the requests without a body (the module docstring says why).
+        # The worker starts its own threads (serve_registry): the application's and the bodies'.
         blocking_threads=args.threads,
+        # Connections held at once (more wait in the kernel's backlog): EUREKA_MAX_CONNECTIONS.
+        backpressure=limits.max_total or None,
         runtime_threads=1,
         runtime_mode=RuntimeModes.mt,
         http=HTTPModes.http1,
         websockets=False,
         backlog=args.backlog,
-        http1_settings=HTTP1Settings(header_read_timeout=args.header_timeout * 1000, keep_alive=True),
+        http1_settings=HTTP1Settings(
+            # 0 is off, as for gunicorn; hyper takes a day for that.
+            header_read_timeout=int((header_timeout_s or 86_400) * 1000),
+            keep_alive=True,
+            max_buffer_size=CONNECTION_BUFFER_BYTES,
+        ),
         log_level=LogLevels(args.log_level),
         log_dictconfig=log_config,
         workers_kill_timeout=args.graceful_timeout,

@@ -282,7 +282,7 @@ def _parse_xml(body: bytes) -> Element:
     except Exception as exc:
         # ElementTree raises its ParseError from a frame that holds it, with expat's error (held by
         # another frame) as its context: reference cycles through every frame up to the view's, and
-        # so its request and body, that only the cyclic collector would free (see EurekaView.let_go).
+        # so its request and body, that only the cyclic collector would free (see EurekaView._let_go).
         # Without the tracebacks, what is left for that collector is the parser and its elements.
         error: BaseException | None = exc
         while error is not None:
