@@ -49,9 +49,10 @@ from pathlib import Path
 import httpx
 import orjson
 from nodes import HOST, HTTP_SERVERS, Node, rss_mb
+from slow_clients import APP as FLEET_APP
 from slow_clients import exchange, instance_address, percentile, registration, request
+from slow_clients import heartbeats as slow_clients_heartbeats
 
-FLEET_APP = "FLEET"
 # Extra instances (not heartbeating) are registered through the replication batch, this many a batch.
 BATCH_ITEMS = 500
 
@@ -84,34 +85,8 @@ class Attack:
 
 
 async def heartbeats(port: int, fleet: int, seconds: float, latencies: list, failures: list) -> None:
-    """Each instance of the fleet renews once a second, spread evenly over the second, each renewal on
-    a new connection from the instance's own address."""
-    started = time.monotonic()
-    tasks = []
-
-    async def beat(index: int) -> None:
-        sent = time.monotonic()
-        try:
-            code = await exchange(
-                port, request("PUT", f"/eureka/apps/{FLEET_APP}/i-{index}", port, ""), instance_address(index)
-            )
-        except (TimeoutError, OSError) as error:
-            failures.append(type(error).__name__)
-            return
-        if code != b"200":
-            failures.append(code.decode() or "no answer")
-            return
-        latencies.append((time.monotonic() - sent) * 1000)
-
-    beat_number = 0
-    while time.monotonic() - started < seconds:
-        second, index = divmod(beat_number, fleet)
-        delay = started + second + index / fleet - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(beat(index)))
-        beat_number += 1
-    await asyncio.gather(*tasks)
+    """The fleet's renewals (bench/slow_clients.py's, without credentials)."""
+    await slow_clients_heartbeats(port, "", seconds, latencies, failures, instances=fleet)
 
 
 async def register_fleet(port: int, fleet: int) -> None:
@@ -280,6 +255,41 @@ def table(rows: list[dict]) -> str:
             f"| {row['node log growth KB']} | {row['load average (1 min)']} |"
         )
     return "\n".join(lines)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
+    )
+    if length is None:
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        await reader.readexactly(length)
+    return head.split(b" ", 2)[1]
+
+
+async def keep_sending(port: int, source: str, deadline: float, posts: list[bytes], answers: Counter) -> None:
+    """``posts`` in turn, each as soon as the one before was answered, on one kept-alive connection
+    from ``source`` (a new one if the node closes it) until ``deadline``."""
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                writer.write(posts[sent % len(posts)])
+                sent += 1
+                answers[(await asyncio.wait_for(read_answer(reader), 30)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
 
 
 # ---- the attacks, in the order of issue 44 ----
@@ -754,46 +764,13 @@ def _post(path: str, port: int, body: bytes) -> bytes:
     ).encode() + body
 
 
-async def _answer_code(reader: asyncio.StreamReader) -> bytes:
-    """One answer off a kept-alive connection (a body of Content-Length bytes, or none): its status."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    for line in head.lower().split(b"\r\n"):
-        if line.startswith(b"content-length:"):
-            await reader.readexactly(int(line[15:]))
-    return head.split(b" ", 2)[1]
-
-
-async def _keep_posting(
-    port: int, source: str, deadline: float, posts: list[bytes], answers: Counter
-) -> None:
-    """``posts`` in turn, each as soon as the one before was answered, on one kept-alive connection
-    from ``source`` (a new one if the node closes it) until ``deadline``."""
-    sent = 0
-    while time.monotonic() < deadline:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
-        except OSError as error:
-            answers[type(error).__name__] += 1
-            await asyncio.sleep(0.1)
-            continue
-        try:
-            while time.monotonic() < deadline:
-                writer.write(posts[sent % len(posts)])
-                sent += 1
-                answers[(await asyncio.wait_for(_answer_code(reader), 30)).decode()] += 1
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
-            answers[type(error).__name__] += 1
-        finally:
-            writer.close()
-
-
 def _churn(port: int, seconds: float, connections: int, posts: list[bytes]) -> Counter:
     async def attack() -> Counter:
         deadline = time.monotonic() + seconds
         answers: Counter = Counter()
         await asyncio.gather(
             *(
-                _keep_posting(port, f"127.0.0.{2 + n % 4}", deadline, posts, answers)
+                keep_sending(port, f"127.0.0.{2 + n % 4}", deadline, posts, answers)
                 for n in range(connections)
             )
         )
@@ -867,40 +844,12 @@ LOG_FLOOD_MALFORMED = (
 )
 LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
 LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
-
-
-async def _read_answer(reader: asyncio.StreamReader) -> bytes:
-    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
-    )
-    if length is None:
-        await reader.readuntil(b"0\r\n\r\n")
-    else:
-        await reader.readexactly(length)
-    return head.split(b" ", 2)[1]
-
-
-async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
-    sent = 0
-    while time.monotonic() < deadline:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
-        except OSError as error:
-            answers[type(error).__name__] += 1
-            await asyncio.sleep(0.1)
-            continue
-        try:
-            while time.monotonic() < deadline:
-                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
-                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
-                sent += 1
-                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
-            answers[type(error).__name__] += 1
-        finally:
-            writer.close()
+# The bad-Host requests, sent in turn on each kept-alive connection: every path, seven Hosts.
+BAD_HOSTS = [
+    f"GET {path} HTTP/1.1\r\nHost: evil-{n}.example\r\n\r\n".encode()
+    for n in range(7)
+    for path in LOG_FLOOD_PATHS
+]
 
 
 async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
@@ -931,7 +880,10 @@ def log_flood(port: int, seconds: float) -> dict:
         malformed: Counter = Counter()
         sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
         await asyncio.gather(
-            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
+            *(
+                keep_sending(port, sources[n], deadline, BAD_HOSTS, hosts)
+                for n in range(LOG_FLOOD_CONNECTIONS)
+            ),
             *(
                 _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
                 for n in range(LOG_FLOOD_MALFORMED_LOOPS)

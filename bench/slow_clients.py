@@ -91,8 +91,11 @@ def request(method: str, path: str, port: int, auth: str, body: bytes = b"") -> 
     return head.encode() + b"\r\n" + body
 
 
-async def heartbeats(port: int, auth: str, seconds: float, latencies: list, failures: list) -> None:
-    """Each instance renews once a second, spread evenly over the second, each on a new connection."""
+async def heartbeats(
+    port: int, auth: str, seconds: float, latencies: list, failures: list, instances: int = INSTANCES
+) -> None:
+    """Each of ``instances`` renews once a second, spread evenly over the second, each on a new
+    connection from the instance's own address."""
     started = time.monotonic()
     tasks = []
 
@@ -111,8 +114,8 @@ async def heartbeats(port: int, auth: str, seconds: float, latencies: list, fail
 
     beat_number = 0
     while time.monotonic() - started < seconds:
-        second, index = divmod(beat_number, INSTANCES)
-        due = started + second + index / INSTANCES
+        second, index = divmod(beat_number, instances)
+        due = started + second + index / instances
         delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
