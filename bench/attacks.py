@@ -282,7 +282,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# ---- the attacks (each helper's section adds its own; keep them in the issue's order) ----
+# ---- the attacks, in the order of issue 44 ----
 
 ATTACKS: dict[str, Attack] = {}
 
@@ -447,114 +447,78 @@ add(
 )
 
 
-# ---- 6. log floods ----
+# ---- 2. the status console ----
 
-LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
-# Paths a bad Host is sent to: the site's (Django logged a traceback for each) and the protocol's.
-LOG_FLOOD_PATHS = (
-    "/",
-    "/admin/",
-    "/admin/login/",
-    "/healthz",
-    "/metrics",
-    "/static/x.css",
-    "/nope",
-    "/eureka/apps",
-)
-# Requests gunicorn's parser refuses (a line each before the fix); granian's parser answers them too.
-LOG_FLOOD_MALFORMED = (
-    b"GARBAGE\r\n\r\n",
-    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad\x01Name: x\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
-    b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n",
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
-)
-LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
-LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
+CONSOLE_READERS = 16  # clients reading the console back to back, as many connections
 
 
-async def _read_answer(reader: asyncio.StreamReader) -> bytes:
-    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
-    )
-    if length is None:
-        await reader.readuntil(b"0\r\n\r\n")
-    else:
-        await reader.readexactly(length)
-    return head.split(b" ", 2)[1]
-
-
-async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
-    sent = 0
+async def _console_reader(port: int, source: str, path: str, deadline: float, seen: dict) -> None:
+    """``GET path`` on a kept-alive connection, the next as soon as the answer is in, until the deadline
+    (a new connection when the node closes one)."""
     while time.monotonic() < deadline:
         try:
             reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
         except OSError as error:
-            answers[type(error).__name__] += 1
+            seen["answers"][type(error).__name__] += 1
             await asyncio.sleep(0.1)
             continue
         try:
             while time.monotonic() < deadline:
-                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
-                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
-                sent += 1
-                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
+                sent = time.monotonic()
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                length = next(
+                    (
+                        int(line[15:])
+                        for line in head.lower().split(b"\r\n")
+                        if line.startswith(b"content-length:")
+                    ),
+                    None,
+                )
+                body = await asyncio.wait_for(reader.readexactly(length), 30) if length else b""
+                seen["answers"][head.split(b" ", 2)[1].decode()] += 1
+                seen["times"].append(time.monotonic() - sent)
+                seen["largest"] = max(seen["largest"], len(body))
+                if b"connection: close" in head.lower():
+                    break
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
-            answers[type(error).__name__] += 1
+            seen["answers"][type(error).__name__] += 1
         finally:
             writer.close()
 
 
-async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
-    sent = 0
-    while time.monotonic() < deadline:
-        try:
-            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
-            writer.write(LOG_FLOOD_MALFORMED[sent % len(LOG_FLOOD_MALFORMED)])
-            sent += 1
-            line = await asyncio.wait_for(reader.readline(), 10)
-            answers[line.split(b" ", 2)[1].decode() if line.count(b" ") >= 2 else "no answer"] += 1
-            writer.close()
-        except (OSError, TimeoutError) as error:
-            answers[type(error).__name__] += 1
+def console_readers(port: int, seconds: float, path: str = "/") -> dict:
+    """16 clients read the status console (``GET /``) back to back, with 10,000 instances registered.
 
-
-def log_flood(port: int, seconds: float) -> dict:
-    """Bad Host headers and malformed requests, as fast as one process sends them.
-
-    Requests with a Host not in ALLOWED_HOSTS on the site's paths and the protocol's, on kept-alive
-    connections, and malformed requests (bad request line, version, header, chunk framing, TLS) each
-    on a new connection, from 127.0.0.2-5. Each bad Host once logged a traceback and each malformed
-    request a line (issue 44, item 6): the row's log growth is what they cost now."""
+    Each on a kept-alive connection from 127.0.0.2-5, its next request sent as soon as an answer is
+    in. Four such readers once pushed heartbeats to p50 3.6 s, sixteen made half of them time out
+    (issue 44, item 2): every view rendered the page, whose scans of the whole registry held the
+    event loop. Reported: the answers by status, pages a second, their median time, the largest."""
 
     async def attack() -> dict:
         deadline = time.monotonic() + seconds
-        hosts: Counter = Counter()
-        malformed: Counter = Counter()
-        sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
+        seen: dict = {"answers": Counter(), "times": [], "largest": 0}
         await asyncio.gather(
-            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
             *(
-                _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
-                for n in range(LOG_FLOOD_MALFORMED_LOOPS)
-            ),
+                _console_reader(port, f"127.0.0.{2 + n % 4}", path, deadline, seen)
+                for n in range(CONSOLE_READERS)
+            )
         )
+        times = seen["times"]
         return {
-            "bad Host requests answered": dict(hosts),
-            "malformed requests answered": dict(malformed),
-            "requests/s": round((sum(hosts.values()) + sum(malformed.values())) / seconds),
+            "answers": dict(seen["answers"]),
+            "pages/s": round(len(times) / seconds),
+            "page p50 ms": round(statistics.median(times) * 1000, 1) if times else None,
+            "largest page KB": round(seen["largest"] / 1024),
         }
 
     return asyncio.run(attack())
 
 
-add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
+add(Attack("console", console_readers, registered=10_000))
 
 
-# ---- item 3: readers that never read their answer ----
+# ---- 3. readers that never read their answer ----
 
 SLOW_READERS = 2_000
 SLOW_READER_SOURCES = [f"127.0.0.{n}" for n in range(2, 10)]  # 8 addresses, 250 connections each
@@ -700,7 +664,7 @@ add(
 )
 
 
-# ---- item 4: one slow body beside registrations ----
+# ---- 4. one slow body beside registrations ----
 
 SLOW_BODY_SOURCE = "127.0.0.2"
 SLOW_BODY_REGISTRAR = "127.0.0.3"
@@ -770,6 +734,219 @@ def slow_body(port: int, seconds: float) -> dict:
 
 
 add(Attack("slow-body", slow_body, duration_s=60.0))
+
+
+# ---- 5. re-registration churn ----
+
+CHURN_IDS = 1_000  # the same instances, registered again and again
+CHURN_BATCH_CONNECTIONS = 2  # kept-alive connections posting batches back to back
+CHURN_REGISTER_CONNECTIONS = 8  # kept-alive connections posting registrations back to back
+# Past the delta's retention (180 s) and the prune job's interval (30 s) after it: what is left then
+# is what the node keeps for good.
+CHURN_SETTLE_S = 215.0
+
+
+def _post(path: str, port: int, body: bytes) -> bytes:
+    """A POST of a JSON body on a kept-alive connection."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _answer_code(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (a body of Content-Length bytes, or none): its status."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.lower().split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            await reader.readexactly(int(line[15:]))
+    return head.split(b" ", 2)[1]
+
+
+async def _keep_posting(
+    port: int, source: str, deadline: float, posts: list[bytes], answers: Counter
+) -> None:
+    """``posts`` in turn, each as soon as the one before was answered, on one kept-alive connection
+    from ``source`` (a new one if the node closes it) until ``deadline``."""
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                writer.write(posts[sent % len(posts)])
+                sent += 1
+                answers[(await asyncio.wait_for(_answer_code(reader), 30)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+def _churn(port: int, seconds: float, connections: int, posts: list[bytes]) -> Counter:
+    async def attack() -> Counter:
+        deadline = time.monotonic() + seconds
+        answers: Counter = Counter()
+        await asyncio.gather(
+            *(
+                _keep_posting(port, f"127.0.0.{2 + n % 4}", deadline, posts, answers)
+                for n in range(connections)
+            )
+        )
+        return answers
+
+    return asyncio.run(attack())
+
+
+def churn_batch(port: int, seconds: float) -> dict:
+    """1,000-item Register batches of the same 1,000 instances, back to back.
+
+    Posted to ``/eureka/peerreplication/batch`` (open to anyone with API accounts off, the default) on
+    two kept-alive connections from 127.0.0.2-3. Every item registers an instance again; each write
+    once stayed in the change log and the delta queue for their whole retention, and RSS grew by
+    gigabytes and stayed there (issue 44, item 5)."""
+    body = orjson.dumps({"replicationList": [extra_instance(n) for n in range(CHURN_IDS)]})
+    answers = _churn(
+        port, seconds, CHURN_BATCH_CONNECTIONS, [_post("/eureka/peerreplication/batch", port, body)]
+    )
+    done = answers.get("200", 0)
+    return {
+        "batches answered": dict(answers),
+        "registrations": done * CHURN_IDS,
+        "registrations/s": round(done * CHURN_IDS / seconds),
+    }
+
+
+def churn_register(port: int, seconds: float) -> dict:
+    """``POST /eureka/apps/{app}`` re-registrations of the same 1,000 instances, as fast as possible.
+
+    What any client (a ``client`` account with API accounts on) may send: eight kept-alive connections
+    from 127.0.0.2-5 registering the 1,000 instances again and again, in turn."""
+    posts = []
+    for n in range(CHURN_IDS):
+        item = extra_instance(n)
+        body = orjson.dumps({"instance": item["instanceInfo"]})
+        posts.append(_post(f"/eureka/apps/{item['appName']}", port, body))
+    answers = _churn(port, seconds, CHURN_REGISTER_CONNECTIONS, posts)
+    return {
+        "registrations answered": dict(answers),
+        "registrations/s": round(answers.get("204", 0) / seconds),
+    }
+
+
+add(Attack("churn-batch", churn_batch, duration_s=60.0, settle_s=CHURN_SETTLE_S))
+add(Attack("churn-register", churn_register, duration_s=60.0, settle_s=CHURN_SETTLE_S))
+
+
+# ---- 6. log floods ----
+
+LOG_FLOOD_HOSTS = "127.0.0.1,localhost"
+# Paths a bad Host is sent to: the site's (Django logged a traceback for each) and the protocol's.
+LOG_FLOOD_PATHS = (
+    "/",
+    "/admin/",
+    "/admin/login/",
+    "/healthz",
+    "/metrics",
+    "/static/x.css",
+    "/nope",
+    "/eureka/apps",
+)
+# Requests gunicorn's parser refuses (a line each before the fix); granian's parser answers them too.
+LOG_FLOOD_MALFORMED = (
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad\x01Name: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+    b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+)
+LOG_FLOOD_CONNECTIONS = 8  # kept-alive connections sending bad Hosts
+LOG_FLOOD_MALFORMED_LOOPS = 4  # loops sending malformed requests, each on a new connection
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer off a kept-alive connection (Content-Length or chunked): its status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None
+    )
+    if length is None:
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        await reader.readexactly(length)
+    return head.split(b" ", 2)[1]
+
+
+async def _bad_hosts(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+        except OSError as error:
+            answers[type(error).__name__] += 1
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                path = LOG_FLOOD_PATHS[sent % len(LOG_FLOOD_PATHS)]
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: evil-{sent % 7}.example\r\n\r\n".encode())
+                sent += 1
+                answers[(await asyncio.wait_for(_read_answer(reader), 10)).decode()] += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+        finally:
+            writer.close()
+
+
+async def _malformed(port: int, source: str, deadline: float, answers: Counter) -> None:
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port, local_addr=(source, 0))
+            writer.write(LOG_FLOOD_MALFORMED[sent % len(LOG_FLOOD_MALFORMED)])
+            sent += 1
+            line = await asyncio.wait_for(reader.readline(), 10)
+            answers[line.split(b" ", 2)[1].decode() if line.count(b" ") >= 2 else "no answer"] += 1
+            writer.close()
+        except (OSError, TimeoutError) as error:
+            answers[type(error).__name__] += 1
+
+
+def log_flood(port: int, seconds: float) -> dict:
+    """Bad Host headers and malformed requests, as fast as one process sends them.
+
+    Requests with a Host not in ALLOWED_HOSTS on the site's paths and the protocol's, on kept-alive
+    connections, and malformed requests (bad request line, version, header, chunk framing, TLS) each
+    on a new connection, from 127.0.0.2-5. Each bad Host once logged a traceback and each malformed
+    request a line (issue 44, item 6): the row's log growth is what they cost now."""
+
+    async def attack() -> dict:
+        deadline = time.monotonic() + seconds
+        hosts: Counter = Counter()
+        malformed: Counter = Counter()
+        sources = [f"127.0.0.{2 + n % 4}" for n in range(LOG_FLOOD_CONNECTIONS + LOG_FLOOD_MALFORMED_LOOPS)]
+        await asyncio.gather(
+            *(_bad_hosts(port, sources[n], deadline, hosts) for n in range(LOG_FLOOD_CONNECTIONS)),
+            *(
+                _malformed(port, sources[LOG_FLOOD_CONNECTIONS + n], deadline, malformed)
+                for n in range(LOG_FLOOD_MALFORMED_LOOPS)
+            ),
+        )
+        return {
+            "bad Host requests answered": dict(hosts),
+            "malformed requests answered": dict(malformed),
+            "requests/s": round((sum(hosts.values()) + sum(malformed.values())) / seconds),
+        }
+
+    return asyncio.run(attack())
+
+
+add(Attack("log-flood", log_flood, env={"ALLOWED_HOSTS": LOG_FLOOD_HOSTS}, duration_s=15.0))
 
 
 def main(argv: list[str]) -> int:

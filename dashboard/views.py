@@ -11,16 +11,19 @@ from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from dashboard.shared_pages import Busy, Page, SharedPages
 from registry import console_data
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm
+from registry.cache.pacing import PACER
 from registry.domain.findings import find_suspicious
+from registry.domain.refusals import RefusalLines
 from registry.runtime.node import get_node
 
 # Suspicious registrations listed on the status page at most (the count of the rest is shown).
@@ -38,6 +41,52 @@ def console_page(view):
         if settings.EUREKA_DASHBOARD_LOGIN_REQUIRED:
             return guarded(request, *args, **kwargs)
         return view(request, *args, **kwargs)
+
+    return page
+
+
+BUSY_TEXT = "The console is rendering another page; try again in a moment.\n"
+
+
+def _shared_pages(node) -> SharedPages:
+    pages = node.console_pages
+    if pages is None:
+        pages = node.console_pages = SharedPages(
+            node.config.dashboard.cache_ms,
+            node.now,
+            give_way=PACER.give_way,
+            refusal_lines=RefusalLines(node.config.process.refusal_log_interval_seconds),
+        )
+    return pages
+
+
+def shared(view):
+    """The view's answer shared by every viewer of the same page for EUREKA_DASHBOARD_CACHE_MS, one
+    page rendered at a time and, under gevent, one view at a time after the heartbeats that were ready
+    (dashboard/shared_pages.py); 503 when a view got no turn and its page has no copy to give.
+
+    A page differs by its path and query (the login link carries them too), the script prefix its
+    links carry and whether the viewer is staff (admin links); nothing else of the viewer is on it."""
+
+    @wraps(view)
+    def page(request, *args, **kwargs):
+        user = request.user
+        key = (get_script_prefix(), request.get_full_path(), user.is_authenticated and user.is_staff)
+
+        def render_page() -> Page:
+            response = view(request, *args, **kwargs)
+            return Page(response.status_code, response.content, response["Content-Type"])
+
+        try:
+            answer = _shared_pages(get_node()).get(key, render_page)
+        except Busy:
+            busy = HttpResponse(
+                BUSY_TEXT, status=503, content_type="text/plain; charset=utf-8", headers={"Retry-After": "1"}
+            )
+            # Counted, and logged at most once an interval, by SharedPages; not a line each by django.request.
+            busy._has_been_logged = True
+            return busy
+        return HttpResponse(answer.content, status=answer.status, content_type=answer.content_type)
 
     return page
 
@@ -73,12 +122,12 @@ def _status_context(request) -> tuple[dict, int]:
     data = form.cleaned_data
     query = form.query()
     everything = node.registry.instances()
-    findings = find_suspicious(everything, node.registration_sources.as_mapping())
+    findings = find_suspicious(everything, node.registration_sources.as_mapping(), PACER.tick)
     context["findings"] = findings[:FINDINGS_SHOWN]
     context["findings_more"] = max(0, len(findings) - FINDINGS_SHOWN)
-    groups = console_data.select(everything, query)
+    groups = console_data.select(everything, query, PACER.tick)
     per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
-    context["page"] = console_data.page_of(groups, data["page"] or 1, per_page)
+    context["page"] = console_data.page_of(groups, data["page"] or 1, per_page, PACER.tick)
     context["filtered"] = query.active
     params = request.GET.copy()
     params.pop("page", None)
@@ -93,7 +142,7 @@ def _charts(node, now) -> list:
     """The last hour's charts, or none when the node keeps no history."""
     if node.history is None:
         return []
-    return console_data.node_charts(node.history.samples(), now, timezone.get_current_timezone())
+    return console_data.node_charts(node.history.samples(), now, timezone.get_current_timezone(), PACER.tick)
 
 
 def _timeline(node, app, instance_id, detail, now):
@@ -114,6 +163,7 @@ def _timeline(node, app, instance_id, detail, now):
 
 @console_page
 @require_safe
+@shared
 def status_page(request):
     context, status = _status_context(request)
     return render(request, "dashboard/status.html", context, status=status)
@@ -121,6 +171,7 @@ def status_page(request):
 
 @console_page
 @require_safe
+@shared
 def status_fragment(request):
     """The live sections of the status page alone, for the page's auto-refresh."""
     context, status = _status_context(request)
@@ -129,6 +180,7 @@ def status_fragment(request):
 
 @console_page
 @require_safe
+@shared
 def lastn_page(request):
     node = get_node()
     now = node.now()
@@ -144,6 +196,7 @@ def instance_index(request):
 
 @console_page
 @require_safe
+@shared
 def instance_page(request, app, instance_id):
     node = get_node()
     now = node.now()

@@ -1,14 +1,21 @@
-"""The instance links of the console's status cells, built in Python.
+"""The console's long lists built in Python: the instance links of the status cells and the rows of
+the "Last 1000" lists; and ``{% pace %}``, a turn for others in a long render.
 
-A page lists up to a thousand ids with two or three links each; as template loops they were most of
-the page's render time (and a render holds the node's event loop, so heartbeats wait for it).
+A page lists up to a thousand ids with two or three links each, "Last 1000 since startup" three
+thousand rows; as template loops they were most of their pages' render time. A render holds the
+node's event loop (gevent), so these give it a turn whenever the render's slice is used up
+(registry/cache/pacing.py): heartbeats wait a slice at most.
 """
 
 from urllib.parse import quote
 
 from django import template
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString
+
+from registry.cache.pacing import PACER
+from registry.console_data import format_time
 
 register = template.Library()
 
@@ -38,4 +45,34 @@ def instance_links(context, group) -> SafeString:
             else ""
         )
         parts.append(f'<span class="instance">{label}{details}{manage}</span>')
+    # A turn for others between the table's cells (a render holds the event loop: pacing.py).
+    PACER.tick()
     return SafeString(", ".join(parts))
+
+
+@register.simple_tag
+def event_rows(events) -> SafeString:
+    """The rows of a "Last 1000" list (Timestamp | Lease | Cause), or its "No results available"."""
+    tz = timezone.get_current_timezone()
+    rows = []
+    for event in events:
+        when = format_time(event.timestamp, tz) if event.timestamp > 0 else "—"
+        cause = escape(event.cause)
+        if event.status:
+            cause += f" → {escape(event.status)}"
+        if event.actor:
+            cause += f' <span class="muted">by {escape(event.actor)}</span>'
+        rows.append(
+            f"<tr><td>{when}</td><td>{escape(event.app)}({escape(event.instance_id)})</td><td>{cause}</td></tr>"
+        )
+        PACER.tick()
+    if not rows:
+        return SafeString('<tr><td colspan="3">No results available</td></tr>')
+    return SafeString("\n".join(rows))
+
+
+@register.simple_tag
+def pace() -> str:
+    """Nothing; gives the event loop a turn if the render's slice is used up (in a template loop)."""
+    PACER.tick()
+    return ""

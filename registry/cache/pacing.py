@@ -50,6 +50,14 @@ class Pacer:
         # Whoever resumes starts a new slice: the loop has just had its turn.
         self._turn_at = self._clock()
 
+    def give_way(self) -> None:
+        """Pause now, whatever is left of the slice: work that should come after everything ready to
+        run (a console view, after heartbeats) calls it before it starts."""
+        if self.pause is None:
+            return
+        self.pause()
+        self._turn_at = self._clock()
+
     def paused_cpu(self) -> float:
         """CPU seconds this process's serving thread spent in pauses (other greenlets' work)."""
         return self._paused_cpu

@@ -415,14 +415,17 @@ def regions_chart(samples: Sequence[Sample], now: int, tz: tzinfo) -> Chart | No
     return _line_per_name(chart, taken, now, tz, names, age, missing="never")
 
 
-def node_charts(samples: Sequence[Sample], now: int, tz: tzinfo) -> list[Chart]:
-    """Every chart of the status page, in page order (peers and regions only when configured)."""
-    charts = [
-        renews_chart(samples, now, tz),
-        statuses_chart(samples, now, tz),
-        writes_chart(samples, now, tz),
-    ]
+def node_charts(
+    samples: Sequence[Sample], now: int, tz: tzinfo, pause: Callable[[], None] = lambda: None
+) -> list[Chart]:
+    """Every chart of the status page, in page order (peers and regions only when configured);
+    ``pause`` is called after each (a turn for others while a page is drawn)."""
+    charts = []
+    for draw in (renews_chart, statuses_chart, writes_chart):
+        charts.append(draw(samples, now, tz))
+        pause()
     charts.extend(peers_charts(samples, now, tz))
+    pause()
     regions = regions_chart(samples, now, tz)
     if regions is not None:
         charts.append(regions)

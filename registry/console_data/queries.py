@@ -8,7 +8,7 @@ heartbeat nor allocates an object per instance.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from registry.domain import constants as c
@@ -89,16 +89,24 @@ def instance_sort_key(instance: InstanceInfo) -> tuple[int, str]:
     return _STATUS_RANK.get(instance.status, len(STATUS_ORDER)), instance.instance_id
 
 
+def _no_pause() -> None:
+    pass
+
+
 def select(
-    apps: Iterable[tuple[str, Sequence[InstanceInfo]]], query: InstanceQuery
+    apps: Iterable[tuple[str, Sequence[InstanceInfo]]],
+    query: InstanceQuery,
+    pause: Callable[[], None] = _no_pause,
 ) -> list[tuple[str, list[InstanceInfo]]]:
-    """The matching instances grouped by app: apps by name, instances by status order then id."""
+    """The matching instances grouped by app: apps by name, instances by status order then id.
+    ``pause`` is called after each application (a turn for others in a long scan)."""
     selected = []
     for name, instances in sorted(apps, key=lambda item: item[0]):
         matching = [i for i in instances if query.matches(i)] if query.active else list(instances)
         if matching:
             matching.sort(key=instance_sort_key)
             selected.append((name, matching))
+        pause()
     return selected
 
 
@@ -226,15 +234,22 @@ def _app_row(name: str, instances: list[InstanceInfo], start: int, stop: int) ->
     )
 
 
-def page_of(groups: list[tuple[str, list[InstanceInfo]]], number: int, per_page: int) -> InstancePage:
-    """Page ``number`` (1-based, clamped to the last page) of the grouped instances."""
+def page_of(
+    groups: list[tuple[str, list[InstanceInfo]]],
+    number: int,
+    per_page: int,
+    pause: Callable[[], None] = _no_pause,
+) -> InstancePage:
+    """Page ``number`` (1-based, clamped to the last page) of the grouped instances; ``pause`` is
+    called after each row."""
     if per_page < 1:
         raise BadQuery("per_page must be at least 1")
     bounds = _page_bounds([len(instances) for _, instances in groups], per_page)
     number = min(max(1, number), len(bounds))
-    rows = [
-        _app_row(groups[index][0], groups[index][1], start, stop) for index, start, stop in bounds[number - 1]
-    ]
+    rows = []
+    for index, start, stop in bounds[number - 1]:
+        rows.append(_app_row(groups[index][0], groups[index][1], start, stop))
+        pause()
     return InstancePage(
         rows=rows,
         number=number,

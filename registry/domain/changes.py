@@ -9,6 +9,14 @@ told that something came (``subscribe``: called under the registry lock, so it m
 Ids grow across restarts too: the first id of a node is its start time in milliseconds times 1,000,
 so an id a reader kept from before a restart is older than every id after it and is answered
 "too old" rather than matched to an unrelated change (unless a warm restart brought the log back).
+
+A change that repeats its instance's previous change — the same action, statuses and origin: a client
+re-registering in a loop — replaces it: the previous one leaves the log, the new one comes last with
+its new id, as the delta keeps only an instance's latest change. A reader that had not read the
+previous one reads the new one instead, and one that had reads the new one too: none misses that the
+instance registered again, none gets the same news a thousand times over, and a loop of
+re-registrations costs the log one entry per instance, not one per write for the whole retention
+window.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ ACTIONS = (REGISTERED, CANCELLED, EVICTED, STATUS_CHANGED, METADATA_CHANGED)
 # start to reach the first id of a node started a millisecond later.
 IDS_PER_MS = 1_000
 # Upper bound on entries whatever the retention window (10,000 instances re-registering at once
-# stay well inside it); the oldest go first.
+# stay well inside it); the oldest go first, and a reader behind them is answered "too old".
 DEFAULT_CAPACITY = 200_000
 
 
@@ -88,12 +96,23 @@ Listener = Callable[[Change], None]
 
 
 class ChangeLog:
+    """The numbered changes of the retention window, oldest first, with an index by app.
+
+    A change that repeats its instance's previous change (``repeats``) replaces it: the previous one
+    is marked superseded (``_superseded``), readers skip it, and it leaves the deques when they are
+    compacted (once superseded entries are half of them) or when it reaches the front. Removing it at
+    once would take a pass over a deque."""
+
     def __init__(self, start_ms: int, retention_ms: int, capacity: int = DEFAULT_CAPACITY):
         self.retention_ms = retention_ms
-        self._entries: deque[Change] = deque(maxlen=capacity)
+        self.capacity = capacity
+        self._entries: deque[Change] = deque()
         # The same entries by upper-cased app name: a feed reader following one app reads that app's
         # changes only, instead of scanning up to ``capacity`` others under the registry lock.
         self._by_app: dict[str, deque[Change]] = {}
+        # Each instance id's newest entry, and the ids of the entries a repeat superseded.
+        self._newest: dict[str, Change] = {}
+        self._superseded: set[int] = set()
         self._ids = itertools.count(start_ms * IDS_PER_MS + 1)
         # The id before the first this log will hand out, or the newest one handed out.
         self.last_id = start_ms * IDS_PER_MS
@@ -114,9 +133,6 @@ class ChangeLog:
         overridden_status: str | None = None,
         replicated: bool = False,
     ) -> Change:
-        if len(self._entries) == self._entries.maxlen:
-            self._dropped_through = self._entries[0].id
-            self._unindex(self._entries[0])
         change = Change(
             next(self._ids),
             now,
@@ -128,38 +144,76 @@ class ChangeLog:
             overridden_status,
             replicated,
         )
-        self._entries.append(change)
-        self._index(change)
+        self._keep(change)
         self.last_id = change.id
         for listener in self._listeners:
             listener(change)
         return change
+
+    def _keep(self, change: Change) -> None:
+        """Add ``change`` last, superseding the previous change of its instance if it repeats it."""
+        previous = self._newest.get(change.instance_id)
+        if previous is not None and repeats(change, previous):
+            self._superseded.add(previous.id)
+            if len(self._superseded) * 2 > len(self._entries):
+                self._compact()
+        if len(self._entries) >= self.capacity:
+            self._drop_oldest()
+        self._entries.append(change)
+        key = change.app.upper()
+        kept = self._by_app.get(key)
+        if kept is None:
+            kept = self._by_app[key] = deque()
+        kept.append(change)
+        self._newest[change.instance_id] = change
+        self._trim_front()
+
+    def _trim_front(self) -> None:
+        """Superseded entries at the front go at once (in a loop the oldest entry is often the one a
+        repeat superseded): the oldest entry kept is always one a reader reads (``oldest_id``)."""
+        entries, superseded = self._entries, self._superseded
+        while entries and entries[0].id in superseded:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> Change:
+        """Take the oldest entry out of the log (retention, capacity)."""
+        oldest = self._entries.popleft()
+        key = oldest.app.upper()
+        kept = self._by_app[key]
+        kept.popleft()  # the oldest entry of the log is the oldest of its app
+        if not kept:
+            del self._by_app[key]
+        if oldest.id in self._superseded:
+            # A later entry says the same: nothing a reader could miss.
+            self._superseded.discard(oldest.id)
+        else:
+            self._dropped_through = oldest.id
+            if self._newest.get(oldest.instance_id) is oldest:
+                del self._newest[oldest.instance_id]
+        return oldest
+
+    def _compact(self) -> None:
+        """The deques without their superseded entries (a pass over each: as many appends came
+        since the last one, so it costs each append a constant)."""
+        superseded = self._superseded
+        self._entries = deque(change for change in self._entries if change.id not in superseded)
+        for key, kept in list(self._by_app.items()):
+            remaining = deque(change for change in kept if change.id not in superseded)
+            if remaining:
+                self._by_app[key] = remaining
+            else:
+                del self._by_app[key]
+        superseded.clear()
 
     def prune(self, now: int) -> int:
         """Drop entries past the retention window; returns how many."""
         dropped = 0
         entries = self._entries
         while entries and now - entries[0].timestamp > self.retention_ms:
-            oldest = entries.popleft()
-            self._unindex(oldest)
-            self._dropped_through = oldest.id
+            self._drop_oldest()
             dropped += 1
+        self._trim_front()
         return dropped
-
-    def _index(self, change: Change) -> None:
-        key = change.app.upper()
-        kept = self._by_app.get(key)
-        if kept is None:
-            kept = self._by_app[key] = deque()
-        kept.append(change)
-
-    def _unindex(self, change: Change) -> None:
-        """Drop ``change``, the oldest entry of the log and so the oldest of its app."""
-        key = change.app.upper()
-        kept = self._by_app[key]
-        kept.popleft()
-        if not kept:
-            del self._by_app[key]
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(change)`` for each new change (under the registry lock: no I/O, no waiting).
@@ -183,7 +237,7 @@ class ChangeLog:
         """Up to ``limit`` changes with ids above ``after_id``, oldest first, filtered by app and action.
         Raises TooOld when changes after ``after_id`` have already left the log."""
         if after_id < self._dropped_through:
-            raise TooOld(after_id, self._entries[0].id if self._entries else None, self.last_id)
+            raise TooOld(after_id, self.oldest_id(), self.last_id)
         wanted_actions = set(actions) if actions else None
         if apps:
             # Each wanted app's own changes, merged back into id order: the cost follows the apps
@@ -193,8 +247,11 @@ class ChangeLog:
             candidates = heapq.merge(*tails, key=_change_id) if len(tails) > 1 else tails[0]
         else:
             candidates = self._tail_after(after_id, self._entries)
+        superseded = self._superseded
         found: list[Change] = []
         for change in candidates:
+            if change.id in superseded:
+                continue
             if wanted_actions is not None and change.action not in wanted_actions:
                 continue
             found.append(change)
@@ -217,17 +274,19 @@ class ChangeLog:
         return itertools.islice(entries, low, None)
 
     def oldest_id(self) -> int | None:
+        # Never a superseded entry (``_trim_front``).
         return self._entries[0].id if self._entries else None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) - len(self._superseded)
 
     # ----------------------------------------------------------------- warm restart
 
     def copy(self) -> tuple[int, list[Change]]:
         """The newest id and the kept entries: a list of references (entries are immutable), cheap
         enough to take under the registry lock; ``exported`` turns it into saved form afterwards."""
-        return self.last_id, list(self._entries)
+        superseded = self._superseded
+        return self.last_id, [change for change in self._entries if change.id not in superseded]
 
     def export(self) -> dict:
         return exported(*self.copy())
@@ -239,11 +298,12 @@ class ChangeLog:
         last_id = int(state.get("last_id", 0))
         if entries and last_id >= entries[-1].id:
             self._entries.clear()
-            self._entries.extend(entries)
             self._by_app.clear()
-            for change in self._entries:
-                self._index(change)
+            self._newest.clear()
+            self._superseded.clear()
             self._dropped_through = entries[0].id - 1
+            for change in entries:
+                self._keep(change)
         if last_id > self.last_id:
             self.last_id = last_id
             self._ids = itertools.count(last_id + 1)
@@ -253,6 +313,18 @@ class ChangeLog:
 
 def _change_id(change: Change) -> int:
     return change.id
+
+
+def repeats(change: Change, previous: Change) -> bool:
+    """Whether ``change`` tells a reader what ``previous``, its instance's previous change, told."""
+    return (
+        change.action == previous.action
+        and change.old_status == previous.old_status
+        and change.new_status == previous.new_status
+        and change.overridden_status == previous.overridden_status
+        and change.replicated == previous.replicated
+        and change.app == previous.app
+    )
 
 
 def exported(last_id: int, entries: Iterable[Change]) -> dict:

@@ -871,6 +871,15 @@ class DashboardConfig:
     page_size: int = setting(
         500, "EUREKA_DASHBOARD_PAGE_SIZE", "Instances per page of the console's table.", minimum=10
     )
+    # A console view reads the whole registry: viewers of one page share its render for this long
+    # (dashboard/shared_pages.py), so its cost does not grow with the number of viewers.
+    cache_ms: int = setting(
+        2_000,
+        "EUREKA_DASHBOARD_CACHE_MS",
+        "How long every viewer of a console page gets the same render (what it shows is at most "
+        "this old); 0: each view renders.",
+        minimum=0,
+    )
     # The console's last-hour charts keep 3,600,000 / this many samples (360 at 10 s).
     history_interval_ms: int = setting(
         10_000,

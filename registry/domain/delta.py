@@ -8,7 +8,7 @@ lease times of what ``DeltaQueue.read`` listed after that lock, in steps.
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,30 +32,38 @@ class DeltaParts:
 
 
 class DeltaQueue:
-    """Eureka's recentlyChangedQueue: (changed at, lease, sequence number), oldest first, kept for
-    the retention the registry's prune job gives (``prune``).
+    """Eureka's recentlyChangedQueue, kept for the retention the registry's prune job gives
+    (``prune``), one entry per instance: its latest change.
 
     The delta lists each instance once, as of its latest entry, grouped by app in the order the apps
-    first appear. ``_by_app`` keeps, per app, each instance's latest (sequence, lease) in sequence
-    order, so a delta read needs no pass over the queue; ``_app_versions`` changes whenever an app's
-    part of the delta does, so a payload builder can keep the rest.
+    first appear, so an entry an instance's later change supersedes would never be read again: it
+    leaves at once instead of at the end of the retention. (Eureka's queue keeps every entry until
+    then: a client re-registering the same ids in a loop would make the node keep every record it
+    sent for the whole retention window.) ``_queue`` keeps when each instance last changed, oldest first;
+    ``_by_app`` keeps, per app, each instance's latest (sequence, lease) in sequence order, so a delta
+    read needs no pass over the queue; ``_app_versions`` changes whenever an app's part of the delta
+    does, so a payload builder can keep the rest.
     """
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[int, Lease, int]] = deque()
+        # (app, instance id) -> when its latest entry was appended, oldest first.
+        self._queue: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._by_app: dict[str, dict[str, tuple[int, Lease]]] = {}
         self._app_versions: dict[str, int] = {}
         self._seq = itertools.count()
         self._versions = itertools.count(1)
 
     def __len__(self) -> int:
+        """Instances in the delta (each once)."""
         return len(self._queue)
 
     def append(self, now: int, lease: Lease) -> None:
         """The lease changed at ``now`` (registered, modified or cancelled: its record says which)."""
         seq = next(self._seq)
-        self._queue.append((now, lease, seq))
         app, instance_id = lease.instance.app, lease.instance.instance_id
+        key = (app, instance_id)
+        self._queue[key] = now
+        self._queue.move_to_end(key)
         entries = self._by_app.setdefault(app, {})
         entries.pop(instance_id, None)  # re-inserted last: the delta lists it where it last changed
         entries[instance_id] = (seq, lease)
@@ -67,22 +75,22 @@ class DeltaQueue:
         return entry[1] if entry is not None else None
 
     def prune(self, now: int, retention_ms: int) -> int:
-        """Drop the entries older than ``retention_ms``; returns how many. An app whose part lost an
-        instance gets a new version; an app left with none leaves the delta."""
+        """Drop the instances whose latest change is older than ``retention_ms``; returns how many. An
+        app whose part lost an instance gets a new version; an app left with none leaves the delta."""
         horizon = now - retention_ms
         queue = self._queue
         dropped = 0
-        while queue and queue[0][0] < horizon:
-            _, lease, seq = queue.popleft()
-            app, instance_id = lease.instance.app, lease.instance.instance_id
-            entries = self._by_app.get(app, {})
-            latest = entries.get(instance_id)
-            if latest is not None and latest[0] == seq:
-                del entries[instance_id]
-                if entries:
-                    self._app_versions[app] = next(self._seq)
-                else:
-                    del self._by_app[app], self._app_versions[app]
+        while queue:
+            (app, instance_id), changed_at = next(iter(queue.items()))
+            if changed_at >= horizon:
+                break
+            del queue[app, instance_id]
+            entries = self._by_app[app]
+            del entries[instance_id]
+            if entries:
+                self._app_versions[app] = next(self._seq)
+            else:
+                del self._by_app[app], self._app_versions[app]
             dropped += 1
         return dropped
 

@@ -15,7 +15,7 @@ Plain Python over the registry's instance records. Three kinds:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .instances import InstanceInfo
@@ -65,6 +65,9 @@ def is_loopback(address: str | None) -> bool:
         return False
     if address.lower() in _LOCAL_NAMES:
         return True
+    if ":" not in address and not address.startswith(("127.", "0.")):
+        # A host name, or an IPv4 address outside 127/8 and 0.0.0.0: parsing would say no, slowly.
+        return False
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -82,9 +85,12 @@ def _endpoints(instance: InstanceInfo) -> list[tuple[str, int]]:
 
 
 def find_suspicious(
-    instances: Iterable[tuple[str, list[InstanceInfo]]], sources: Mapping[tuple[str, str], str]
+    instances: Iterable[tuple[str, list[InstanceInfo]]],
+    sources: Mapping[tuple[str, str], str],
+    pause: Callable[[], None] = lambda: None,
 ) -> list[Finding]:
-    """Every finding, by application then instance id (an instance may have several)."""
+    """Every finding, by application then instance id (an instance may have several). ``pause`` is
+    called after each instance and each shared endpoint (a turn for others in a long scan)."""
     findings: list[Finding] = []
     by_endpoint: dict[tuple[str, int], list[InstanceInfo]] = {}
     for _, records in instances:
@@ -94,14 +100,21 @@ def find_suspicious(
                     continue
                 by_endpoint.setdefault(endpoint, []).append(instance)
             findings.extend(_own_findings(instance, sources))
+            pause()
     for (address, port), sharing in by_endpoint.items():
         if len(sharing) < 2:
             continue
-        for instance in sharing:
-            others = sorted(f"{other.app}/{other.instance_id}" for other in sharing if other is not instance)
-            if not others:
-                continue  # one instance listing the same port twice (port and secure port)
-            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        # One instance whose port and secure port are the same is listed twice: it is not its own
+        # duplicate. Names are sorted once per endpoint and each instance names the first three
+        # others, so thousands of ids on one endpoint cost a sort, not one per id.
+        unique = list({id(instance): instance for instance in sharing}.values())
+        if len(unique) < 2:
+            continue
+        names = sorted((f"{other.app}/{other.instance_id}", index) for index, other in enumerate(unique))
+        for index, instance in enumerate(unique):
+            others = [name for name, at in names[:4] if at != index][:3]
+            more = len(unique) - 1 - len(others)
+            listed = ", ".join(others) + (f" and {more} more" if more else "")
             findings.append(
                 Finding(
                     instance.app,
@@ -110,6 +123,7 @@ def find_suspicious(
                     f"{address}:{port} is also registered as {listed}",
                 )
             )
+        pause()
     findings.sort(key=lambda finding: (finding.app, finding.instance_id, finding.kind))
     return findings
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.domain import constants as c
-from registry.domain.changes import METADATA_CHANGED, Change
+from registry.domain.changes import METADATA_CHANGED, Change, repeats
 
 # The order of statuses in a sample (and in the stacked chart, bottom up): the healthy state first.
 STATUS_ORDER = (c.UP, c.STARTING, c.OUT_OF_SERVICE, c.DOWN, c.UNKNOWN)
@@ -134,7 +134,10 @@ class StatusTrail:
 
     The change log itself keeps only the delta's few minutes. This keeps the newest ``kept`` changes
     of each instance, and ``prune`` forgets instances whose newest change is older than the window.
-    ``note`` runs under the registry's lock: a dict lookup and a deque append, nothing on renews.
+    A change that repeats the instance's previous one (a client re-registering over and over) takes
+    its place, as in the change log: the trail shows the instance's changes, not a client's loop, and
+    keeps no more than it shows. ``note`` runs under the registry's lock: a dict lookup and a deque
+    append, nothing on renews.
     """
 
     def __init__(self, window_ms: int = WINDOW_MS, kept: int = 60):
@@ -153,6 +156,8 @@ class StatusTrail:
         if trail is None:
             # Made holding its first change, so that ``prune`` (another thread) never sees it empty.
             self._trails[key] = deque((change,), maxlen=self.kept)
+        elif repeats(change, trail[-1]):
+            trail[-1] = change
         else:
             trail.append(change)
 

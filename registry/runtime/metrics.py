@@ -166,6 +166,25 @@ class NodeCollector(Collector):
         yield from self._loop_watch(node)
         yield from self._remote_regions(node, now)
         yield from self._connections()
+        yield from self._console(node)
+
+    def _console(self, node: Node) -> Iterator[Metric]:
+        pages = node.console_pages  # dashboard/shared_pages.py, made by the console's first view
+        views = CounterMetricFamily(
+            "eureka_console_views",
+            "Console views by how they were answered: rendered, shared (a copy younger than "
+            "EUREKA_DASHBOARD_CACHE_MS), stale (an older copy while another page was being rendered) "
+            "or busy (503: no copy while another page was being rendered).",
+            labels=["outcome"],
+        )
+        for outcome, attribute in (
+            ("rendered", "rendered"),
+            ("shared", "shared"),
+            ("stale", "stale"),
+            ("busy", "refused"),
+        ):
+            views.add_metric([outcome], getattr(pages, attribute) if pages is not None else 0)
+        yield views
 
     def _connections(self) -> Iterator[Metric]:
         """The serving worker's connection admission (registry/runtime/connections.py); nothing
@@ -373,7 +392,7 @@ class NodeCollector(Collector):
         )
         yield _gauge(
             "eureka_delta_queue_entries",
-            "Entries in the delta queue (retention window).",
+            "Instances in the delta queue (changed within the retention window; each once).",
             stats["delta_queue_length"],
         )
         yield _gauge(

@@ -131,6 +131,9 @@ class Node:
     history: History | None = None
     # Each instance's status changes of the last hour, for its page (with the history, or None).
     status_trail: StatusTrail | None = None
+    # The console's shared pages (dashboard/shared_pages.py), made by its first view. Typed loosely:
+    # the dashboard imports this module.
+    console_pages: Any = None
     _stop_loop_watch: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -276,8 +276,19 @@ class _DepthLimitedTreeBuilder(TreeBuilder):
 def _parse_xml(body: bytes) -> Element:
     """defusedxml's ``fromstring`` with no DTD at all (so no entities, external or not) and a depth limit."""
     parser = DefusedXMLParser(target=_DepthLimitedTreeBuilder(), forbid_dtd=True)
-    parser.feed(body)
-    return parser.close()
+    try:
+        parser.feed(body)
+        return parser.close()
+    except Exception as exc:
+        # ElementTree raises its ParseError from a frame that holds it, with expat's error (held by
+        # another frame) as its context: reference cycles through every frame up to the view's, and
+        # so its request and body, that only the cyclic collector would free (see EurekaView._let_go).
+        # Without the tracebacks, what is left for that collector is the parser and its elements.
+        error: BaseException | None = exc
+        while error is not None:
+            error.__traceback__ = None
+            error = error.__context__
+        raise
 
 
 def _parse_xml_instance(body: bytes) -> dict[str, Any]:

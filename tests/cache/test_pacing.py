@@ -59,6 +59,21 @@ def test_without_a_pause_a_tick_does_nothing_however_long_the_build():
     assert pacer.pauses == 0 and pacer.paused_cpu() == 0
 
 
+def test_giving_way_pauses_at_once_and_starts_a_new_slice():
+    clock = Ticks()
+    pacer = Pacer(slice_ms=5, clock=clock)
+    pacer.give_way()  # no pause set (threads, tests): nothing
+    pauses = []
+    pacer.pause = lambda: pauses.append(clock.now)
+    pacer._turn_at = clock.now
+    clock.now += 0.001  # a slice barely begun: a tick would not pause, giving way does
+    pacer.give_way()
+    assert pauses == [100.001]
+    clock.now += 0.004
+    pacer.tick()
+    assert pauses == [100.001]
+
+
 def test_a_build_pauses_between_instances_and_applications_and_gives_the_same_bytes(pause_every_tick):
     clock, registry, builder = populated(seed=3, instances=120)
     paced = {key: builder.build(key) for key in KEYS}

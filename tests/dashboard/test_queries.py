@@ -170,3 +170,13 @@ def test_page_numbers_beyond_the_end_show_the_last_page():
     page = page_of(groups, 99, 3)
     assert page.number == page.num_pages == 3
     assert page.matching_instances == 7 and page.matching_apps == 3
+
+
+def test_select_and_paging_give_turns_as_they_go():
+    # A console render holds the event loop (gevent): long scans pause for it (registry/cache/pacing.py).
+    turns = []
+    groups = select(REGISTRY, InstanceQuery(), pause=lambda: turns.append("app"))
+    assert turns == ["app"] * 3
+    turns.clear()
+    page_of(groups, 1, 500, pause=lambda: turns.append("row"))
+    assert turns == ["row"] * 3

@@ -197,3 +197,80 @@ def test_several_apps_come_back_in_log_order_and_the_index_follows_capacity_prun
     restored.restore(log.export())
     assert [ch.instance_id for ch in restored.since(restored.oldest_id() - 1, 10, apps=["b"])] == ["B-7"]
     assert [ch.app for ch in restored.since(appended[-1].id, 10, apps=["b"])] == []
+
+
+def test_a_change_that_repeats_its_instances_previous_one_replaces_it():
+    log = ChangeLog(T0, 60 * MIN)
+    first = log.append(T0, "A", "a-1", REGISTERED, None, c.UP)
+    again = log.append(T0 + 1, "A", "a-1", REGISTERED, c.UP, c.UP)
+    other = log.append(T0 + 2, "A", "a-2", REGISTERED, None, c.UP)
+    latest = log.append(T0 + 3, "A", "a-1", REGISTERED, c.UP, c.UP)
+    # Not a repeat: another action, another status, another origin.
+    down = log.append(T0 + 4, "A", "a-1", STATUS_CHANGED, c.UP, c.DOWN)
+    log.append(T0 + 5, "A", "a-1", REGISTERED, c.DOWN, c.DOWN, replicated=True)
+    peer = log.append(T0 + 6, "A", "a-1", REGISTERED, c.DOWN, c.DOWN)
+    assert [ch.id for ch in log.since(first.id - 1, 10)] == [
+        first.id,
+        other.id,
+        latest.id,
+        down.id,
+        peer.id - 1,
+        peer.id,
+    ]
+    # A reader that had read the repeated change is told of the repeat; one that had not reads it once.
+    assert [ch.id for ch in log.since(again.id, 10)][:2] == [other.id, latest.id]
+    assert len(log) == 6
+    assert log.oldest_id() == first.id
+
+
+def test_a_loop_of_re_registrations_keeps_one_entry_per_instance_in_the_change_log_and_the_delta():
+    registry, _ = make_registry(delta_retention_ms=3 * MIN)
+    fleet = [inst(n=n) for n in range(100)]
+    for instance in fleet:
+        registry.register(instance, T0)
+    for loop in range(1, 50):
+        for instance in fleet:
+            registry.register(instance, T0 + loop * SEC, is_replication=True)
+    # Each instance: its first registration, then the latest of its 49 alike re-registrations.
+    assert len(registry.changes) == 2 * len(fleet)
+    assert registry.stats(T0 + 50 * SEC)["delta_queue_length"] == len(fleet)
+    logged = registry.changes_since(registry.changes.oldest_id() - 1, 1_000)
+    assert [(ch.old_status, ch.timestamp) for ch in logged[-2:]] == [(c.UP, T0 + 49 * SEC)] * 2
+    # The delta still lists every instance once, as of its latest registration.
+    delta = registry.snapshot_delta()
+    assert sum(len(views) for _, views in delta.apps) == len(fleet)
+    assert delta.hashcode == registry.snapshot().hashcode
+
+
+def test_repeats_read_as_the_log_they_leave_through_compaction_and_capacity():
+    log = ChangeLog(T0, 3 * MIN, capacity=50)
+    kept = {}
+    for k in range(400):
+        instance = f"a-{k % 5}"
+        kept[instance] = log.append(T0 + k, "A", instance, REGISTERED, c.UP, c.UP)
+    # Five instances repeating one change: five entries, each the latest, in id order, however often
+    # the superseded ones were compacted away; the capacity was never reached.
+    assert log.since(T0 * IDS_PER_MS, 100) == sorted(kept.values(), key=lambda ch: ch.id)
+    assert len(log) == 5
+    assert log.oldest_id() == min(ch.id for ch in kept.values()), "the oldest entry kept is one read"
+    assert [ch.id for ch in log.since(T0 * IDS_PER_MS, 100, apps=["a"])] == [ch.id for ch in kept.values()]
+    fresh = [log.append(T0 + 500, "B", f"b-{k}", REGISTERED, None, c.UP) for k in range(50)]
+    assert log.since(fresh[0].id - 1, 100) == fresh, "capacity: the oldest went first"
+    with pytest.raises(TooOld):
+        log.since(fresh[0].id - 2, 100)
+    restored = ChangeLog(T0, 3 * MIN, capacity=50)
+    restored.restore(log.export())
+    assert restored.since(fresh[0].id - 1, 100) == fresh
+
+
+def test_a_superseded_change_leaving_by_retention_makes_no_reader_too_old():
+    log = ChangeLog(T0, 3 * MIN)
+    first = log.append(T0, "A", "a-1", REGISTERED, None, c.UP)
+    log.append(T0 + SEC, "A", "a-1", REGISTERED, c.UP, c.UP)
+    other = log.append(T0 + 2 * SEC, "A", "a-2", REGISTERED, None, c.UP)
+    latest = log.append(T0 + 3 * MIN, "A", "a-1", REGISTERED, c.UP, c.UP)
+    assert log.prune(T0 + 3 * MIN + 1_500) == 2, "the first change, and the one the latest repeated"
+    # Only the first change is lost to a reader: the repeated one is still said, by the latest.
+    assert log.since(first.id, 10) == [other, latest]
+    with pytest.raises(TooOld):
+        log.since(first.id - 1, 10)

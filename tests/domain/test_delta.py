@@ -31,7 +31,7 @@ def test_an_instance_changed_twice_is_listed_once_where_it_last_changed_and_apps
         "BILLING": ["host3:billing:8080"],
         "ORDERS": ["host2:orders:8080", "host1:orders:8080"],
     }
-    assert len(queue) == 4, "the queue keeps every entry until retention drops it"
+    assert len(queue) == 3, "an entry superseded by a later one of its instance leaves at once"
 
 
 def test_only_the_apps_whose_part_changed_since_the_known_versions_are_listed(clock):
@@ -59,7 +59,7 @@ def test_prune_drops_entries_past_retention_and_changes_the_version_of_the_parts
     known = dict(queue.read({})[0])
 
     assert queue.prune(start + 180 * SEC, 180 * SEC) == 0, "retention is inclusive"
-    assert queue.prune(start + 181 * SEC, 180 * SEC) == 3, "host1's old entry goes too, its latest stays"
+    assert queue.prune(start + 181 * SEC, 180 * SEC) == 2, "host1's latest change is younger: it stays"
     outline, listed, _ = queue.read(known)
     assert [app for app, _ in outline] == ["ORDERS"], "BILLING's part is empty: it leaves the delta"
     assert ids(listed) == {"ORDERS": ["host1:orders:8080"]}, "host2 left ORDERS' part: a new version"

@@ -161,3 +161,18 @@ def test_a_status_trail_keeps_each_instances_changes_of_the_window():
     assert trail.of("ORDERS", "other", T0 + 65 * SEC) == []
     assert trail.prune(T0 + 65 * SEC) == 1 and len(trail) == 1
     assert trail.of("ORDERS", "nobody", T0) == []
+
+
+def test_a_status_trail_keeps_a_loop_of_re_registrations_as_one_change():
+    trail = StatusTrail(window_ms=60 * SEC, kept=3)
+    trail.note(change(T0, "REGISTERED", None, "UP"))
+    for k in range(1, 100):
+        trail.note(change(T0 + k * 10, "REGISTERED", "UP", "UP"))
+    trail.note(change(T0 + 2 * SEC, "STATUS_CHANGED", "UP", "DOWN"))
+    shown = trail.of("ORDERS", "host1:orders:8080", T0 + 3 * SEC)
+    # The first registration, the latest of the 99 alike, the status change: the loop took one place.
+    assert [(c.old_status, c.new_status, c.timestamp) for c in shown] == [
+        (None, "UP", T0),
+        ("UP", "UP", T0 + 990),
+        ("UP", "DOWN", T0 + 2 * SEC),
+    ]

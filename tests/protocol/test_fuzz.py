@@ -247,7 +247,8 @@ class Lease:
 class MapState:
     leases: dict[tuple[str, str], Lease]
     overrides: dict[str, str]
-    delta_queue: int
+    # The instances the delta lists (each once, as of its latest change).
+    delta: frozenset[tuple[str, str]]
     expected_clients: int
     renews_last_minute: int
     recent: tuple[int, int, int]
@@ -266,7 +267,11 @@ def observe(node) -> MapState:
     return MapState(
         leases,
         registry.overrides(),
-        stats["delta_queue_length"],
+        frozenset(
+            (app, view.instance.instance_id)
+            for app, views in registry.snapshot_delta().apps
+            for view in views
+        ),
         stats["expected_clients"],
         stats["renews_last_minute"],
         tuple(len(events) for events in registry.recent_events()),
@@ -435,7 +440,7 @@ def check_effect(env: Env, request: Request, answer: Answer, before: MapState, a
         _same_except(before, after, keys={key}, ids={key[1]})
         record = after.leases[key].record
         assert after.leases[key].times[0] == now, "a register makes a new lease"
-        assert after.delta_queue == before.delta_queue + 1
+        assert after.delta == before.delta | {key}
         if isinstance(body, dict):
             instance = body.get("instance", body)
             status, override, kept_existing = expected_register_status(
@@ -462,7 +467,7 @@ def check_effect(env: Env, request: Request, answer: Answer, before: MapState, a
             assert answer.status == 200 or replication, "409 answers replicated heartbeats only"
             _same_except(before, after, keys={key})
             _same_but_renewed(before.leases[key], after.leases[key], now)
-            assert after.delta_queue == before.delta_queue, "a heartbeat is no delta entry"
+            assert after.delta == before.delta, "a heartbeat is no delta entry"
         else:
             # 404: unknown lease (nothing changes), or one whose sender copy is newer (renewed first,
             # and a replicated heartbeat may bring its override along: ref. §5.3).
@@ -480,13 +485,13 @@ def check_effect(env: Env, request: Request, answer: Answer, before: MapState, a
             assert key in before.leases and key not in after.leases
             assert instance_id not in after.overrides, "a cancel clears the override (G18)"
             _same_except(before, after, keys={key}, ids={instance_id})
-            assert after.delta_queue == before.delta_queue + 1
+            assert after.delta == before.delta | {key}
         else:
             assert key not in before.leases, "cancel of a registered instance answered 404"
             # Eureka's internalCancel drops the override of the id even when there is no lease.
             _same_except(before, after, ids={instance_id})
             assert after.overrides.keys() <= before.overrides.keys()
-            assert after.delta_queue == before.delta_queue
+            assert after.delta == before.delta
         return
 
     if name in ("status", "metadata") and answer.status == 404:

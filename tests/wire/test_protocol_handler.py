@@ -6,6 +6,7 @@ application itself: flat routes, Django's fallback for 404s, and the protocol's 
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -62,3 +63,39 @@ def test_an_unexpected_error_gets_the_protocols_plain_500_not_the_sites_page(app
     assert answer.status == "500 Internal Server Error"
     assert answer.body == b"Internal server error\n"
     assert answer.headers["Content-Type"].startswith("text/plain")
+
+
+def _garbage_after(app, request) -> list[str]:
+    """What the cyclic collector would have to free of one request: the types of the objects that
+    only reference cycles keep once the answer is made."""
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        _Answer(app, request)
+        gc.collect()
+        return [type(found).__name__ for found in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def test_batches_and_refused_bodies_leave_no_reference_cycle_behind(app, node):
+    # As tests/deploy/test_wsgi_routing.py's registrations, reads and heartbeats: garbage in a cycle
+    # waits for the cyclic collector, and in objects the GC policy froze meanwhile
+    # (registry/runtime/gc_policy.py) for the next full collection, with the request's body in it.
+    instance = instance_body(instance_id="i-1")
+    item = {"action": "Register", "appName": "ORDERS", "id": "i-1", "instanceInfo": instance}
+    factory = RequestFactory()
+    requests = {
+        "batch": json.dumps({"replicationList": [item]}),
+        "batch with refused items": json.dumps({"replicationList": [{"action": "Nope"}, 5, item]}),
+        "bad batch": "[1]",
+    }
+    for name, body in requests.items():
+        request = factory.post("/eureka/peerreplication/batch/", body, content_type="application/json")
+        assert _garbage_after(app, request) == [], name
+    assert _garbage_after(app, factory.patch("/eureka/apps/ORDERS")) == [], "method not allowed"
+    # A bad XML body: ElementTree's parser stays in a cycle of its own, but not the request.
+    bad_xml = factory.post("/eureka/apps/ORDERS", "<instance><a></instance>", content_type="application/xml")
+    left = _garbage_after(app, bad_xml)
+    assert not {"WSGIRequest", "Request", "frame", "traceback"} & set(left), left
