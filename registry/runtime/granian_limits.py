@@ -49,6 +49,7 @@ import _thread
 import collections
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -75,7 +76,7 @@ DRAIN_S = 2.0
 CUT_SHORT_DELAY_S = 0.25
 # Answers larger than this are written in pieces of this size from a thread of their own.
 STREAM_ABOVE_BYTES = 32 * 1024
-STREAM_PIECE_BYTES = 16 * 1024
+STREAM_PIECE_BYTES = 64 * 1024
 
 _UNCOUNTED = ""
 
@@ -183,6 +184,37 @@ class Pieces:
 
     def close(self) -> None:
         self.content = b""
+
+
+class WriterThreads:
+    """Threads that write large answers (``Pieces``), started as needed and kept for the next: a write
+    is handed to an idle one (no thread started per answer), or to a new one when none is idle. The
+    writers' ``Shares`` bound how many write at once, and so how many there are."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.idle = 0
+        self.started = 0
+
+    def submit(self, write: Callable, *args) -> None:
+        with self.lock:
+            if self.idle:
+                self.idle -= 1
+            else:
+                self.started += 1
+                threading.Thread(target=self._serve, name="answer", daemon=True).start()
+        self.jobs.put((write, args))
+
+    def _serve(self) -> None:
+        while True:
+            write, args = self.jobs.get()
+            try:
+                write(*args)
+            except Exception:  # a write that failed must not take the thread with it
+                logger.exception("writing an answer failed")
+            with self.lock:
+                self.idle += 1
 
 
 class _CutShort:

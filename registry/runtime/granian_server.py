@@ -73,6 +73,7 @@ from registry.runtime.granian_limits import (
     Shares,
     Tally,
     TimedBody,
+    WriterThreads,
 )
 from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
 
@@ -266,6 +267,7 @@ def make_runner(
     writers = writers or Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS)
     deadlines = deadlines or Deadlines()
     tally = deadlines.tally
+    writer_threads = WriterThreads()
 
     def call(environ) -> tuple[int, list, bytes | None, Any]:
         """The application's answer, not yet handed over: status, headers, and the content joined, or
@@ -294,12 +296,7 @@ def make_runner(
             if ticket is None:
                 tally.note(ANSWER_REFUSED, address)
                 return _busy(proto, _WRITERS_BUSY, "5")
-            threading.Thread(
-                target=_write,
-                args=(proto, status, headers, content, writers, ticket),
-                name="answer",
-                daemon=True,
-            ).start()
+            writer_threads.submit(_write, proto, status, headers, content, writers, ticket)
             return status, len(content)
         proto.response_bytes(status, headers, content)
         return status, len(content)
