@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import multiprocessing
@@ -927,7 +928,10 @@ def main(argv: list[str]) -> int:
     rows = []
     for name in names:
         for server in args.servers:
-            row = attack_node(ATTACKS[name], server, args.fleet, args.duration)
+            attack = ATTACKS[name]
+            if args.settle is not None:
+                attack = dataclasses.replace(attack, settle_s=args.settle)
+            row = attack_node(attack, server, args.fleet, args.duration)
             print(json.dumps(row, indent=2), flush=True)
             rows.append(row)
     print(table(rows))
