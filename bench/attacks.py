@@ -912,6 +912,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--fleet", type=int, default=None, help="heartbeating instances (default: each one's)"
     )
+    parser.add_argument(
+        "--settle", type=float, default=None, help="seconds before RSS after (default: each one's)"
+    )
     parser.add_argument("--list", action="store_true", help="list the attacks and stop")
     args = parser.parse_args(argv)
     if args.list:
