@@ -51,3 +51,15 @@ def fleet_member(k: int, apps: int) -> dict[str, Any]:
     body = instance_body(app=app, host="10.0.0.1", instance_id=f"i-{k}", vip="app")["instance"]
     body.update(hostName=f"host-{k}", ipAddr=f"10.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}")
     return body
+
+
+def register_item(instance: dict[str, Any]) -> dict[str, Any]:
+    """``instance`` (the ``instance`` of ``instance_body``) as a replication batch's Register item."""
+    return {
+        "appName": instance["app"],
+        "id": instance["instanceId"],
+        "lastDirtyTimestamp": "1000",
+        "status": instance.get("status", "UP"),
+        "instanceInfo": instance,
+        "action": "Register",
+    }

@@ -107,7 +107,7 @@ def decode_registry(document: AnswerDocument, now: int, skipped: Skipped) -> tup
             skipped.add("not valid registrations", str(exc))
             continue
         grouped.setdefault(view.instance.app, {})[view.instance.instance_id] = view
-        # Tens of microseconds an instance (bench/README.md, "Numbers behind the code").
+        # Building an instance is a slice of work: the loop may get its turn between two.
         PACER.tick()
     if not document.found:
         raise AnswerUnreadable(f"unreadable {document.what}: no applications document")

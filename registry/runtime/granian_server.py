@@ -9,8 +9,8 @@ where gunicorn served 0.6 times, at about half the CPU a heartbeat (bench/README
 How requests reach the node here (granian's own WSGI glue is replaced, see ``serve_registry``):
 
 - **The application runs on ``--threads`` threads at once** (2: ``Gate``). One thread serves the
-  most heartbeats (no GIL handed between threads: measured with 16 connections, 1 thread
-  ~10,000-11,700/s, 2 ~10,300-11,300, 4 ~8,800-9,800, 16 ~6,700). granian's pool has
+  most heartbeats (no GIL handed between threads; more threads serve fewer: bench/README.md).
+  granian's pool has
   ``--body-threads`` (64) more: granian reads a request's body on the thread that runs the request,
   and a client that sends its body slowly holds that thread until its deadline (a share of them per
   client address); while it waits, it gives up its turn of the application. Turns go round the

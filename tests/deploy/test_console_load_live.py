@@ -22,7 +22,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.factories import instance_body
+from tests.factories import instance_body, register_item
 from tests.interop.conftest import LiveServer, running_server
 
 REGISTERED = 10_000
@@ -45,16 +45,7 @@ def register_items(start: int, count: int) -> list[dict]:
         app = f"APP-{n % 100:03d}"
         host = f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
         instance = instance_body(app=app, host=host, statusPageUrl=f"http://{host}:8080/info")["instance"]
-        items.append(
-            {
-                "appName": app,
-                "id": instance["instanceId"],
-                "lastDirtyTimestamp": 1000,
-                "status": "UP",
-                "instanceInfo": instance,
-                "action": "Register",
-            }
-        )
+        items.append(register_item(instance))
     return items
 
 

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.factories import instance_body
+from tests.factories import instance_body, register_item
 from tests.interop.conftest import running_server
 
 JSON = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -89,14 +89,7 @@ def replication_item(n: int) -> dict:
     host = f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
     body = instance_body(app=f"BULK-{n % 20:02d}", host=host)["instance"]
     body["metadata"] = {"zone": f"z{n % 3}", "team": f"team-{n % 7}", "padding": "p" * 400}
-    return {
-        "appName": body["app"],
-        "id": body["instanceId"],
-        "lastDirtyTimestamp": "1000",
-        "status": "UP",
-        "instanceInfo": body,
-        "action": "Register",
-    }
+    return register_item(body)
 
 
 def test_clients_that_never_read_their_answer_are_disconnected_and_hold_no_copy_of_it(tmp_path):

@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.factories import fleet_member, instance_body
+from tests.factories import fleet_member, instance_body, register_item
 from tests.interop.conftest import LiveServer, running_server
 
 REGISTERED = 10_000
@@ -44,14 +44,7 @@ def batch_item(n: int) -> dict:
     """Instance ``n`` of the registry, in 100 apps, as a replication batch registers it."""
     body = fleet_member(n, 100) | {"metadata": {"zone": f"z{n % 3}", "team": f"team-{n % 7}"}}
     body["lastDirtyTimestamp"] = "1000"
-    return {
-        "appName": body["app"],
-        "id": body["instanceId"],
-        "lastDirtyTimestamp": "1000",
-        "status": "UP",
-        "instanceInfo": body,
-        "action": "Register",
-    }
+    return register_item(body)
 
 
 def populate(node: LiveServer) -> None:
