@@ -1,13 +1,12 @@
 """gunicorn configuration of a registry node.
 
 One worker process, always: the lease map lives in that process, and a second worker would hold a
-second, divergent map. Concurrency comes from gevent: measured on this app (bench/README.md), the
-gevent worker serves about twice the heartbeats of gthread at a lower p99, because requests do not
-hand the GIL between pool threads. The worker is gunicorn's gevent worker with a graceful close
-(``registry/runtime/gunicorn_worker.py``: error answers reach clients still sending) and a prompt stop
-(idle kept-alive connections are closed when a SIGTERM comes, requests under way finish within
-``graceful_timeout``). Override on the command
-line or with GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
+second, divergent map. Concurrency comes from gevent: its requests do not hand the GIL between pool
+threads, so it serves more heartbeats than gthread, and with a shorter tail. The worker is gunicorn's
+gevent worker with a graceful close (``registry/runtime/gunicorn_worker.py``: error answers reach
+clients still sending) and a prompt stop (idle kept-alive connections are closed when a SIGTERM comes,
+requests under way finish within ``graceful_timeout``). Override on the command line or with
+GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 
 from gunicorn.glogging import Logger

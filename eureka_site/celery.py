@@ -9,8 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
 
 app = Celery("eureka_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# The registry's tasks live in its rooms (registry/runtime/tasks.py, registry/webhooks/tasks.py), not at
-# the app's top level.
+# The registry's tasks live in its packages (registry/runtime/tasks.py, registry/webhooks/tasks.py), not
+# at the app's top level.
 app.autodiscover_tasks(["registry.runtime", "registry.webhooks"])
 
 

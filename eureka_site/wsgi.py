@@ -17,8 +17,8 @@ from registry.wire.handlers import RoutingApplication  # noqa: E402
 application = RoutingApplication(may_read_body=credentials_open_the_api)
 
 # The URL patterns, and the views they import, load here rather than in the first request, where the
-# first heartbeats waited for those imports (bench/README.md, "Numbers behind the code"); and they are
-# made before the node freezes what start-up made.
+# first heartbeats would wait for those imports; and they are made before the node freezes what
+# start-up made.
 get_resolver().url_patterns  # noqa: B018 (the import is the point)
 
 if settings.EUREKA.redis.jobs_driver == "celery":

@@ -1,4 +1,4 @@
-"""The Eureka registry, as one Django app (label ``registry``) in rooms by responsibility.
+"""The Eureka registry, as one Django app (label ``registry``) in packages by responsibility.
 
 ``domain/`` is the lease map and Eureka's rules, with no Django, on an injected clock. Around it:
 ``cache/`` (the two-tier response cache), ``wire/`` (codecs, payloads, HTTP habits), ``cluster/``

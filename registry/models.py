@@ -69,6 +69,6 @@ class RegistryApi(models.Model):
         return "Eureka API"
 
 
-# Webhook subscriptions and their delivery log live with their room (registry/webhooks/); imported
+# Webhook subscriptions and their delivery log live in their package (registry/webhooks/); imported
 # here so they are models of this app and its migrations.
 from .webhooks.models import WebhookDelivery, WebhookSubscription  # noqa: E402, F401

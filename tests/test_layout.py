@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("registry", "dashboard", "eureka_site")
-# The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it. Every
+# The domain: the lease map and Eureka's rules, with no Django and none of the packages around it. Every
 # module of registry/domain/ belongs to it.
 DOMAIN = tuple(
     sorted(
@@ -124,7 +124,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # The Django app's own wiring (its AppConfig, and the models module Django loads): at the top with the
-# rest of the wiring, since they register the rooms' models and signals.
+# rest of the wiring, since they register the packages' models and signals.
 APP_SHELL = ("registry.apps", "registry.models")
 # Wire code sits on the domain and the response cache only: everything that speaks HTTP uses it.
 WIRE_MAY_IMPORT = {"registry.domain", "registry.cache"}
@@ -156,7 +156,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_no_import_cycle_between_the_projects_packages():
-    """Packages by level: the domain, then the cache and the wire, the rooms that use them (cluster,
+    """Packages by level: the domain, then the cache and the wire, the packages that use them (cluster,
     health, webhooks, feed, access), the node (runtime), the views (protocol), the pages (reads,
     dashboard, admin), the reader; eureka_site wires them. A package never imports one above it."""
     assert cycles(package_graph(import_graph())) == []
@@ -206,18 +206,18 @@ def test_every_project_import_names_a_module_that_exists():
     assert missing == []
 
 
-def test_the_domain_imports_neither_django_nor_the_rooms_around_it():
+def test_the_domain_imports_neither_django_nor_the_packages_around_it():
     modules = project_modules()
     for name in DOMAIN:
         imported = imported_names(modules[name], name)
         frameworks = {m for m in imported if m.split(".")[0] in ("django", "rest_framework", "celery")}
         # ``registry`` itself is the package; its __init__ holds only a docstring.
-        rooms = {
+        around = {
             m
             for m in imported
             if m in modules and m not in DOMAIN and m not in ("registry", "registry.domain")
         }
-        assert (frameworks, rooms) == (set(), set()), f"{name} imports {frameworks | rooms}"
+        assert (frameworks, around) == (set(), set()), f"{name} imports {frameworks | around}"
 
 
 def test_the_domain_imports_without_django_settings():
@@ -289,6 +289,6 @@ def test_the_docs_layout_tree_matches_the_folders():
         "dashboard",
     ],
 )
-def test_each_room_says_what_it_is(package):
+def test_each_package_says_what_it_is(package):
     docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))
     assert docstring and len(docstring.split()) >= 20, f"{package}/__init__.py needs a docstring"

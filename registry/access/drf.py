@@ -17,8 +17,7 @@ REALM = 'Basic realm="eureka", charset="UTF-8"'
 
 
 # EUREKA_API_AUTH, kept here: every protocol request asks, and a Django settings read is not free
-# (LazySettings' __getattribute__; bench/README.md, "Numbers behind the code"). Settings change at run
-# time only in tests.
+# (LazySettings' __getattribute__). Settings change at run time only in tests.
 _api_accounts_on = settings.EUREKA_API_AUTH
 
 

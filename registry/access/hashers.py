@@ -1,21 +1,21 @@
 """Password hashing off the event loop, with a bounded queue.
 
-A PBKDF2 hash costs about half a second of CPU. Under gevent every request shares one loop, so a
-hash computed on a request's greenlet holds every heartbeat for that long: a few wrong sign-ins a
-second would stall the node. ``hashlib.pbkdf2_hmac`` releases the GIL, so computed in a native
-thread of gevent's threadpool it leaves the loop free. The hasher below is Django's PBKDF2 hasher
+A PBKDF2 hash is deliberately slow: a good part of a second of CPU. Under gevent every request shares
+one loop, so a hash computed on a request's greenlet holds every heartbeat for that long: a few wrong
+sign-ins a second would stall the node. ``hashlib.pbkdf2_hmac`` releases the GIL, so computed in a
+native thread of gevent's threadpool it leaves the loop free. The hasher below is Django's PBKDF2 hasher
 (same algorithm name, same stored hashes) whose ``encode`` — which ``verify``, ``harden_runtime`` and
 ``make_password`` all go through — runs there. Every path that hashes is covered that way: the admin's
 sign-in, ModelBackend's dummy hash for unknown user names, password changes, API credentials. Hashes
-also queue for a core of their own: with as many hashing threads as cores, the loop would wait for
-a core behind them (bench/README.md, "Numbers behind the code").
+also queue for a core of their own: with as many hashing threads as cores, the loop would wait for a
+core behind them.
 
 The queue is bounded (``HashingQueue``): a few waiters per hashing slot, and any check beyond them is
-refused at once with ``HashingBusy``, unhashed. Unbounded, 30 wrong credentials sent together from
-rotating addresses (which the failed sign-in throttle cannot stop) made a valid account's first check
-wait 14 s behind them; bounded, a check waits at most a few hashes, and the callers answer the ones
-refused 503 with Retry-After (registry/access/drf.py, registry/admin/signin.py), neither remembered
-nor counted as failed sign-ins: no password was checked.
+refused at once with ``HashingBusy``, unhashed. Unbounded, wrong credentials sent together from rotating
+addresses (which the failed sign-in throttle cannot stop) would make a valid account's first check wait
+behind all of them; bounded, a check waits at most a few hashes, and the callers answer the ones refused
+503 with Retry-After (registry/access/drf.py, registry/admin/signin.py), neither remembered nor counted
+as failed sign-ins: no password was checked.
 """
 
 from __future__ import annotations

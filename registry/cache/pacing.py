@@ -1,8 +1,8 @@
 """Long payload builds give the event loop a turn. Plain Python, no Django.
 
 Under gevent every greenlet shares one thread, and nothing preempts a greenlet that computes: a build
-that serializes 10,000 instances (the first time after a fleet registers or after their bytes expire;
-bench/README.md, "Numbers behind the code") would hold every heartbeat that arrives meanwhile. So builders
+that serializes a whole fleet (the first time after it registers or after its bytes expire) would
+hold every heartbeat that arrives meanwhile. So builders
 call ``PACER.tick()`` as they go (after each application, after each instance they serialize); once a
 slice of ``slice_ms`` has passed since the loop last had a turn, the tick calls ``pause`` (under gevent,
 ``gevent_pause``: the loop polls its sockets and runs the greenlets that are ready, then the build goes
@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable
 
 # A slice of a few milliseconds, several heartbeats' worth of CPU: a turn of the loop between slices
-# serves those that arrived meanwhile, and a build of hundreds of milliseconds is paused about a
-# hundred times, each pause a greenlet switch there and back (bench/README.md, "Numbers behind the
-# code").
+# serves those that arrived meanwhile, and a long build is paused only so often, each pause a greenlet
+# switch there and back.
 SLICE_MS = 5.0
 
 
@@ -77,12 +76,10 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 # would run for a long time between two polls. One turn of the loop (a short timer, which expires only
 # after a poll) is not enough either: the node's worker serves each connection one request per turn
 # (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
-# turn 16 connections got at most 16 requests a turn, fewer than the heartbeats arriving, which
-# queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded (bench/HISTORY.md,
-# "Where the time goes", "the loop watch at 100,000"; bench/README.md, "Numbers behind the code"). So
-# a paused build resumes once a turn of the loop finds nothing ready (libev's idle watcher: every request
-# that came meanwhile has been served), and after PAUSE_MAX_S at the latest, so that under more load
-# than the node can serve builds still move.
+# turn each connection gets one request a turn, fewer than the heartbeats arriving, which queue behind
+# a long build. So a paused build resumes once a turn of the loop finds nothing ready (libev's idle
+# watcher: every request that came meanwhile has been served), and after PAUSE_MAX_S at the latest, so
+# that under more load than the node can serve builds still move.
 PAUSE_MAX_S = 0.05
 
 

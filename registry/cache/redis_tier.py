@@ -154,7 +154,7 @@ class RedisReadOnlyTier(ReadOnlyTier):
     def get(self, key: CacheKey, gzip: bool = False) -> Payload | None:
         if not self._usable():
             return super().get(key)
-        # Only the copy this reader sends: the raw full registry is ~20x the size of its gzip copy.
+        # Only the copy this reader sends: the raw full registry is many times the size of its gzip copy.
         field = "gzip" if gzip else "body"
         try:
             found, built_at, data = self._redis.hmget(self._name(key), "found", "built_at", field)

@@ -48,8 +48,8 @@ class CacheKey:
 
 
 # A payload at least this large keeps only its gzip copy once it has one, unless its key is served
-# uncompressed: at 100,000 instances the plain ``GET apps`` is many times its gzip copy, and clients of
-# every generation ask for gzip (bench/README.md, "Memory at 100,000 instances").
+# uncompressed: a large registry's plain ``GET apps`` is many times its gzip copy, and clients of
+# every generation ask for gzip.
 PLAIN_KEEP_BYTES = 1024 * 1024
 
 
@@ -129,9 +129,8 @@ _FINAL_EMPTY_BLOCK = b"\x03\x00"
 
 class Pieces:
     """A payload as the pieces it is assembled from (``GET apps``: head, application fragments, tail),
-    not joined yet. At 100,000 instances joining is a large block of fresh memory to copy into (most of
-    the time the kernel mapping the pages: bench/README.md, "Numbers behind the code") that the event
-    loop would wait for, and most clients
+    not joined yet. For a large registry joining is a large block of fresh memory to copy into (most
+    of the time the kernel mapping the pages) that the event loop would wait for, and most clients
     never need it: they are sent the gzip copy, which ``chunks()`` makes from each piece's deflate
     chunk (``deflate_chunk``), reusing those of pieces that did not change, so that gzipping a registry
     after one application changed compresses that application, not the registry. ``join()`` runs
@@ -304,9 +303,9 @@ def _vip_names(vips: Iterable[str | None]) -> set[str]:
 
 
 # A cache sync rebuilds a changed key at most once per SYNC_BUDGET times that key's last build time
-# (and at most once a sync, as always). Builds of 10,000 instances are short, so nothing changes
-# there; at 100,000 rebuilding a full ``GET apps`` at every 1 s sync while a fleet registers cost the
-# node a third of its time (bench/README.md, "Numbers behind the code", and "Side by side", 100,000).
+# (and at most once a sync, as always). Builds of a registry of ordinary size are short, so nothing
+# changes there; a very large registry's full ``GET apps`` rebuilt at every sync while a fleet
+# registers would take a large share of the node's time.
 SYNC_BUDGET = 10
 # The build times a key's cost is judged by (ResponseCache.build_cost_ms).
 BUILD_TIMES_KEPT = 3
@@ -316,8 +315,8 @@ MAX_PLAIN_KEYS = 4096
 
 # Misses (``Payload.miss``: an app with no instances, a vip no instance carries) kept at once, the
 # oldest going first. A few spare a client polling one missing name a scan of the registry per poll (a
-# vip lookup walks every lease); keeping every one let any stream of made-up names grow the node, and
-# every write's invalidation with it (bench/README.md, "Junk names").
+# vip lookup walks every lease); keeping every one would let any stream of made-up names grow the
+# node, and every write's invalidation with it.
 MAX_MISSES = 1024
 
 

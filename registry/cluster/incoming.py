@@ -5,14 +5,14 @@ sent on, so writes cannot loop between peers. Answers come in request order. An 
 read gets its own 400 and the rest of the batch still applies; the Java server would answer such a
 Register 200 and drop it silently, which hides a broken peer.
 
-A batch is work a client chooses the size of, so (issue 34):
+A batch is work a client chooses the size of, so:
 
 1. A batch of more than ``max_items`` items is refused whole before any applies (``BatchTooLarge``).
    The Java server's peer batches hold at most 250 items, as this project's do (replication.py).
 2. Between two items the registry's ``pause`` gives the event loop a turn once a slice of time is used
    up (registry/cache/pacing.py): heartbeats are answered while a batch is applied.
-3. Refused and failed items are counted and logged in one line per batch, not one per item: 50,000 bad
-   items in a 1 MB batch wrote 50,000 lines. Anyone who may send batches can send one after another,
+3. Refused and failed items are counted and logged in one line per batch, not one per item: a batch of
+   bad items would otherwise write a line for each. Anyone who may send batches can send one after another,
    so the lines about refused items come at most once an interval (``refusal_lines``,
    registry/domain/refusals.py), saying how many batches had some since the last.
 

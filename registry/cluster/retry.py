@@ -1,8 +1,8 @@
 """When a peer's sender tries again after replication to it failed, and with what.
 
 Eureka's sender tries the same batch again 100 ms after a network error and 1 s after a 503, for as long
-as the peer is down. A growing delay (this project's old 100 ms doubling to 30 s) leaves a peer that
-comes back after a short outage without new writes for up to 30 s; resending the whole batch every
+as the peer is down. A growing delay (100 ms doubling up to 30 s, say) leaves a peer that comes back
+after a short outage without new writes for up to that longest delay; resending the whole batch every
 100 ms hammers a peer that is gone. So, here:
 
 * after a network error the batch is tried again 100 ms later, ``NETWORK_RETRIES`` times (a dropped

@@ -1,4 +1,4 @@
-"""The domain: the lease map and Eureka's rules, with no Django and none of the rooms around it.
+"""The domain: the lease map and Eureka's rules, with no Django and none of the packages around it.
 
 ``core.py`` holds the lease map and its write rules (register, renew, cancel, status overrides,
 expiry and eviction) under one lock; its reads are ``map_reads.py``'s and a warm restart's saving
@@ -9,6 +9,6 @@ pieces), ``delta.py`` (the delta queue), ``preservation.py`` (the self-preservat
 ``counters.py`` (the console's counts) and ``snapshot_format.py`` (the warm-restart format);
 ``history.py`` keeps the console's last hour. ``instances.py``, ``leases.py``, ``changes.py``,
 ``constants.py`` and ``endpoints.py`` are the values they pass around; ``config.py`` is every
-setting's one home. Everything here runs on an injected clock and imports nothing from the rooms
+setting's one home. Everything here runs on an injected clock and imports nothing from the packages
 around it (tests/test_layout.py checks both).
 """

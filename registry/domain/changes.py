@@ -55,7 +55,7 @@ class Change:
     replicated: bool = False  # arrived from a peer rather than from the instance or an operator
 
     def as_dict(self) -> dict:
-        """The fields by name (as a snapshot saves them); written out, ten times faster than asdict."""
+        """The fields by name (as a snapshot saves them); written out, far faster than asdict."""
         return {
             "id": self.id,
             "timestamp": self.timestamp,

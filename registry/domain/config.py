@@ -42,8 +42,8 @@ _FALSE = frozenset({"false", "off", "n", "no", "0", ""})
 # The webhook log is pruned hourly; changes are queued every 200 ms (not tunable: no one needed to).
 WEBHOOK_PRUNE_INTERVAL_MS = 3_600_000
 WEBHOOK_FLUSH_MS = 200
-# Start-up sync retries (Eureka's numberRegistrySyncRetries, 5 in the Java server's own config). The
-# fallback of an older read site said 0 (Spring Cloud's bean default); settings always gave 5.
+# Start-up sync retries: Eureka's numberRegistrySyncRetries, 5 in the Java server's own config (Spring
+# Cloud's bean default is 0).
 DEFAULT_SYNC_RETRIES = 5
 # Paths the console may not take (the protocol, the admin, static files, the control endpoint, probes,
 # the change feed).

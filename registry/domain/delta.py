@@ -99,9 +99,8 @@ class DeltaQueue:
         needs of the apps whose version differs from ``known`` (app -> version), and a new version
         number for the delta as a whole.
 
-        Two flat lists per app: a pair per lease made 100,000 new tuples under the registry's lock,
-        and the collections they set off made its hold several times longer (bench/README.md,
-        "Numbers behind the code")."""
+        Two flat lists per app: a pair per lease would make a tuple per lease under the registry's
+        lock, and the collections they set off would make its hold several times longer."""
         versions = self._app_versions
         outline = [(app, versions[app]) for app in self._app_order()]
         listed = {}

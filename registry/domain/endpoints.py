@@ -1,7 +1,7 @@
 """Where the registry is told to reach, as settings give it: peers' and remote regions' service URLs,
 a region's app whitelist, networks. Parsed and checked here, once, with no Django and nothing above
-the domain, so that the typed settings (``registry/domain/config.py``) and the rooms that use the values
-(``cluster/``, ``health/``) share one reading. Credentials in a URL are kept (Basic auth) and never
+the domain, so that the typed settings (``registry/domain/config.py``) and the packages that use the
+values (``cluster/``, ``health/``) share one reading. Credentials in a URL are kept (Basic auth) and never
 shown (``registry/domain/redact.py``).
 """
 

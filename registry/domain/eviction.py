@@ -3,10 +3,9 @@ run, the scan for expired leases, and the capped random choice of which go. Plai
 Django; time is passed in (ms).
 
 The scan reads copies of each app's leases outside the registry's lock, giving others a turn every
-``step`` leases: under the lock, a scan of a large map held every heartbeat for as long as it took
-(bench/README.md, "Numbers behind the code").
-What it found is checked again under the lock (``still_expired``), so a lease renewed or replaced
-meanwhile is not evicted.
+``step`` leases: under the lock, a scan of a large map would hold every heartbeat for as long as it
+takes. What it found is checked again under the lock (``still_expired``), so a lease renewed or
+replaced meanwhile is not evicted.
 """
 
 from __future__ import annotations

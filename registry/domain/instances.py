@@ -78,8 +78,7 @@ class InstanceInfo:
 
 # The values a fleet repeats from record to record (an app's name, its VIPs, statuses, metadata:
 # zones, versions, ports) are kept as one shared string each: a parsed body (JSON or XML) brings
-# new strings for every value, and a registry of 100,000 instances held tens of MB of equal copies
-# (bench/README.md, "Memory at 100,000 instances").
+# new strings for every value, and a large registry would hold tens of MB of equal copies.
 # ``sys.intern`` lets go of a string no record holds any more. Host names, addresses and URLs
 # differ per instance and are kept as they come. Every path that builds a record from outside
 # (the codecs, a snapshot's restore) shares these fields; tests/domain/test_instances.py checks both.
@@ -137,9 +136,9 @@ def _utf8_len(text: str) -> int:
 def record_bytes(instance: InstanceInfo) -> int:
     """The UTF-8 bytes of every text a record holds: its text fields, its metadata's keys and values,
     and its data center's name and metadata. What the record costs to keep and to serve grows with
-    this (numbers, flags and the payload's own keys add a fixed ~1 KB), and it does not depend on the
-    format asked for, so the limit on it (RegistryRules.max_instance_bytes) answers the same to JSON
-    and XML clients. Cheap: no encoding of the record."""
+    this (numbers, flags and the payload's own keys add about a kilobyte to every record), and it does
+    not depend on the format asked for, so the limit on it (RegistryRules.max_instance_bytes) answers
+    the same to JSON and XML clients. Cheap: no encoding of the record."""
     total = 0
     for name in TEXT_FIELDS:
         value = getattr(instance, name)

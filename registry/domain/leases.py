@@ -121,8 +121,7 @@ def expired_among(
     with Eureka's timing and once renewed, one more duration).
 
     The rule is written once, here, as one expression over many leases: eviction asks it of every
-    lease every pass, and two method calls per lease made a pass over 100,000 leases slow
-    (bench/README.md, "Numbers behind the code").
+    lease every pass, and two method calls per lease would make a pass over a large map slow.
     ``Lease.is_expired`` asks it of one lease.
     """
     limit = now - additional_ms

@@ -59,8 +59,8 @@ def probe_http(url: str, timeout_s: float, policy: AddressPolicy) -> tuple[bool,
     """``GET`` with ``Connection: close``; reads the status line only (a few bytes), not the body.
 
     Written on the socket rather than with http.client: the status line is all a probe needs, and
-    header parsing plus buffered readers cost the node more than the rest of a probe (bench/README.md,
-    "Health checks"). ``timeout_s`` is a deadline for the whole exchange. Raises ``Refused``."""
+    header parsing plus buffered readers cost the node more than the rest of a probe. ``timeout_s`` is
+    a deadline for the whole exchange. Raises ``Refused``."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     secure = parts.scheme == "https"

@@ -372,9 +372,9 @@ class PeerReplicationBatchView(EurekaView):
         node = get_node()
         # One batch at a time, decoded and applied (ReceivedReplication.applying says why).
         with node.received.applying:
-            # Decoding a 1 MB batch is ~10 ms the loop cannot interrupt: requests that came in while
-            # the body was read go first (under a flood of such batches, heartbeat p99 halves:
-            # bench/README.md, "Replication batch floods"). apply_batch paces the items itself.
+            # Decoding a large batch is work the loop cannot interrupt: requests that came in while
+            # the body was read go first, so a flood of such batches does not hold heartbeats behind
+            # it. apply_batch paces the items itself.
             node.registry.pause()
             try:
                 document = orjson.loads(body)

@@ -2,16 +2,15 @@
 
 A lookup reads the key's stamp (``found``, ``built_at``, ``synced_at``, ``version``: a few bytes, one
 round trip) and checks ``synced_at`` against the bound. The bytes themselves are fetched only when
-the version changed: each worker keeps the last copy of each key it served (the gzip copy of a
-10,000-instance registry is hundreds of KB: bench/README.md, "Numbers behind the code"; fetching it
-per request would make Redis the bottleneck). A key
+the version changed: each worker keeps the last copy of each key it served (a registry's gzip copy is
+far larger than its stamp, and fetching it per request would make Redis the bottleneck). A key
 the node never published, a stale one, and Redis failing all mean "ask the node" (``None``).
 
 Within ``revalidate_ms`` of reading a stamp, a worker serves its copy without asking Redis again (the
-round trip was half of a request's CPU). Staleness is still judged at every request, against the
+round trip is a large part of a request's CPU). Staleness is still judged at every request, against the
 ``synced_at`` read then, which is never later than the real one: the bound holds exactly. What the
 interval costs is how soon a new payload replaces the copy: at most ``revalidate_ms`` after the node
-serves it (default 100 ms, a tenth of the default cache-sync interval; 0 asks Redis every time).
+serves it (by default a tenth of the cache-sync interval, at most 100 ms; 0 asks Redis every time).
 
 The node drops a key nobody read for its expiry time, and it does not see a reader's reads: a worker
 marks each key it serves in Redis (``TierReader.mark_read``), at most once per ``mark_every_ms`` per

@@ -1,19 +1,18 @@
 """Keeps Python's cyclic garbage collector from walking the lease map. Plain Python, no Django.
 
-A full (generation 2) collection visits every object the collector tracks: with 10,000 leases some
-100,000 of them, 30-90 ms with the event loop held, ten times that at 100,000 instances; and churn
-(registrations, payload rebuilds) sets one off every few seconds. Leases live for hours, so walking
-them finds nothing. So: collect the young generations (cheap; frees short-lived cycles), then
-``gc.freeze()`` what survived — the collector ignores frozen objects from then on, and automatic full
-collections only walk what was created since. Frozen objects are still freed by reference counting
-when dropped; only garbage *cycles* frozen meanwhile (our records hold none) wait for the full
+A full (generation 2) collection visits every object the collector tracks, several per lease, with the
+event loop held, and churn (registrations, payload rebuilds) sets one off every few seconds. Leases live
+for hours, so walking them finds nothing. So: collect the young generations (cheap; frees short-lived
+cycles), then ``gc.freeze()`` what survived — the collector ignores frozen objects from then on, and
+automatic full collections only walk what was created since. Frozen objects are still freed by reference
+counting when dropped; only garbage *cycles* frozen meanwhile (our records hold none) wait for the full
 collection this policy runs once per ``full_every_ms`` (default an hour).
 
 When to freeze: at least every ``freeze_every_ms`` (60 s), and also as soon as the collector's old
 generation holds more than ``bulk_objects`` unfrozen objects (checked at each run, every second): a
 fleet registering or a first payload build adds hundreds of thousands at once, and left unfrozen
-until the next minute, each automatic full collection meanwhile walks them all (one every second or
-two in the first minute after 10,000 instances registered: bench/README.md, "Numbers behind the code").
+until the next minute, each automatic full collection meanwhile walks them all, and those come
+often while a fleet registers.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ import gc
 import time
 from collections.abc import Callable
 
-# Unfrozen objects in the old generation that make a freeze due at once: 20,000 cost a full collection
-# a few milliseconds, and counting them (one list of references) far less (bench/README.md, "Numbers
-# behind the code").
+# Unfrozen objects in the old generation that make a freeze due at once: a full collection walks this
+# many quickly, and counting them (one list of references) costs far less.
 BULK_OBJECTS = 20_000
 # How often the node runs the policy (its freeze_gc job): each run costs that count, or a freeze.
 CHECK_INTERVAL_MS = 1_000
@@ -49,7 +47,7 @@ class GcPolicy:
 
     def run(self, now: int) -> dict:
         # (No gc.get_freeze_count() in the result: it walks every frozen object with the event loop
-        # held; bench/README.md, "Numbers behind the code".)
+        # held.)
         if now - self._last_full >= self.full_every_ms:
             gc.unfreeze()
             collected = gc.collect()

@@ -1,52 +1,36 @@
-"""Serve a registry node on granian: HTTP in Rust threads, the node's Python on one thread.
+"""Serve a registry node on granian: HTTP in Rust threads, the node's Python on a few threads.
 
-Why: under gunicorn's gevent worker a heartbeat spends more of its CPU in the HTTP layer (parsing,
-the event loop, greenlet switches) than in the registry, and all of it holds the GIL, so the node
-uses one core. granian parses and writes HTTP in Rust, off the GIL, on the second core: measured on a
-2-core machine beside a warm Spring Cloud Eureka Server, the node serves 1.18 times its heartbeats
-where gunicorn served 0.6 times, at about half the CPU a heartbeat (bench/README.md, "Side by side").
+Why: under gunicorn's gevent worker the HTTP layer (parsing, the event loop, greenlet switches) costs
+a heartbeat more CPU than the registry does, and all of it holds the GIL, so the node uses one core.
+granian parses and writes HTTP in Rust, off the GIL, on the second core (docs/production.md compares
+the two servers).
 
 How requests reach the node here (granian's own WSGI glue is replaced, see ``serve_registry``):
 
-- **The application runs on ``--threads`` threads at once** (2: ``Gate``). One thread serves the
-  most heartbeats (no GIL handed between threads; more threads serve fewer: bench/README.md).
-  granian's pool has
-  ``--body-threads`` (64) more: granian reads a request's body on the thread that runs the request,
-  and a client that sends its body slowly holds that thread until its deadline (a share of them per
-  client address); while it waits, it gives up its turn of the application. Turns go round the
-  client addresses, and one address has at most ``TURNS_PER_ADDRESS`` requests under way (more: 503
-  at once), so a client that sends many requests at once delays its own, not everyone's.
-- **Large answers** (over 32 KB) are written from a thread of their own, a piece at a time, and
-  **streaming answers** (the change feed's Server-Sent Events) too: granian writes an answer's pieces
-  from the thread that hands them over, waiting while the client does not read, and a stream waits
-  for changes for minutes. The feed caps how many streams are open (``EUREKA_FEED_MAX_STREAMS``).
-- Every other answer is joined and handed to granian in one piece.
+- **The application runs on ``THREADS`` threads at once** (``Gate``): few, because every thread more
+  hands the GIL between threads once a request. Turns go round the client addresses, and one address
+  has at most ``TURNS_PER_ADDRESS`` requests under way (more: 503 at once), so a client that sends
+  many requests at once delays its own, not everyone's.
+- **Bodies.** granian reads a request's body on the thread that runs the request, so a client that
+  sends its body slowly holds that thread until its deadline. The pool has ``BODY_THREADS`` more for
+  that, a share of them per client address, and a request gives up its turn of the application while
+  it waits for its body.
+- **Large and streaming answers** (over ``STREAM_ABOVE_BYTES``, and the change feed's Server-Sent
+  Events) are written from threads of their own, a piece at a time: granian writes an answer from
+  the thread that hands it over and waits while the client does not read. Every other answer is
+  handed to granian in one piece.
 
-What one client may hold, and for how long (request bodies' deadlines, answers to clients that do
-not read, the shares per address): ``registry/runtime/granian_limits.py``. The listening socket's
-``TCP_USER_TIMEOUT`` (``listening_socket``) is the send timeout; granian holds at most
-EUREKA_MAX_CONNECTIONS connections (more wait in the kernel's backlog) and reads a request's head
-within EUREKA_HEADER_TIMEOUT_SECONDS.
+What one client may hold, and for how long, is ``registry/runtime/granian_limits.py``; the listening
+socket's ``TCP_USER_TIMEOUT`` (``listening_socket``) is the send timeout. docs/security.md ("On
+granian") lists these limits and what the gunicorn worker does that this server does not (connection
+caps per address, a 503 past EUREKA_MAX_CONNECTIONS, gunicorn's answers to malformed HTTP,
+``X-Forwarded-Proto``, a separate keep-alive time, a watch of the event loop).
 
-The node starts as under gunicorn (``registry.runtime.node.start_serving``, which both servers
-call): warm-restart snapshot, cluster (knowing where it listens), the garbage-collector policy,
-memory tuning; and on
-SIGTERM the open streams end at once, granian finishes the requests under way, and the node stops
-(jobs, replication, last snapshot).
-
-What gunicorn's worker (``registry/runtime/gunicorn_worker.py``) does that this server does not:
-connections are not admitted per client address (``EUREKA_MAX_CONNECTIONS_PER_ADDRESS``; granian
-gives no hook between accepting a connection and reading its request; requests are shared out per
-address instead); past EUREKA_MAX_CONNECTIONS a connection waits in the backlog instead of being
-answered 503; a kept-alive connection waits for its next request as long as a new one for its first
-(hyper's header timeout), not 75 s; nothing can close a connection but its answer, so an answer
-given without reading the body waits for the rest of it (at most 2 s), and an answer past a
-deadline is cut one byte short to close the connection (granian_limits.py says why); malformed HTTP
-is answered by granian's parser (hyper), not with gunicorn's answers; ``X-Forwarded-Proto`` is not
-read (``FORWARDED_ALLOW_IPS``); there is no event loop to watch for stalls. Connections are refused
-until the node can answer them as under gunicorn, by other means: granian's worker opens its own
-listening socket (``SO_REUSEPORT``) once the node has started, which is also why
-``refuse_a_taken_port`` checks that no other process listens there first.
+The node starts and stops as under gunicorn (``registry.runtime.node.start_serving``, which both
+servers call); on SIGTERM the open streams end at once, granian finishes the requests under way, and
+the node stops (jobs, replication, last snapshot). Connections are refused until the node can answer
+them: granian's worker opens its own listening socket (``SO_REUSEPORT``) once the node has started,
+which is why ``refuse_a_taken_port`` first checks that no other process listens there.
 
 It depends on granian internals of the 2.8 series (its worker class and callback scheduler), hence
 the narrow pin in pyproject.toml.
@@ -82,8 +66,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BIND = "0.0.0.0:8761"
 GRACEFUL_TIMEOUT_S = 20
 # Threads running the application: more than one lets an answer be built while another is handed
-# over; each one more costs heartbeats (GIL hand-overs: 1 thread ~11,000/s, 2 ~10,800, 4 ~9,800, 16
-# ~6,700).
+# over; each one more costs heartbeats (the GIL handed between threads).
 THREADS = 2
 # Requests of one client address under way at once (waiting for a turn of the application or in one,
 # receiving a body); more are answered 503 at once.

@@ -31,28 +31,28 @@ its next request is closed when the stop begins (a request in progress is still 
 its client has taken nothing of the answer for a second), so a node stops in about a second and a
 restart or rolling deploy is not held up.
 
-It remembers which peers may set forwarding headers: gunicorn decides that for every request by
-parsing the peer's address with ``ipaddress`` (about 5 % of a heartbeat's CPU). The answer depends
-only on the address and the worker's fixed configuration, so it is kept per address.
+Work gunicorn repeats for every request, though its result does not change, is done once here, so
+that a heartbeat costs less:
 
-Three more per-request costs of gunicorn are cut (together ~8 % of a heartbeat's CPU, measured with
-py-spy at saturation): every request built a ``wsgi.errors`` object, looking the error logger up under
-the logging module's lock, though an application rarely writes to it (one object now, which finds
-the log's streams when written to, so a reopened log file is still followed); the ``Date`` header
-was formatted anew for every response (now once a second); and every write went through gevent's
-``sendall``, which asks the socket for its buffer size (a system call) each time (a small write is
-now one ``send``, with ``sendall`` for whatever it did not take).
-
-The wait for a connection's next request arms no timer either: gunicorn made and closed a gevent
-``Timeout`` (a loop timer) for every request, ~4 % of a heartbeat's CPU. A wait here notes when it
-began, and one sweeper ends the waits past the keep-alive time (``_NextRequestWait``).
+* which peers may set forwarding headers: gunicorn parses the peer's address with ``ipaddress`` for
+  every request; the answer depends only on the address and the worker's fixed configuration, so it
+  is kept per address;
+* ``wsgi.errors``: gunicorn builds one per request, looking the error logger up under the logging
+  module's lock, though an application rarely writes to it; here one object, which finds the log's
+  streams when written to, so a reopened log file is still followed;
+* the ``Date`` header is formatted once a second, not for every response;
+* a small write is one ``send`` (with ``sendall`` for whatever it did not take): gevent's ``sendall``
+  asks the socket for its buffer size, a system call, each time;
+* the wait for a connection's next request arms no timer: gunicorn makes and closes a gevent
+  ``Timeout`` (a loop timer) for every request. A wait here notes when it began, and one sweeper
+  ends the waits past the keep-alive time (``_NextRequestWait``).
 
 Connections take turns. A greenlet that has answered a request reads the next one at once, and if its
 client already sent it (a client that sends its next request as soon as it has an answer, a pipelined
 batch) that read does not go through the event loop: one connection is served again and again while
-the requests of the others wait (a long p99 tail: bench/README.md, "Numbers behind the code"). So a connection
-whose last request was read and answered without the loop polling once gives the loop a turn before
-it reads the next (``_NextRequestWait``); a connection whose requests come apart pays nothing.
+the requests of the others wait, which gives them a long latency tail. So a connection whose last
+request was read and answered without the loop polling once gives the loop a turn before it reads
+the next (``_NextRequestWait``); a connection whose requests come apart pays nothing.
 
 It also bounds what is read after a response: gunicorn discards an unread request body before the
 next request on a keep-alive connection, however long that body is. Here a body left unread by more
@@ -187,11 +187,11 @@ class HttpDatePerSecond:
 # One send takes a response this small whole, as a rule (the socket's send buffer is far larger).
 SMALL_WRITE = 64 * 1024
 # A larger body goes in slices this big, with a turn of the event loop between two once the pacer's
-# slice of time (5 ms) is used up: a single send of a 5 MB registry into a loopback socket's buffer is
-# kernel copying during which every heartbeat waits, and a turn after every slice cost a third of the
-# full fetches a CPU-second could serve (bench/README.md, "Numbers behind the code"). One turn, not
-# the builds' pause (registry/cache/pacing.py), which waits for an idle loop: a body being sent is a
-# request being served, not background work.
+# slice of time is used up: a single send of a whole registry into a loopback socket's buffer is
+# kernel copying during which every heartbeat waits, while a turn after every slice takes a large
+# share of the full fetches a CPU-second serves. One turn, not the builds' pause
+# (registry/cache/pacing.py), which waits for an idle loop: a body being sent is a request being
+# served, not background work.
 SEND_SLICE = 256 * 1024
 
 # The worker's slow readers (registry/runtime/connections.py ``SlowReaders``), set when it serves: a
@@ -322,8 +322,8 @@ class NextRequestNotComing(Exception):
 class _NextRequestWait:
     """The wait for a connection's next request (gunicorn's keep-alive timeout).
 
-    gunicorn arms a gevent ``Timeout`` for every wait: a loop timer made and closed per request,
-    ~4 % of a heartbeat's CPU (py-spy at saturation). Here a wait only notes when it began
+    gunicorn arms a gevent ``Timeout`` for every wait: a loop timer made and closed per request.
+    Here a wait only notes when it began
     (``RegistryWorker.waiting``); one sweeper ends the waits that are past the keep-alive time, and a
     stop ends them all."""
 
@@ -344,8 +344,8 @@ class _NextRequestWait:
         if previous == loop.iteration:
             # This connection's last request was read and answered without the loop polling
             # once. Its client's next request may be here already, and reading it now would serve
-            # this connection again and again while the others' requests wait (a long p99 tail:
-            # bench/README.md, "Numbers behind the code"). A timer expires only after a poll: the
+            # this connection again and again while the others' requests wait (a long latency
+            # tail). A timer expires only after a poll: the
             # connections whose requests came meanwhile are served first, one request each.
             gevent.sleep(FAIR_TURN_S)
         # Checked after the turn, and with no switch before the wait is noted: a stop that began
@@ -404,8 +404,8 @@ class RegistryWorker(GeventWorker):
         self.waiting: dict = {}
         self.sweeper = None
         self._next_request_wait = _NextRequestWait(self)
-        # Read once: gunicorn's settings are looked up through __getattr__ (bench/README.md, "Numbers
-        # behind the code"), and these were read for every request.
+        # Read once: gunicorn's settings are looked up through __getattr__, and these were read for
+        # every request.
         self.keepalive_s = self.cfg.keepalive
         self.h2c_upgrades = getattr(self.cfg, "http2_cleartext", "off") in ("upgrade", "both")
         # Connections' greenlets -> the loop iteration in which their last wait for a request began

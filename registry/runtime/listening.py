@@ -1,18 +1,18 @@
 """A node's listening sockets refuse connections until its worker can answer them.
 
-gunicorn's master binds and listens before it forks the worker, and the worker needs about a second
-(Django, the warm-restart snapshot, the cluster) before it accepts: meanwhile the kernel completes
-handshakes into the listen backlog, so a client's heartbeat waits there (290-799 ms measured) instead
-of being refused and going on to its next service URL at once, as it does against a Java server that
-is not up yet. So the master takes its TCP listeners out of LISTEN before it forks a worker (the
-first one, or one replacing a worker that died: gunicorn's ``pre_fork``) and the worker listens again
-once its node has started (``post_worker_init``): a connection meanwhile is refused (RST,
-ECONNREFUSED), and one that was waiting in the backlog of a worker that died is reset.
+gunicorn's master binds and listens before it forks the worker, and the worker needs a while (Django, the
+warm-restart snapshot, the cluster) before it accepts: meanwhile the kernel completes handshakes into the
+listen backlog, so a client's heartbeat waits there instead of being refused and going on to its next
+service URL at once, as it does against a Java server that is not up yet. So the master takes its TCP
+listeners out of LISTEN before it forks a worker (the first one, or one replacing a worker that died:
+gunicorn's ``pre_fork``) and the worker listens again once its node has started (``post_worker_init``): a
+connection meanwhile is refused (RST, ECONNREFUSED), and one that was waiting in the backlog of a worker
+that died is reset.
 
 Linux: ``connect()`` with ``AF_UNSPEC`` on a listening TCP socket disconnects it (``tcp_disconnect``:
 the backlog is reset, the socket goes to CLOSE) and keeps its address and port when the port was
 given explicitly (bound with a port other than 0); ``listen()`` then puts it back in LISTEN. A socket
-bound to port 0, a Unix socket, or another system is left listening (the old behaviour), as is a
+bound to port 0, a Unix socket, or another system is left listening (as gunicorn leaves it), as is a
 socket the call fails on (logged).
 """
 

@@ -15,7 +15,7 @@ watches itself:
   it: the process was not running or waited, e.g. the machine was busy or memory was paged in), the
   watcher's longest gap, and the stacks sampled.
 
-A stack sample costs the watcher a few microseconds; nothing is sampled while the loop beats.
+A stack sample costs the watcher little, and nothing is sampled while the loop beats.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Heartbeats take a fraction of a millisecond and a paced payload build gives the loop a turn every
-# 5 ms (registry/cache/pacing.py): a loop not turning for 100 ms is held by something that should not.
+# Heartbeats are short and a paced payload build gives the loop a turn every 5 ms
+# (registry/cache/pacing.py): a loop not turning for 100 ms is held by something that should not.
 THRESHOLD_MS = 100
 # Samples kept per stall: at one per interval, a one-second stall fills this.
 MAX_SAMPLES = 50

@@ -4,17 +4,15 @@ A node's big allocations come and go: a snapshot's JSON document, each payload b
 the gzip copies made in the gevent threadpool's native threads. glibc keeps what they freed for reuse:
 each native thread's allocations come from an arena of its own, and after a large block is freed the
 allocator raises the size from which it maps blocks on their own (to up to 32 MB), so later
-payload-sized blocks come from the heap, whose freed middle is never returned: at 100,000 instances,
-after registering and the fetch phases, a third of what the node held was no live object
-(bench/README.md, "Numbers behind the code").
+payload-sized blocks come from the heap, whose freed middle is never returned: a large part of what
+a busy node holds is then no live object.
 
 So, where the C library is glibc: ``tune()`` (at worker start) caps the arenas at two, and ``trim()``
 (after each of the GC policy's collections, at most once a second and usually once a minute) returns
-the heap's free pages, wherever they are in it. Tried and not kept: fixing the mapping threshold at
-128 KB, so that every large block is mapped and unmapped on its own: it saved as much memory, but
-each payload build then paid for fresh zeroed pages, and heartbeats under churn had a longer p99
-(churn_stall.py, alternated runs; bench/README.md, "Numbers behind the code"). Elsewhere both are
-no-ops and say so.
+the heap's free pages, wherever they are in it. The mapping threshold is left to glibc: fixed low,
+so that every large block is mapped and unmapped on its own, it saves as much memory, but each
+payload build then pays for fresh zeroed pages, and heartbeats under churn wait longer. Elsewhere
+both are no-ops and say so.
 """
 
 from __future__ import annotations

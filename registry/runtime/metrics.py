@@ -103,8 +103,7 @@ _OBSERVERS: dict[tuple[str, str], Callable[[float], None]] = {
 }
 
 # EUREKA_METRICS_ENABLED, kept here: reading a Django setting goes through LazySettings'
-# __getattribute__, a third of what timing a request costs in all (bench/README.md, "Numbers behind
-# the code").
+# __getattribute__, a cost comparable to timing the request itself.
 _timing = settings.EUREKA_METRICS_ENABLED
 
 

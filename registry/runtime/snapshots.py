@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "registry-snapshot.json.gz"
-# Level 1: a fifth of level 6's time for a snapshot a few per cent larger (bench/README.md).
+# Level 1: far quicker than gzip's default level, for a snapshot only slightly larger.
 GZIP_LEVEL = 1
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -177,15 +177,15 @@ class SavedBlocks:
     same objects.
 
     Records are immutable and a lease swaps its record on every change, so the same objects mean the
-    same bytes; between two snapshots of 100,000 instances few change (renewals only move lease
-    times, saved apart), and re-encoding them all costs about a second of CPU; change-log entries
-    never change at all. A block is kept as its gzip member, far smaller than its JSON, which for
-    100,000 instances and as many entries held much memory between two snapshots (bench/README.md,
-    "Numbers behind the code"). Each snapshot keeps the blocks it used.
+    same bytes; between two snapshots of a large registry few change (renewals only move lease
+    times, saved apart), and re-encoding them all would cost the node much CPU; change-log entries
+    never change at all. A block is kept as its gzip member, far smaller than its JSON, which for a
+    large registry would hold much memory between two snapshots. Each snapshot keeps the blocks it
+    used.
 
-    A block is encoded and compressed at once, in the serving thread (a few milliseconds; the loop
-    has a turn between two blocks, registry/cache/pacing.py): holding a whole registry's JSON until
-    a native thread compressed it raised the resident size by that much for good, as freed small
+    A block is encoded and compressed at once, in the serving thread (a short step; the loop has a
+    turn between two blocks, registry/cache/pacing.py): holding a whole registry's JSON until a
+    native thread compressed it would raise the resident size by that much for good, as freed small
     buffers are not given back to the system.
     """
 
@@ -238,8 +238,8 @@ class WriteReport:
 
 # Runs a function off the event loop and returns its result (gunicorn.conf.py sets gevent's threadpool).
 # Only work that releases the GIL goes there: gzip, and a file store's write and fsync. Python code in a
-# native thread would hold the GIL in 5 ms slices while the event loop waits for one at every socket
-# call: heartbeats stalled at every snapshot (bench/README.md, "Numbers behind the code").
+# native thread would hold the GIL in 5 ms slices (Python's switch interval) while the event loop
+# waits for one at every socket call: heartbeats would stall at every snapshot.
 Runner = Callable[[Callable[[], Any]], Any]
 
 
@@ -248,9 +248,8 @@ def _run_here(function: Callable[[], Any]) -> Any:
 
 
 # Snapshots may take at most 1/WRITE_BUDGET of the node's time: the interval is stretched to
-# WRITE_BUDGET times the last write's duration when that is longer. At 10,000 instances the 5 s
-# interval stands; at 100,000 writing every 5 s cost the node a third of its core (bench/README.md,
-# "Numbers behind the code", and "Side by side", 100,000 instances).
+# WRITE_BUDGET times the last write's duration when that is longer. A small registry's write is far
+# shorter than the interval; a large one's, written as often, would take a large share of the core.
 WRITE_BUDGET = 20
 
 

@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 @cache
 def _control_client() -> httpx.Client:
     """The worker process's one client for the node's control endpoint. One per process, kept: an
-    ``httpx.Client`` builds an SSL context when it is made (bench/README.md, "Numbers behind the code"),
-    which a client per task spent on every periodic job, several times a second on every node."""
+    ``httpx.Client`` builds an SSL context when it is made, costly work that a client per task would
+    repeat for every periodic job, several times a second on every node."""
     return httpx.Client(
         base_url=settings.EUREKA_CONTROL_URL,
         headers={CONTROL_HEADER: settings.EUREKA_CONTROL_SECRET},

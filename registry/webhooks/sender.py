@@ -53,8 +53,7 @@ class DeliveryConfig:
 def new_client(config: DeliveryConfig) -> httpx.Client:
     # No redirects: a signed POST goes where it was subscribed, nowhere else. No environment proxies
     # either: deliveries go straight to the receiver. httpx is loaded here, by the first sender: a
-    # node without webhook deliveries does not hold it (tests/runtime/test_lazy_imports.py; what it costs a
-    # process: bench/README.md, "Numbers behind the code").
+    # node without webhook deliveries does not hold it (tests/runtime/test_lazy_imports.py).
     import httpx
 
     return httpx.Client(timeout=config.timeout_s, follow_redirects=False, trust_env=False)

@@ -2,10 +2,10 @@
 
 Django's resolver walks the URLconf as a tree on every request: the root pattern, then the include of
 ``eureka/``, ``eureka/v2/``..., then each route in turn, building a ``ResolverMatch`` and a list of
-tried patterns at every level. For heartbeats that walk costs more than the registry work itself
-(bench/README.md, "Where the time goes"). ``FlatRoutes`` joins each route's patterns, prefixes
-included, into one compiled expression when the URLconf is loaded and builds the same
-``ResolverMatch`` Django would (the differential test compares them on every route shape).
+tried patterns at every level. For heartbeats that walk costs more than the registry work itself.
+``FlatRoutes`` joins each route's patterns, prefixes included, into one compiled expression when the
+URLconf is loaded and builds the same ``ResolverMatch`` Django would (the differential test compares
+them on every route shape).
 
 Only plain regular expressions are flattened: ``re_path`` patterns that start with ``^``, with named
 groups only. Routes are taken in Django's order up to the first one that is not (a ``path()``

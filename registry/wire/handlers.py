@@ -70,8 +70,8 @@ class ProtocolHandler(WSGIHandler):
 
     def _get_response_or_error_answer(self, request):
         # As convert_exception_to_response. The protocol's URLconf is made current only here, for its
-        # handler404/handler500: setting it (an asgiref Local) cost ~6 % of a heartbeat, and no
-        # protocol view reverses a URL.
+        # handler404/handler500: setting it (an asgiref Local) per request is a noticeable share of a
+        # heartbeat, and no protocol view reverses a URL.
         try:
             return self._get_response(request)
         except Exception as exc:
@@ -80,8 +80,8 @@ class ProtocolHandler(WSGIHandler):
 
     def _get_response(self, request):
         # As BaseHandler._get_response with no view or template-response middleware (this handler
-        # has none), and with each view's preparation (the ATOMIC_REQUESTS wrapper, the async check:
-        # ~5 % of a heartbeat's application time) done once per view instead of per request.
+        # has none), and with each view's preparation (the ATOMIC_REQUESTS wrapper, the async check)
+        # done once per view instead of per request: it does not change between requests.
         callback, callback_args, callback_kwargs = self.resolve_request(request)
         prepared = self._prepared_views.get(callback)
         if prepared is None:

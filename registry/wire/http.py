@@ -106,8 +106,7 @@ class PassthroughRenderer(BaseRenderer):
 
 def django_request(request: HttpRequest) -> HttpRequest:
     """The Django request behind a view's request. Views get DRF's Request, which hands ``META`` and
-    ``body`` over only after a failed attribute lookup (several a request; bench/README.md, "Numbers
-    behind the code"); its
+    ``body`` over only after a failed attribute lookup (several a request, each a slow path); its
     ``_request`` is that Django request, as DRF documents."""
     return getattr(request, "_request", request)
 

@@ -7,19 +7,19 @@ Payloads are assembled from serialized pieces instead of serializing the registr
 * each application's fragment is its instances' bytes in one wrapper, dropped when the application
   changes (the registry's change hook) or expires. Once an instance's bytes are in its application's
   fragment, the instance keeps a view of them there instead of its own copy (``_share``): one copy of
-  the registry's serialized bytes per format, not two (100 MB at 100,000 instances in XML);
+  the registry's serialized bytes per format, not two;
 * ``GET apps`` joins the fragments of every application, and ``GET apps/delta`` the bytes of the
   instances in the delta queue, grouped by application as Eureka does;
 * the gzip copy of ``GET apps`` is joined from deflate chunks of runs of fragments (one standard
   gzip stream), so after a change only the run holding it (and, when the change is near its end, the
   next, which refers back into it) is compressed again.
 
-So a rebuild costs in proportion to what changed: with 10,000 instances in 100 applications one change
-re-serializes one instance, and a delta of 18,000 changes is joined from bytes instead of serialized in
-hundreds of milliseconds while heartbeats wait. A heartbeat changes no piece (it changes no cached
-payload in Eureka either): a lease's ``lastRenewalTimestamp`` in a payload is as of when its bytes were
-built, at most ``expire_ms`` ago. Every piece is exactly what serializing the whole registry would give
-(``tests/wire/test_payload_fragments.py`` compares them with a full rebuild on random registries).
+So a rebuild costs in proportion to what changed: one change re-serializes one instance, and a delta of
+thousands of changes is joined from bytes instead of serialized again while heartbeats wait. A heartbeat
+changes no piece (it changes no cached payload in Eureka either): a lease's ``lastRenewalTimestamp`` in
+a payload is as of when its bytes were built, at most ``expire_ms`` ago. Every piece is exactly what
+serializing the whole registry would give (``tests/wire/test_payload_fragments.py`` compares them with a
+full rebuild on random registries).
 
 Each fragment keeps the status counts of its instances, and the reconcile hashcode of an assembled
 payload is computed from them, so a payload's hashcode always describes the instances in it.
@@ -90,11 +90,10 @@ class Fragment:
 
 
 # Gzip of ``GET apps`` is joined from deflate chunks of runs of fragments, each run about this long.
-# Each chunk is primed with the 32 KB before it, so short runs cost little size (unprimed, chunks of
-# one small application made a 1,000-application registry's gzip several times larger, and long runs
-# cost a few per cent: bench/README.md, "Numbers behind the code"); priming costs CPU, a run's worth of
-# it for runs under 32 KB. After a change its run and often the next are compressed again:
-# bench/README.md, "Payload rebuilds".
+# Each chunk is primed with the 32 KB before it (deflate's window), so short runs cost little size
+# (unprimed, chunks of one small application would make a registry's gzip several times larger);
+# priming costs CPU, a run's worth of it for runs under 32 KB. Long runs mean more to compress again:
+# after a change its run, and often the next, is compressed again.
 CHUNK_TARGET_BYTES = 128 * 1024
 # A run may grow to this many times the target when no boundary comes (boundaries depend on names).
 CHUNK_MAX_FACTOR = 4
@@ -266,9 +265,8 @@ class PayloadBuilder:
 
     def keep_formats(self, variants: set[tuple[str, bool]]) -> None:
         """Forget the pieces of every (fmt, compact) variant not in ``variants``: no key of theirs is
-        served any more (ResponseCache.sync). At 100,000 instances the XML pieces alone are large
-        (bench/README.md, "Numbers behind the code"), kept for good once anybody had asked for
-        ``GET apps`` in XML."""
+        served any more (ResponseCache.sync). For a large registry the XML pieces alone are large, and
+        would be kept for good once anybody had asked for ``GET apps`` in XML."""
         with self._lock:
             for key in [key for key in self._fragments if key[1:] not in variants]:
                 del self._fragments[key]
@@ -307,8 +305,7 @@ class PayloadBuilder:
                 lifetime = expire_ms - _jitter.randrange(expire_ms // 2 + 1)
                 cached = cache[key] = _InstanceBytes(view, now + lifetime, body)
                 self.instances_serialized += 1
-                # A fleet's worth would hold the event loop (pacing.py; bench/README.md, "Numbers
-                # behind the code").
+                # A fleet's worth would hold the event loop (pacing.py).
                 tick()
             entries.append(cached)
         return entries
@@ -655,9 +652,8 @@ def _applications(
         tail = b"</applications>"
         empty = render("applications", {"versions__delta": version, "apps__hashcode": hashcode}, fmt)
         head = empty[: -len(tail)]
-    # Not joined here (see Pieces): each copy of a 100,000-instance registry holds the loop for a
-    # hundred milliseconds or more unless it runs in a native thread (bench/HISTORY.md, "Where the time
-    # goes", "a registration at 100,000 instances").
+    # Not joined here (see Pieces): each copy of a large registry would hold the loop unless it runs
+    # in a native thread.
     pieces = [head]
     for number, fragment in enumerate(fragments):
         if number and separator:
