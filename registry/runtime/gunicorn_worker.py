@@ -2,62 +2,48 @@
 
 It imports neither Django nor the project at load (gunicorn's master process loads the worker class
 before it forks; the application itself is loaded in the worker, see ``deploy/gunicorn.conf.py``).
+What it changes in gunicorn's gevent worker, and why:
 
-No client may take the node off the network by holding connections. Every accepted connection is
-admitted or refused before a byte of it is read (``registry/runtime/connections.py``: a cap per client
-address and one in all, below ``worker_connections``; a refused one gets a 503 and is closed); a new
-connection must send its request line and headers within the header timeout (Tomcat's
-``connectionTimeout``, 20 s), a kept-alive one its next request within the keep-alive time, shortened
-to the header timeout while most of the cap is in use; and request bodies are read under their own
-deadlines before a view runs (``registry/wire/request_bodies.py``). Answers are written under a
-deadline too: a write the socket does not take at once is watched (``SLOW_READERS``, a
-``connections.SlowReaders``), and the sweeper that ends idle waits resets the connection of a client
-that takes no byte of its answer for the write timeout, sheds the readers blocked longest near the
-connection cap, and bounds the answers such readers hold; at the cap, a new connection is admitted in
-place of the reader blocked longest.
-
-gunicorn's gevent worker closes a connection at once after an error answer (an over-long request
-line, bad chunk framing) or a response that ends the connection. If the client is still sending its
-request — a Java client writes the request line and headers, then the body, and only then reads —
-the kernel answers the unread bytes with a reset, and the client sees "connection reset" instead of
-the 414 or 413 it was sent. gunicorn's sync and gthread workers already close the RFC 9112 §9.6 way;
-this worker does the same for gevent: half-close, read and discard what the client is still sending
-(at most ``DRAIN_BYTES`` within ``DRAIN_SECONDS``), then close.
-
-A graceful stop (SIGTERM) does not wait for idle kept-alive connections: gunicorn waits for every
-open connection up to ``graceful_timeout``, and a client that keeps its connection open between
-heartbeats (every Java client does) holds the whole stop for those 20 s. Here a connection waiting for
-its next request is closed when the stop begins (a request in progress is still answered, unless
-its client has taken nothing of the answer for a second), so a node stops in about a second and a
-restart or rolling deploy is not held up.
-
-Work gunicorn repeats for every request, though its result does not change, is done once here, so
-that a heartbeat costs less:
-
-* which peers may set forwarding headers: gunicorn parses the peer's address with ``ipaddress`` for
-  every request; the answer depends only on the address and the worker's fixed configuration, so it
-  is kept per address;
-* ``wsgi.errors``: gunicorn builds one per request, looking the error logger up under the logging
-  module's lock, though an application rarely writes to it; here one object, which finds the log's
-  streams when written to, so a reopened log file is still followed;
-* the ``Date`` header is formatted once a second, not for every response;
-* a small write is one ``send`` (with ``sendall`` for whatever it did not take): gevent's ``sendall``
-  asks the socket for its buffer size, a system call, each time;
-* the wait for a connection's next request arms no timer: gunicorn makes and closes a gevent
-  ``Timeout`` (a loop timer) for every request. A wait here notes when it began, and one sweeper
-  ends the waits past the keep-alive time (``_NextRequestWait``).
-
-Connections take turns. A greenlet that has answered a request reads the next one at once, and if its
-client already sent it (a client that sends its next request as soon as it has an answer, a pipelined
-batch) that read does not go through the event loop: one connection is served again and again while
-the requests of the others wait, which gives them a long latency tail. So a connection whose last
-request was read and answered without the loop polling once gives the loop a turn before it reads
-the next (``_NextRequestWait``); a connection whose requests come apart pays nothing.
-
-It also bounds what is read after a response: gunicorn discards an unread request body before the
-next request on a keep-alive connection, however long that body is. Here a body left unread by more
-than ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection
-instead, so refusing a body never means reading it.
+* **No client takes the node off the network by holding connections.** Every accepted connection is
+  admitted or refused before a byte of it is read (``registry/runtime/connections.py``: a cap per client
+  address and one in all, below ``worker_connections``; a refused one gets a 503 and is closed). A new
+  connection must send its request head within the header timeout (Tomcat's ``connectionTimeout``, 20 s),
+  a kept-alive one its next request within the keep-alive time, shortened to the header timeout while most
+  of the cap is in use; request bodies are read under their own deadlines before a view runs
+  (``registry/wire/request_bodies.py``). Answers have a deadline too: a write the socket does not take at
+  once is watched (``SLOW_READERS``), and the sweeper that ends idle waits resets a client that takes
+  nothing of its answer for the write timeout, sheds the readers blocked longest near the connection cap
+  and bounds what such readers hold; at the cap, a new connection is admitted in place of the reader
+  blocked longest. docs/security.md lists these limits.
+* **Error answers arrive.** gunicorn's gevent worker closes a connection at once after an error answer
+  (an over-long request line, bad chunk framing) or a response that ends the connection. A client
+  still sending its request (a Java client writes the request line, the headers and the body before
+  it reads) then gets a reset instead of the 414 or 413 it was sent. This worker closes the RFC 9112
+  §9.6 way, as gunicorn's sync and gthread workers do: half-close, read and discard what the client is
+  still sending (at most ``DRAIN_BYTES`` within ``DRAIN_SECONDS``), then close.
+* **Refusing a body never means reading it.** gunicorn discards an unread request body before the next
+  request on a keep-alive connection, however long it is; here a body left unread by more than
+  ``DRAIN_BYTES`` (a chunked body refused with 413 at the size limit, say) closes the connection.
+* **A stop does not wait for idle connections.** gunicorn waits for every open connection up to
+  ``graceful_timeout``, so clients that keep their connection between heartbeats (every Java client)
+  hold the whole stop. Here a connection waiting for its next request is closed when the stop begins
+  (a request in progress is still answered, unless its client has taken nothing of the answer for a
+  second), so a node stops in about a second and a restart or rolling deploy is not held up.
+* **Connections take turns.** A greenlet that has answered a request reads the next one at once, and if
+  its client already sent it (a client that sends its next request as soon as it has an answer, a
+  pipelined batch) that read does not go through the event loop: one connection would be served again
+  and again while the others' requests wait. So a connection whose last request was read and answered
+  without the loop polling once gives the loop a turn before it reads the next (``_NextRequestWait``);
+  a connection whose requests come apart pays nothing.
+* **Work gunicorn repeats for every request is done once**, as its result does not change: which peers
+  may set forwarding headers is kept per address (gunicorn parses the address with ``ipaddress`` each
+  time); one ``wsgi.errors`` object per worker, which finds the log's streams when written to, so a
+  reopened log file is still followed (gunicorn builds one per request, looking the error logger up
+  under the logging module's lock); the ``Date`` header is formatted once a second; a small write is
+  one ``send`` (gevent's ``sendall`` asks the socket for its buffer size, a system call, each time);
+  and the wait for a connection's next request arms no timer (gunicorn makes and closes a gevent
+  ``Timeout`` per request): a wait notes when it began, and one sweeper ends the waits past the
+  keep-alive time.
 """
 
 from __future__ import annotations
