@@ -17,8 +17,9 @@ How requests reach the node here (granian's own WSGI glue is replaced, see ``ser
   it waits for its body.
 - **Large and streaming answers** (over ``STREAM_ABOVE_BYTES``, and the change feed's Server-Sent
   Events) are written from threads of their own, a piece at a time: granian writes an answer from
-  the thread that hands it over and waits while the client does not read. Every other answer is
-  handed to granian in one piece.
+  the thread that hands it over and waits while the client does not read, and a stream waits for
+  changes for minutes (the feed caps how many are open, ``EUREKA_FEED_MAX_STREAMS``). Every other
+  answer is handed to granian in one piece.
 
 What one client may hold, and for how long, is ``registry/runtime/granian_limits.py``; the listening
 socket's ``TCP_USER_TIMEOUT`` (``listening_socket``) is the send timeout. docs/security.md ("On
