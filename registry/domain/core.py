@@ -154,13 +154,6 @@ class Registry(MapReads, SavedStateParts):
     def config(self) -> RegistryRules:
         return self._config
 
-    @config.setter
-    def config(self, config: RegistryRules) -> None:
-        """A node's knobs changed in place (tests turn self-preservation off this way): the pieces
-        that read them get the same ones."""
-        self._config = self._preservation.config = self._limits.config = config
-        self._overrides.idle_expiry_ms = config.override_idle_expiry_ms
-
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
         """Where client writes go to be replicated (None: a standalone node, nothing is recorded)."""
         with self._lock:
