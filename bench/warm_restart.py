@@ -2,7 +2,7 @@
 
 1. In-process (registry/domain/core.py, registry/runtime/snapshots.py): ``export_parts(now).as_state()``
    — total and the part that holds the map's lock —, the orjson + gzip encoding, the atomic file write,
-   the size, and ``restore_state`` of the same snapshot. Medians of ``--rounds``.
+   the size, and ``saved_state.restore`` of the same snapshot. Medians of ``--rounds``.
 2. Live (gunicorn with deploy/gunicorn.conf.py, embedded mode, a temporary data directory): 10,000
    instances registered, heartbeats paced at ``--rate`` per second over kept-alive connections for
    ``--seconds`` with warm restart on (a snapshot every ``--interval-ms``) and then off, with renew
@@ -94,12 +94,12 @@ def in_process(rounds: int) -> None:
     gc.collect()
     gc.freeze()
     lock = TimedLock()
-    registry._lock = lock  # bench only: measure the hold
+    registry.saved_state._lock = lock  # bench only: measure the export's hold
     store = FileStore(Path(tempfile.mkdtemp()) / "snapshot.json.gz")
     numbers: dict[str, list[float]] = {name: [] for name in ("lock", "export", "encode", "save", "restore")}
     for _ in range(rounds):
         started = time.perf_counter()
-        state = registry.export_parts(now).as_state()
+        state = registry.saved_state.export_parts(now).as_state()
         exported = time.perf_counter()
         data = encode(state)
         encoded = time.perf_counter()
@@ -111,7 +111,7 @@ def in_process(rounds: int) -> None:
         numbers["save"].append((saved - encoded) * 1000)
         fresh = Registry(RegistryRules(), now)
         started = time.perf_counter()
-        fresh.restore_state(decode(store.load()), now + 1000)
+        fresh.saved_state.restore(decode(store.load()), now + 1000)
         numbers["restore"].append((time.perf_counter() - started) * 1000)
     plain = len(orjson.dumps(state))
     # What the node runs: the writer, which reuses the encoded form of records that did not change.

@@ -110,7 +110,7 @@ def _status_context(request) -> tuple[dict, int]:
         **_base_context(node, now),
         "form": form,
         "page": None,
-        "registered": node.registry.size(),
+        "registered": node.registry.reads.size(),
         "general_info": console_data.general_info(node, now),
         "instance_info": console_data.instance_info(node, now),
         "is_staff": request.user.is_authenticated and request.user.is_staff,
@@ -121,7 +121,7 @@ def _status_context(request) -> tuple[dict, int]:
         return context, 400
     data = form.cleaned_data
     query = form.query()
-    everything = node.registry.instances()
+    everything = node.registry.reads.instances()
     findings = find_suspicious(everything, node.registration_sources.as_mapping(), PACER.tick)
     context["findings"] = findings[:FINDINGS_SHOWN]
     context["findings_more"] = max(0, len(findings) - FINDINGS_SHOWN)
@@ -147,7 +147,7 @@ def _charts(node, now) -> list:
 
 def _timeline(node, app, instance_id, detail, now):
     """The instance's last hour (status changes, renewal gaps), or None without a history or lease."""
-    gaps = node.registry.renew_gaps(app, instance_id) if detail is not None else None
+    gaps = node.registry.reads.renew_gaps(app, instance_id) if detail is not None else None
     if node.status_trail is None or gaps is None:
         return None
     return console_data.instance_chart(

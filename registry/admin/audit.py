@@ -45,7 +45,7 @@ def apply_override(
     3. complete the record with what the registry actually found and left.
     """
     new_status = target_status(action, status)
-    found = node.registry.lease(app, instance_id)
+    found = node.registry.reads.lease(app, instance_id)
     try:
         record = StatusOverrideRecord.objects.create(
             user=user,

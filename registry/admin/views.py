@@ -110,12 +110,12 @@ class InstanceListAdminView(_AdminPage):
         form = InstanceFilterForm(request.GET)
         rows, page = [], None
         if form.is_valid():
-            groups = console_data.select(node.registry.instances(), form.query())
+            groups = console_data.select(node.registry.reads.instances(), form.query())
             flat = [instance for _, instances in groups for instance in instances]
             page = Paginator(flat, ADMIN_PAGE_SIZE).get_page(form.cleaned_data["page"] or 1)
             for instance in page.object_list:
                 # The lease of each listed row (its override, last renewal); gone since the listing = skipped.
-                found = node.registry.lease(instance.app, instance.instance_id)
+                found = node.registry.reads.lease(instance.app, instance.instance_id)
                 if found is not None:
                     view, override = found
                     rows.append((view, override, selection_key(instance.app, instance.instance_id)))
@@ -131,7 +131,7 @@ class InstanceListAdminView(_AdminPage):
             "page": page,
             "query_without_page": query.urlencode(),
             "may_override": request.user.has_perm(OVERRIDE_PERMISSION),
-            "registered": node.registry.size(),
+            "registered": node.registry.reads.size(),
         }
         return self.render(request, context, status)
 

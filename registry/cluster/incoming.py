@@ -9,7 +9,7 @@ A batch is work a client chooses the size of, so:
 
 1. A batch of more than ``max_items`` items is refused whole before any applies (``BatchTooLarge``).
    The Java server's peer batches hold at most 250 items, as this project's do (replication.py).
-2. Between two items the registry's ``pause`` gives the event loop a turn once a slice of time is used
+2. Between two items the registry's ``pacing.pause`` gives the event loop a turn once a slice of time is used
    up (registry/cache/pacing.py): heartbeats are answered while a batch is applied.
 3. Refused and failed items are counted and logged in one line per batch, not one per item: a batch of
    bad items would otherwise write a line for each. Anyone who may send batches can send one after another,
@@ -152,7 +152,7 @@ def apply_batch(
             failed[_action(item)] += 1
             first_failure = first_failure or exc
             answers.append({"statusCode": 500})
-        registry.pause()
+        registry.pacing.pause()
     # Every batch with refused items without ``refusal_lines``; with it, at most one an interval.
     batches = refusal_lines.note("replication_items") if refused and refusal_lines is not None else 1
     if refused and batches:

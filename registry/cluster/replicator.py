@@ -313,7 +313,7 @@ class Replicator:
         counters.refused += follow_ups.refused
         registers = []
         for app, instance_id in follow_ups.reregister:
-            found = self.registry.lease(app, instance_id)
+            found = self.registry.reads.lease(app, instance_id)
             if found is not None:
                 view, override = found
                 event = ReplicationEvent(

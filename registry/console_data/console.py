@@ -68,7 +68,7 @@ class SystemStatus:
 
 
 def system_status(node: Node, now: int, tz: tzinfo) -> SystemStatus:
-    sp = node.registry.self_preservation(now)
+    sp = node.registry.reads.self_preservation(now)
     return SystemStatus(
         environment=node.config.identity.environment,
         datacenter=node.config.identity.datacenter,
@@ -141,7 +141,7 @@ class LeaseDetail:
 
 
 def lease_detail(node: Node, app: str, instance_id: str, now: int) -> LeaseDetail | None:
-    found = node.registry.lease(app, instance_id)
+    found = node.registry.reads.lease(app, instance_id)
     if found is None:
         return None
     view, override = found
@@ -157,7 +157,7 @@ def lease_detail(node: Node, app: str, instance_id: str, now: int) -> LeaseDetai
 
 def events_of(node: Node, app: str, instance_id: str) -> list[RecentEvent]:
     """This instance's entries in the three "last 1000" lists, newest first."""
-    registered, cancelled, overrides = node.registry.recent_events()
+    registered, cancelled, overrides = node.registry.reads.recent_events()
     mine = [
         event
         for events in (registered, cancelled, overrides)
@@ -177,7 +177,7 @@ class RecentLists:
 
 def recent_lists(node: Node) -> RecentLists:
     """The "Last 1000 since startup" lists, newest first (cancelled includes evictions)."""
-    registered, cancelled, overrides = node.registry.recent_events()
+    registered, cancelled, overrides = node.registry.reads.recent_events()
     return RecentLists(registered[::-1], cancelled[::-1], overrides[::-1])
 
 

@@ -1,6 +1,6 @@
 """Searching, grouping and paging the registry for the status console and the admin. Plain Python.
 
-Everything here works on the immutable instance records ``Registry.instances`` hands out (references
+Everything here works on the immutable instance records ``MapReads.instances`` hands out (references
 taken under the lock in one pass, no copies), so filtering 10,000 instances neither holds up a
 heartbeat nor allocates an object per instance.
 """

@@ -2,7 +2,7 @@
 
 ``core.py`` holds the lease map and its write rules (register, renew, cancel, status overrides,
 expiry and eviction) under one lock; its reads are ``map_reads.py``'s and a warm restart's saving
-and restoring ``saved_state.py``'s (``Registry`` inherits both). It hands side jobs to
+and restoring ``saved_state.py``'s (parts it holds as ``reads`` and ``saved_state``). It hands side jobs to
 ``lease_map.py`` (the leases by app and their counts), ``overrides.py`` (the status override map),
 ``write_rules.py`` (the limits and status rules a write obeys), ``eviction.py`` (an eviction run's
 pieces), ``delta.py`` (the delta queue), ``preservation.py`` (the self-preservation arithmetic),

@@ -4,14 +4,16 @@ Every operation takes ``now`` (epoch milliseconds) from the caller and reads no 
 the rules are unit-tested with a fake clock. One lock guards all state; operations hold it for O(1)
 work, except the periodic jobs (eviction, recount) and the snapshot copies behind cache misses.
 
-``Registry`` keeps the lock, the map and the writes (register, renew, cancel, override, evict); its
-reads (``map_reads.py``) and a warm restart's export and restore (``saved_state.py``) are classes it
-inherits, so that this module holds the write rules alone. What the writes also move lives in small
-classes it calls under that lock, each with its own tests: the map's
-leases and counts (``lease_map.py``), the override map (``overrides.py``), the limits and status
-rules a write obeys (``write_rules.py``), the eviction run's pieces (``eviction.py``), the delta
-queue (``delta.py``), the self-preservation arithmetic (``preservation.py``), the console's counters
-(``counters.py``), and the warm-restart format (``snapshot_format.py``).
+``Registry`` holds the lock, the state it guards and the writes (register, renew, cancel, override,
+evict). Two parts built over the same lock and state hold the rest: ``registry.reads``
+(``MapReads``, map_reads.py) answers every read, and ``registry.saved_state``
+(``SavedStateTransfer``, saved_state.py) copies the state out for a warm restart's snapshot and takes
+a snapshot back. What the writes also move lives in small classes they call under the lock, each with
+its own tests: the map's leases and counts (``lease_map.py``), the override map (``overrides.py``),
+the limits and status rules a write obeys (``write_rules.py``), the eviction run's pieces
+(``eviction.py``), the delta queue (``delta.py``), the self-preservation arithmetic
+(``preservation.py``), the console's counters (``counters.py``), and the warm-restart format
+(``snapshot_format.py``).
 """
 
 from __future__ import annotations
@@ -45,13 +47,12 @@ from .counters import (
 from .delta import DeltaQueue
 from .eviction import Eviction, EvictionRun, scan_expired, still_expired
 from .instances import InstanceInfo, freeze
-from .lease_map import LeaseMap
+from .lease_map import LeaseMap, ScanPacing
 from .leases import Lease, LeaseView
-from .map_reads import SCAN_STEP, MapReads
+from .map_reads import MapReads, visible_lease
 from .overrides import OverrideMap
 from .preservation import Preservation
-from .saved_state import SavedStateParts
-from .snapshot_format import Restored
+from .saved_state import SavedStateTransfer
 from .write_rules import RecordTooLarge, WriteLimits, copy_was_cancelled, resolve_status
 
 
@@ -104,8 +105,11 @@ ChangeListener = Callable[[str, Iterable[str]], None]
 ReplicationListener = Callable[[ReplicationEvent], None]
 
 
-class Registry(MapReads, SavedStateParts):
-    """``app -> {instance id -> Lease}`` plus the state Eureka keeps beside it.
+class Registry:
+    """``app -> {instance id -> Lease}`` plus the state Eureka keeps beside it, and the writes to them.
+
+    Reads go through ``reads`` and a warm restart's export and restore through ``saved_state``: parts
+    it builds over its own lock and state, which they get in their constructors.
 
     ``on_change(app, vips)`` is called (under the lock, so it must be cheap) after every change that
     the response cache must see: it receives the app name and the raw vip/secure-vip strings involved.
@@ -133,18 +137,35 @@ class Registry(MapReads, SavedStateParts):
         self._on_replicate = on_replicate
         # The console's "last 1000" lists and the cumulative counts /metrics reads.
         self._counters = Counters()
-        # Called between pieces of a long scan so that a server's event loop gets a turn (the node sets
-        # its pacer's tick; nothing to do with threads, which the interpreter preempts).
-        self.pause: Callable[[], None] = lambda: None
-        # Leases a long scan (eviction, the delta's views, a snapshot's lease times) looks at between
-        # two turns given to others (``pause``).
-        self.scan_step = SCAN_STEP
+        # How long scans (eviction here, the delta's views, a snapshot's lease times) give others a
+        # turn; the node sets its pacer's tick as ``pacing.pause``.
+        self.pacing = ScanPacing()
         # Expected clients, the renewal threshold and the renewals per minute (self-preservation).
         self._preservation = Preservation(config, now)
         # Every change, numbered, for the change feed and webhooks (registry/domain/changes.py).
         self.changes = ChangeLog(now, config.delta_retention_ms)
-        # Set by a warm restart (``restore_state``); None for a node that started empty.
-        self.restored: Restored | None = None
+        # Every read (map_reads.py), and a warm restart's export and restore (saved_state.py): parts
+        # that take this lock and look at the same state the writes change.
+        self.reads = MapReads(
+            lock=self._lock,
+            leases=self._map,
+            overrides=self._overrides,
+            counters=self._counters,
+            preservation=self._preservation,
+            delta=self._delta,
+            changes=self.changes,
+            config=config,
+            pacing=self.pacing,
+        )
+        self.saved_state = SavedStateTransfer(
+            lock=self._lock,
+            leases=self._map,
+            overrides=self._overrides,
+            preservation=self._preservation,
+            changes=self.changes,
+            config=config,
+            pacing=self.pacing,
+        )
         # True from the node's start until its start-up sync from peers is done or has given up
         # (``await_start_up_sync``): no registry read is served meanwhile (``allows_reads``).
         self.awaiting_sync = False
@@ -153,13 +174,6 @@ class Registry(MapReads, SavedStateParts):
     @property
     def config(self) -> RegistryRules:
         return self._config
-
-    @config.setter
-    def config(self, config: RegistryRules) -> None:
-        """A node's knobs changed in place (tests turn self-preservation off this way): the pieces
-        that read them get the same ones."""
-        self._config = self._preservation.config = self._limits.config = config
-        self._overrides.idle_expiry_ms = config.override_idle_expiry_ms
 
     def set_replication_listener(self, listener: ReplicationListener | None) -> None:
         """Where client writes go to be replicated (None: a standalone node, nothing is recorded)."""
@@ -171,7 +185,8 @@ class Registry(MapReads, SavedStateParts):
     def open_for_traffic(self, synced_count: int, now: int) -> None:
         """Start serving after the startup sync copied ``synced_count`` instances from peers."""
         with self._lock:
-            self._preservation.open_for_traffic(synced_count, now, restored=self.restored is not None)
+            restored = self.saved_state.restored is not None
+            self._preservation.open_for_traffic(synced_count, now, restored=restored)
             self.awaiting_sync = False
 
     def await_start_up_sync(self) -> None:
@@ -183,6 +198,11 @@ class Registry(MapReads, SavedStateParts):
     def start_up_sync_done(self) -> None:
         """The start-up sync has merged what its peers hold, or has given up: reads are served."""
         self.awaiting_sync = False
+
+    def allows_reads(self, now: int) -> bool:
+        """Closed until the start-up sync is done (``await_start_up_sync``), then Eureka's read gate:
+        closed for a while after a startup sync that found no instances."""
+        return not self.awaiting_sync and self._preservation.allows_reads(now)
 
     # ------------------------------------------------------------------------------- writes
 
@@ -372,14 +392,7 @@ class Registry(MapReads, SavedStateParts):
             return True
 
     def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
-        """The lease as single-instance reads see it: expired leases hide unless in self-preservation."""
-        lease = self._map.get(app, instance_id)
-        if lease is None:
-            return None
-        expiring = self._preservation.lease_expiration_enabled
-        if lease.is_expired(now, self.config.eureka_timing) and expiring(now):
-            return None
-        return lease
+        return visible_lease(self._map, self._preservation, self.config, app, instance_id, now)
 
     def _modify(
         self, lease: Lease, now: int, last_dirty_timestamp: int | None, replicated: bool = False, **changes
@@ -512,7 +525,8 @@ class Registry(MapReads, SavedStateParts):
         with self._lock:
             compensation = self._eviction.start(now, self.config.eviction_interval_ms)
             apps = self._map.app_names()
-        found = scan_expired(apps, self._leases_of, now, timing, compensation, self.scan_step, self.pause)
+        pacing = self.pacing
+        found = scan_expired(apps, self._leases_of, now, timing, compensation, pacing.step, pacing.pause)
         with self._lock:
             expired = still_expired(found, self._map.get, now, timing, compensation)
             preservation = self._preservation

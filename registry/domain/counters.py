@@ -3,8 +3,8 @@ cancellations and overrides, and cumulative counts of writes and evictions. Plai
 time is passed in (ms).
 
 Not thread-safe: the registry bumps these under its own lock where each write is decided, so that
-the request path pays for no metrics library, and copies them out under it (``Registry.recent_events``,
-``Registry.event_counts``).
+the request path pays for no metrics library, and copies them out under it (``MapReads.recent_events``,
+``MapReads.event_counts``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class WriteCounts:
 
 @dataclass(frozen=True, slots=True)
 class EventCounts:
-    """A copy of the map's cumulative counts (``Registry.event_counts``)."""
+    """A copy of the map's cumulative counts (``MapReads.event_counts``)."""
 
     from_clients: WriteCounts
     from_peers: WriteCounts

@@ -130,7 +130,7 @@ class History:
 
 class StatusTrail:
     """Each instance's status changes of the last hour, for its page: registrations, status changes,
-    cancels and evictions, as the change log tells them (``Registry.subscribe_changes``).
+    cancels and evictions, as the change log tells them (``MapReads.subscribe_changes``).
 
     The change log itself keeps only the delta's few minutes. This keeps the newest ``kept`` changes
     of each instance, and ``prune`` forgets instances whose newest change is older than the window.

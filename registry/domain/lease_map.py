@@ -9,10 +9,29 @@ lease is stored, and when, are the registry's write rules.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from .instances import InstanceInfo
 from .leases import Lease, LeaseView
+
+# Leases a long scan looks at between two turns given to others (``ScanPacing``).
+SCAN_STEP = 2_000
+
+
+def _no_pause() -> None:
+    pass
+
+
+@dataclass(slots=True)
+class ScanPacing:
+    """How a long scan of the map (eviction, the delta's views, a snapshot's lease times) shares the
+    event loop: ``pause`` is called between two pieces of ``step`` leases, with the registry's lock
+    free, so that a server's event loop gets a turn (threads need none: the interpreter preempts
+    them). The registry and its reads and saved state hold one; the node sets its pacer's tick."""
+
+    pause: Callable[[], None] = _no_pause
+    step: int = SCAN_STEP
 
 
 def reconcile_hashcode(counts: Mapping[str, int]) -> str:

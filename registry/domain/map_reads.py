@@ -1,10 +1,10 @@
-"""The reads of the lease map: every method of ``Registry`` (core.py) that only reads, each under the
-registry's one lock, returning copies or immutable views.
+"""The reads of the lease map: ``MapReads``, which ``Registry`` (core.py) builds over its own state
+and hands out as ``registry.reads``, so that core.py keeps the writes and their rules.
 
-``Registry`` inherits them, so callers see one object; core.py keeps the writes and their rules. A read
-holds the lock for a copy of references (one list per application at most), never for encoding: long
-reads (the delta's views) read lease times after the lock, with a turn for others every
-``scan_step`` leases.
+Each read takes the registry's lock, which the two share, and returns copies or immutable views. A
+read holds the lock for a copy of references (one list per application at most), never for encoding:
+long reads (the delta's views) read lease times after the lock, with a turn for others every
+``ScanPacing.step`` leases.
 """
 
 from __future__ import annotations
@@ -20,13 +20,10 @@ from .config import RegistryRules
 from .counters import Counters, EventCounts, RecentEvent
 from .delta import DeltaParts, DeltaQueue, changed_views
 from .instances import InstanceInfo
-from .lease_map import LeaseMap, group_by_app, reconcile_hashcode
+from .lease_map import LeaseMap, ScanPacing, group_by_app, reconcile_hashcode
 from .leases import Lease, LeaseView
 from .overrides import OverrideMap
 from .preservation import Preservation, SelfPreservation
-
-# Leases a long scan looks at between two turns given to others (``Registry.pause``).
-SCAN_STEP = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,32 +43,53 @@ class RenewGaps(NamedTuple):
     gap_after_ms: int
 
 
+def visible_lease(
+    leases: LeaseMap, preservation: Preservation, config: RegistryRules, app: str, instance_id: str, now: int
+) -> Lease | None:
+    """The lease as single-instance reads and the status and metadata calls see it: an expired lease
+    is hidden, unless the node is in self-preservation. Called under the registry's lock."""
+    lease = leases.get(app, instance_id)
+    if lease is None:
+        return None
+    expiring = preservation.lease_expiration_enabled
+    if lease.is_expired(now, config.eureka_timing) and expiring(now):
+        return None
+    return lease
+
+
 class MapReads:
-    """The read side of ``Registry``, which sets every attribute below in its ``__init__``."""
+    """What the lease map holds, read under the registry's lock.
 
-    _lock: threading.Lock
-    _map: LeaseMap
-    _overrides: OverrideMap
-    _counters: Counters
-    _preservation: Preservation
-    _delta: DeltaQueue
-    changes: ChangeLog
-    awaiting_sync: bool
-    scan_step: int
-    pause: Callable[[], None]
-    config: RegistryRules
+    It changes nothing: the registry that builds it hands it the lock and the parts of its state the
+    reads look at (the same objects its writes change), and keeps every write.
+    """
 
-    def _visible_lease(self, app: str, instance_id: str, now: int) -> Lease | None:
-        raise NotImplementedError  # Registry's: the rule for what a client may see
+    def __init__(
+        self,
+        *,
+        lock: threading.Lock,
+        leases: LeaseMap,
+        overrides: OverrideMap,
+        counters: Counters,
+        preservation: Preservation,
+        delta: DeltaQueue,
+        changes: ChangeLog,
+        config: RegistryRules,
+        pacing: ScanPacing,
+    ):
+        self._lock = lock
+        self._map = leases
+        self._overrides = overrides
+        self._counters = counters
+        self._preservation = preservation
+        self._delta = delta
+        self._changes = changes
+        self._config = config
+        self._pacing = pacing
 
     def self_preservation(self, now: int) -> SelfPreservation:
         with self._lock:
             return self._preservation.report(now)
-
-    def allows_reads(self, now: int) -> bool:
-        """Closed until the start-up sync is done (``await_start_up_sync``), then Eureka's read gate:
-        closed for a while after a startup sync that found no instances."""
-        return not self.awaiting_sync and self._preservation.allows_reads(now)
 
     def overrides(self) -> dict[str, str]:
         with self._lock:
@@ -91,17 +109,17 @@ class MapReads:
     ) -> list[Change]:
         """``ChangeLog.since`` under the lock (raises ``TooOld``)."""
         with self._lock:
-            return self.changes.since(after_id, limit, apps, actions)
+            return self._changes.since(after_id, limit, apps, actions)
 
     def subscribe_changes(self, listener: Callable[[Change], None]) -> Callable[[], None]:
         """Have ``listener`` called (under the lock: cheap, no I/O) for every change; returns the
         function that stops it."""
         with self._lock:
-            return self.changes.subscribe(listener)
+            return self._changes.subscribe(listener)
 
     def snapshot(self) -> Snapshot:
         """Every lease, including expired ones not yet evicted (as Eureka's full fetch)."""
-        timing = self.config.eureka_timing
+        timing = self._config.eureka_timing
         with self._lock:
             return Snapshot(self._map.views(timing), self._map.hashcode())
 
@@ -117,7 +135,7 @@ class MapReads:
             return self._map.app_names()
 
     def snapshot_app(self, app: str) -> list[LeaseView]:
-        timing = self.config.eureka_timing
+        timing = self._config.eureka_timing
         with self._lock:
             return self._map.app_views(app, timing)
 
@@ -133,19 +151,19 @@ class MapReads:
 
         Under the lock each changed lease is listed with its record, which is what the hashcode
         counts (a status change replaces the record, so a record read later could disagree with
-        it). Its times are read after the lock, a turn for the event loop every self.scan_step
+        it). Its times are read after the lock, a turn for the event loop every ``ScanPacing.step``
         leases (``changed_views``): building every view under it held every heartbeat while a
         whole fleet that had just registered was in the delta. A lease renewed meanwhile shows
         that renewal, which is newer and as true."""
         with self._lock:
             outline, listed, version = self._delta.read(known)
             hashcode = self._map.hashcode()
-        changed = changed_views(listed, self.config.eureka_timing, self.scan_step, self.pause)
+        changed = changed_views(listed, self._config.eureka_timing, self._pacing.step, self._pacing.pause)
         return DeltaParts(outline, changed, hashcode, version)
 
     def snapshot_vip(self, vip: str, secure: bool) -> Snapshot:
         """Instances whose (secure) vip list contains ``vip`` exactly; the hash covers only them."""
-        timing = self.config.eureka_timing
+        timing = self._config.eureka_timing
         with self._lock:
             views = self._map.vip_views(vip, secure, timing)
         counts = Counter(view.instance.status for view in views)
@@ -153,15 +171,17 @@ class MapReads:
 
     def get_instance(self, app: str, instance_id: str, now: int) -> LeaseView | None:
         with self._lock:
-            lease = self._visible_lease(app, instance_id, now)
-            return lease.view(self.config.eureka_timing) if lease is not None else None
+            lease = visible_lease(self._map, self._preservation, self._config, app, instance_id, now)
+            return lease.view(self._config.eureka_timing) if lease is not None else None
 
     def find_instance(self, instance_id: str, now: int) -> LeaseView | None:
         """``GET instances/{id}``: the first app holding the id."""
         with self._lock:
             app = self._map.find(instance_id)
-            lease = self._visible_lease(app, instance_id, now) if app is not None else None
-            return lease.view(self.config.eureka_timing) if lease is not None else None
+            lease = None
+            if app is not None:
+                lease = visible_lease(self._map, self._preservation, self._config, app, instance_id, now)
+            return lease.view(self._config.eureka_timing) if lease is not None else None
 
     def lease(self, app: str, instance_id: str) -> tuple[LeaseView, str | None] | None:
         """The lease and its recorded override, expired or not (the console's instance page)."""
@@ -169,7 +189,7 @@ class MapReads:
             lease = self._map.get(app, instance_id)
             if lease is None:
                 return None
-            return lease.view(self.config.eureka_timing), self._overrides.status(instance_id)
+            return lease.view(self._config.eureka_timing), self._overrides.status(instance_id)
 
     def renew_gaps(self, app: str, instance_id: str) -> RenewGaps | None:
         """The lease's recent stretches without renewal, its last renewal (never Eureka's inflated
@@ -204,7 +224,7 @@ class MapReads:
                 "renews_threshold": preservation.renews_threshold,
                 "renews_last_minute": preservation.renews_last_minute(now),
                 "lease_expiration_enabled": preservation.lease_expiration_enabled(now),
-                "self_preservation_enabled": self.config.enable_self_preservation,
+                "self_preservation_enabled": self._config.enable_self_preservation,
                 "delta_queue_length": len(self._delta),
                 "overrides": len(self._overrides),
                 "status_counts": self._map.status_counts(),

@@ -1,34 +1,47 @@
-"""A warm restart's side of the lease map: what a snapshot saves of ``Registry`` (core.py) and how it
-is taken back. The format itself (parsing, checks, the header) is snapshot_format.py's; the writer
-and its stores are registry/runtime/snapshots.py's.
+"""A warm restart's side of the lease map: ``SavedStateTransfer``, which ``Registry`` (core.py) builds
+over its own state and hands out as ``registry.saved_state``. It copies out what a snapshot saves and
+takes a saved state back into the map. The format itself (parsing, checks, the header) is
+snapshot_format.py's; the writer and its stores are registry/runtime/snapshots.py's.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from .changes import ChangeLog
 from .config import RegistryRules
-from .lease_map import LeaseMap
+from .lease_map import LeaseMap, ScanPacing
 from .leases import Lease, expired_among
 from .overrides import OverrideMap
 from .preservation import Preservation
 from .snapshot_format import Restored, SavedParts, SavedState, saved_header
 
 
-class SavedStateParts:
-    """``export_parts`` and ``restore_state`` of ``Registry``, which sets the attributes below."""
+class SavedStateTransfer:
+    """``export_parts`` for the snapshot writer and ``restore`` for a warm restart, under the
+    registry's lock, on the state the registry that builds it hands over (the same objects its writes
+    change). ``restored`` says what a restore took back: None for a node that started empty."""
 
-    _lock: threading.Lock
-    _map: LeaseMap
-    _overrides: OverrideMap
-    _preservation: Preservation
-    changes: ChangeLog
-    restored: Restored | None
-    scan_step: int
-    pause: Callable[[], None]
-    config: RegistryRules
+    def __init__(
+        self,
+        *,
+        lock: threading.Lock,
+        leases: LeaseMap,
+        overrides: OverrideMap,
+        preservation: Preservation,
+        changes: ChangeLog,
+        config: RegistryRules,
+        pacing: ScanPacing,
+    ):
+        self._lock = lock
+        self._map = leases
+        self._overrides = overrides
+        self._preservation = preservation
+        self._changes = changes
+        self._config = config
+        self._pacing = pacing
+        self.restored: Restored | None = None
 
     def export_parts(self, now: int) -> SavedParts:
         """What a snapshot saves, as references: the records by app, each lease's times (in the same
@@ -39,7 +52,7 @@ class SavedStateParts:
         Under the lock only each application's leases are listed, so a writer waits for a list copy
         per application, not for the encoding (the snapshot writer's, registry/runtime/snapshots.py).
         Each lease's record and times are read after the lock, with a turn for the event loop every
-        self.scan_step leases (``SavedParts.collect``): a lease renewed meanwhile is saved with
+        ``ScanPacing.step`` leases (``SavedParts.collect``): a lease renewed meanwhile is saved with
         that renewal, which is newer than ``saved_at``, and as true; the set of leases and the
         change log are as of the lock."""
         with self._lock:
@@ -52,10 +65,12 @@ class SavedStateParts:
                 preservation.renews_threshold,
                 preservation.renews_last_minute(now),
             )
-            last_change_id, changes = self.changes.copy()
-        return SavedParts.collect(header, listed, last_change_id, changes, self.scan_step, self.pause)
+            last_change_id, changes = self._changes.copy()
+        return SavedParts.collect(
+            header, listed, last_change_id, changes, self._pacing.step, self._pacing.pause
+        )
 
-    def restore_state(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
+    def restore(self, state: Mapping, now: int, max_age_ms: int | None = None) -> int:
         """Take back what ``export_parts`` saved (warm restart); returns how many instances.
 
         1. refuse (``BadSnapshot``) another format, a state older than ``max_age_ms``, or any part not
@@ -80,7 +95,7 @@ class SavedStateParts:
             preservation.restore(max(saved.expected_clients, len(leases)), saved.renews_last_minute, now)
             expired: set[int] = set()
             if preservation.lease_expiration_enabled(now):
-                timing = self.config.eureka_timing
+                timing = self._config.eureka_timing
                 pairs = [(None, lease) for lease in leases]
                 expired = {id(lease) for _, lease in expired_among(pairs, now, timing)}
             dropped_ids = set()
@@ -95,7 +110,7 @@ class SavedStateParts:
             for instance_id, status, last_access, actor in saved.overrides:
                 if instance_id not in dropped_ids:
                     self._overrides.set_default(instance_id, status, last_access, actor)
-            self.changes.restore(saved.changes)
+            self._changes.restore(saved.changes)
             self.restored = Restored(restored, saved.saved_at, now, expired=len(expired))
             return restored
 

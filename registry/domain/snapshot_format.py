@@ -1,8 +1,9 @@
 """The warm-restart format: how a node's lease map is saved and read back. Plain Python, no Django.
 
-``Registry.export_parts`` lists the map under its lock and hands the lists to ``SavedParts.collect``;
-``Registry.restore_state`` has ``SavedState.parse`` check a saved state whole before it touches the
-map. Where the snapshot is kept and how it is encoded is registry/runtime/snapshots.py.
+``SavedStateTransfer.export_parts`` lists the map under its lock and hands the lists to
+``SavedParts.collect``; ``SavedStateTransfer.restore`` has ``SavedState.parse`` check a saved state
+whole before it touches the map. Where the snapshot is kept and how it is encoded is
+registry/runtime/snapshots.py.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ _IP_ADDR = INSTANCE_FIELDS.index("ip_addr")
 
 
 class BadSnapshot(ValueError):
-    """A saved state ``restore_state`` refuses: another format, too old, or not the shape it writes."""
+    """A saved state ``SavedStateTransfer.restore`` refuses: another format, too old, or not the shape
+    it writes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,7 @@ class Restored:
     instances: int
     saved_at: int
     restored_at: int
-    # Leases of the snapshot already expired when it was restored: dropped (``Registry.restore_state``).
+    # Leases of the snapshot already expired when it was restored: dropped (``SavedStateTransfer.restore``).
     expired: int = 0
 
     @property
@@ -85,7 +87,7 @@ def saved_header(
 
 @dataclass(frozen=True)
 class SavedParts:
-    """A snapshot's content as references (``Registry.export_parts``): ``header`` is plain data;
+    """A snapshot's content as references (``SavedStateTransfer.export_parts``): ``header`` is plain data;
     ``records`` the instance records by app, ``lease_times`` their leases' ``LEASE_FIELDS`` in the
     same order; ``changes`` the change log's entries."""
 
@@ -129,7 +131,7 @@ class SavedParts:
 
 @dataclass(frozen=True)
 class SavedState:
-    """A saved state, parsed and checked whole (``parse``): what ``restore_state`` puts back."""
+    """A saved state, parsed and checked whole (``parse``): what ``SavedStateTransfer.restore`` puts back."""
 
     leases: list[Lease]
     # (instance id, status, last access, actor)

@@ -135,7 +135,7 @@ def check_resume_point(registry, since: int) -> None:
     last_id = last_change_id(registry)
     if since > last_id:
         raise TooOld(since, oldest_change_id(registry), last_id)
-    registry.changes_since(since, 1)
+    registry.reads.changes_since(since, 1)
 
 
 def read_page(registry, query: FeedQuery) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def read_page(registry, query: FeedQuery) -> dict[str, Any]:
         else:
             since = query.since
         try:
-            changes = registry.changes_since(since, query.limit, query.apps, query.actions)
+            changes = registry.reads.changes_since(since, query.limit, query.apps, query.actions)
             break
         except TooOld:
             # Without a resume point the oldest entry may have been pruned meanwhile: start again.

@@ -99,7 +99,7 @@ class RedisChangePublisher:
     # ------------------------------------------------------------------------------ the flusher
 
     def start(self, registry) -> None:
-        self._unsubscribe = registry.subscribe_changes(self.on_change)
+        self._unsubscribe = registry.reads.subscribe_changes(self.on_change)
         self._thread = threading.Thread(target=self._run, name="change-feed-redis", daemon=True)
         self._thread.start()
 

@@ -88,7 +88,7 @@ class StreamHub:
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._dispatcher: threading.Thread | None = None
-        self._unsubscribe = registry.subscribe_changes(self._on_change)
+        self._unsubscribe = registry.reads.subscribe_changes(self._on_change)
         _HUBS.add(self)
         _stop_hubs_on_sigterm()
 
@@ -204,7 +204,7 @@ def resume_point(registry, query: FeedQuery) -> tuple[int, int | None]:
     if query.since > newest:
         return newest, newest  # another node's id: its numbering is not this node's
     try:
-        registry.changes_since(query.since, 1)
+        registry.reads.changes_since(query.since, 1)
     except TooOld as too_old:
         return too_old.last_id, too_old.last_id
     return query.since, None
@@ -246,7 +246,7 @@ def _read_after(registry, query: FeedQuery, cursor: int) -> tuple[bytes, int]:
     """The next page after ``cursor`` as SSE bytes (empty when nothing is left) and the new cursor."""
     last_before = last_change_id(registry)
     try:
-        changes = registry.changes_since(cursor, PAGE, query.apps, query.actions)
+        changes = registry.reads.changes_since(cursor, PAGE, query.apps, query.actions)
     except TooOld as too_old:
         # The client read too slowly for the retention window: it must refetch, then follows on.
         return too_old_event(too_old.last_id), too_old.last_id

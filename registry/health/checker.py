@@ -239,7 +239,7 @@ class HealthChecker:
         self._last_full_scan: int | None = None
         # Changes the registry told of, kept until the next ``refresh`` (appended under its lock).
         self._pending: deque[tuple[str, str, str]] = deque()
-        self._unsubscribe: Callable[[], None] | None = registry.subscribe_changes(self._on_change)
+        self._unsubscribe: Callable[[], None] | None = registry.reads.subscribe_changes(self._on_change)
         self.refresh(now)
 
     def close(self) -> None:
@@ -284,20 +284,22 @@ class HealthChecker:
                 self._scan_all(now)
             else:
                 for key in to_read:
-                    found = self.registry.lease(*key)
+                    found = self.registry.reads.lease(*key)
                     self._update(key, found[0].instance if found else None, now)
             # Few: the instances the checker holds DOWN or stands aside for.
             for key, state in list(self._states.items()):
                 if state.holds_down or state.foreign_override is not None:
-                    found = self.registry.lease(*key)
+                    found = self.registry.reads.lease(*key)
                     if found is None:
                         self._forget(key)
                     else:
-                        self._observe_override(state, found[1], self.registry.override_actor(key[1]), now)
+                        self._observe_override(
+                            state, found[1], self.registry.reads.override_actor(key[1]), now
+                        )
 
     def _scan_all(self, now: int) -> None:
         seen: set[Key] = set()
-        for app, instances in self.registry.instances():
+        for app, instances in self.registry.reads.instances():
             for instance in instances:
                 key = (app, instance.instance_id)
                 state = self._states.get(key)
@@ -407,13 +409,13 @@ class HealthChecker:
                 return None
             state.claim = 0
             state.claimed_until = 0
-            found = self.registry.lease(*key)
+            found = self.registry.reads.lease(*key)
             if found is None:
                 self._forget(key)
                 self.stats.results_ignored += 1
                 return None
             view, override = found
-            self._observe_override(state, override, self.registry.override_actor(key[1]), now)
+            self._observe_override(state, override, self.registry.reads.override_actor(key[1]), now)
             if result.refused:
                 self._refused(state, result, now)
                 return None

@@ -183,7 +183,7 @@ class ReadyView(NodeView):
             "read_only_cache": "redis" if redis is not None else "in-process",
             "redis": redis,
             "jobs": jobs,
-            "instances": node.registry.size(),
+            "instances": node.registry.reads.size(),
             "replication": replication,
             # Batches peers sent here (an idle peer's probe is a batch of 0 items).
             "received_replication": {

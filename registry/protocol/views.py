@@ -242,7 +242,7 @@ class InstanceView(EurekaView):
         if starting is not None:
             return starting
         node = get_node()
-        view = node.registry.get_instance(app.upper(), instance_id, node.now())
+        view = node.registry.reads.get_instance(app.upper(), instance_id, node.now())
         if view is None and node.remote_regions is not None and node.remote_regions.fallback:
             view = node.remote_regions.find_instance(app.upper(), instance_id)
         return _instance_response(request, view)
@@ -315,7 +315,7 @@ class InstanceByIdView(EurekaView):
         if starting is not None:
             return starting
         node = get_node()
-        view = node.registry.find_instance(instance_id, node.now())
+        view = node.registry.reads.find_instance(instance_id, node.now())
         if view is None and node.remote_regions is not None and node.remote_regions.fallback:
             view = node.remote_regions.find_by_id(instance_id)
         return _instance_response(request, view)
@@ -341,7 +341,7 @@ class StatusView(EurekaView):
     def get(self, request):
         node = get_node()
         now = node.now()
-        stats = node.registry.stats(now)
+        stats = node.registry.reads.stats(now)
         body = {
             "generalStats": general_stats(node, now),
             "applicationStats": application_stats(node.peers.states(), now),
@@ -356,7 +356,9 @@ class StatusOverridesView(EurekaView):
     """``GET serverinfo/statusoverrides``: ``{instance id: override}`` as JSON."""
 
     def get(self, request):
-        return HttpResponse(orjson.dumps(get_node().registry.overrides()), content_type="application/json")
+        return HttpResponse(
+            orjson.dumps(get_node().registry.reads.overrides()), content_type="application/json"
+        )
 
 
 class PeerReplicationBatchView(EurekaView):
@@ -375,7 +377,7 @@ class PeerReplicationBatchView(EurekaView):
             # Decoding a large batch is work the loop cannot interrupt: requests that came in while
             # the body was read go first, so a flood of such batches does not hold heartbeats behind
             # it. apply_batch paces the items itself.
-            node.registry.pause()
+            node.registry.pacing.pause()
             try:
                 document = orjson.loads(body)
             except orjson.JSONDecodeError as exc:

@@ -27,7 +27,7 @@ class JobTarget(Protocol):
 
 def evict(node: JobTarget, now: int) -> object:
     run = node.registry.run_eviction(now)
-    node.state_log.eviction(run, node.registry.size())
+    node.state_log.eviction(run, node.registry.reads.size())
     return run.evicted
 
 

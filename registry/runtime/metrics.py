@@ -2,7 +2,7 @@
 
 Built as a scrape-time collector. Heartbeats are most of a registry's traffic, and the node already
 keeps nearly every number worth exporting: the lease map its sizes, rates and cumulative event
-counts (``Registry.stats``, ``Registry.event_counts``: plain integers bumped under the lock the
+counts (``MapReads.stats``, ``MapReads.event_counts``: plain integers bumped under the lock the
 write holds anyway), the response cache its lookups and builds, the node its job records (whoever
 ran the job: the embedded scheduler, the watchdog, or Celery through the control endpoint), the
 cluster member each peer's queue and results (what ``/readyz`` shows). ``NodeCollector`` reads those
@@ -354,7 +354,7 @@ class NodeCollector(Collector):
         yield bad
 
     def _registry(self, node: Node, now: int) -> Iterator[Metric]:
-        stats = node.registry.stats(now)
+        stats = node.registry.reads.stats(now)
         instances = GaugeMetricFamily(
             "eureka_instances", "Registered instances (leases in the map) by status.", labels=["status"]
         )
@@ -417,7 +417,7 @@ class NodeCollector(Collector):
         yield info
 
     def _events(self, node: Node) -> Iterator[Metric]:
-        counts = node.registry.event_counts()
+        counts = node.registry.reads.event_counts()
         per_origin = {
             "eureka_registers_total": (
                 "registers",

@@ -337,7 +337,7 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
         cache.invalidate(app, vips)
 
     registry = Registry(config.registry, clock(), on_change=on_change)
-    registry.pause = PACER.tick
+    registry.pacing.pause = PACER.tick
     builder = PayloadBuilder(registry, clock, expire_ms)
     cache = ResponseCache(
         builder.assemble,
@@ -358,7 +358,7 @@ def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -
     status_trail = None
     if history is not None:
         status_trail = StatusTrail(window_ms=HISTORY_WINDOW_MS)
-        registry.subscribe_changes(status_trail.note)
+        registry.reads.subscribe_changes(status_trail.note)
     warm_restart = build_warm_restart(registry, config, clock) if config.warm_restart.enabled else None
     if warm_restart is not None:
         warm_restart.history = history

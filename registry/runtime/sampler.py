@@ -24,8 +24,8 @@ class SampledNode(Protocol):
 
 
 def take_sample(node: SampledNode, now: int) -> Sample:
-    stats = node.registry.stats(now)
-    counts = node.registry.event_counts()
+    stats = node.registry.reads.stats(now)
+    counts = node.registry.reads.event_counts()
     peers: tuple[PeerPoint, ...] = ()
     if node.cluster is not None:
         peers = tuple(

@@ -2,9 +2,10 @@
 
 Without it a restarted node starts empty: every client's next heartbeat gets a 404 and the whole
 fleet registers again at once, and the expected-clients count starts from nothing. With it the node
-writes a snapshot (``Registry.export_parts``, orjson, gzip) every ``interval_ms`` from a background
-thread, and once more when it stops cleanly; at start, before it serves and before its start-up sync
-from peers, it restores the snapshot (``Registry.restore_state``) and opens for traffic at once.
+writes a snapshot (``registry.saved_state.export_parts``, orjson, gzip) every ``interval_ms`` from a
+background thread, and once more when it stops cleanly; at start, before it serves and before its
+start-up sync from peers, it restores the snapshot (``registry.saved_state.restore``) and opens for
+traffic at once.
 
 Where a snapshot lives:
 
@@ -309,7 +310,7 @@ class WarmRestart:
         now = self.clock()
         try:
             state = decode(data)
-            count = self.registry.restore_state(state, now, self.max_age_ms)
+            count = self.registry.saved_state.restore(state, now, self.max_age_ms)
         except BadSnapshot as exc:
             self.refused = f"snapshot at {where} refused: {exc}"
             logger.warning(
@@ -319,7 +320,7 @@ class WarmRestart:
         self.restored = count
         if self.history is not None and isinstance(state, dict):
             self.history.restore(state.get("history") or {}, now)
-        restored = self.registry.restored
+        restored = self.registry.saved_state.restored
         age_ms = restored.age_ms if restored is not None else 0
         expired = restored.expired if restored is not None else 0
         logger.info(
@@ -372,9 +373,9 @@ class WarmRestart:
     def _export(self) -> tuple[int, list[bytes | SavedBlock], int]:
         """The snapshot's JSON in pieces, to be compressed one gzip member each: (taken at, the
         pieces, leases in it). Records and change-log entries come as blocks, reused where unchanged;
-        ``Registry.export_parts(now).as_state()`` is the same document as plain data."""
+        ``registry.saved_state.export_parts(now).as_state()`` is the same document as plain data."""
         now = self.clock()
-        parts = self.registry.export_parts(now)
+        parts = self.registry.saved_state.export_parts(now)
         try:
             header = orjson.dumps(parts.header)
             times = parts.lease_times
@@ -455,7 +456,7 @@ class WarmRestart:
 
     def status(self, now: int) -> dict:
         """For /readyz: what was restored at start, and the latest write."""
-        restored = self.registry.restored
+        restored = self.registry.saved_state.restored
         last = self.last_write
         return {
             "store": self.store.describe(),

@@ -70,7 +70,7 @@ def general_stats(node: Node, now: int) -> dict[str, str]:
 def warm_restart_note(node: Node) -> str | None:
     """``restored 1000 instances from a snapshot of 1.4 s`` after a warm restart (docs/warm-restart.md),
     why a snapshot was refused, or None: only then is the row there at all."""
-    restored = node.registry.restored
+    restored = node.registry.saved_state.restored
     if restored is not None:
         return f"restored {restored.instances} instances from a snapshot of {restored.age_ms / 1000:.1f} s"
     keeper = node.warm_restart

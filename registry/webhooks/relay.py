@@ -116,7 +116,7 @@ class WebhookRelay:
             self._failing = True
         finally:
             store.close_connection()
-        self._unsubscribe = self.registry.subscribe_changes(self._listen)
+        self._unsubscribe = self.registry.reads.subscribe_changes(self._listen)
         for signal in (post_save, post_delete):
             signal.connect(
                 self._subscriptions_changed, sender=WebhookSubscription, weak=False, dispatch_uid=self._uid

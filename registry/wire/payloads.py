@@ -395,7 +395,7 @@ class PayloadBuilder:
             if cached is not None and now - cached.built_at < self.expire_ms:
                 return cached
             generation = self._generations.get(app, 0)
-        views = self.registry.snapshot_app(app)
+        views = self.registry.reads.snapshot_app(app)
         if not views:
             self._release(key, set())
             self._shared.pop(key, None)
@@ -433,7 +433,7 @@ class PayloadBuilder:
         now = self.clock()
         self._sweep(now)
         fragments = []
-        for app in self.registry.app_names():
+        for app in self.registry.reads.app_names():
             fragment = self.fragment(app, fmt, compact)
             if fragment is not None:
                 fragments.append(fragment)
@@ -446,7 +446,7 @@ class PayloadBuilder:
                 if extra is None:
                     merged.append(fragment)
                 else:
-                    local = self.registry.snapshot_app(fragment.app)
+                    local = self.registry.reads.snapshot_app(fragment.app)
                     merged.append(self._merged_fragment(fragment.app, local, extra, fmt, compact, now))
             merged += [
                 self._remote_fragment("apps", app, views, fmt, compact, now) for app, views in remote.items()
@@ -502,7 +502,7 @@ class PayloadBuilder:
             for app, (version, f) in kept.items()
             if now - f.built_at < self.expire_ms and app not in remote
         }
-        parts = self.registry.delta_parts(known)
+        parts = self.registry.reads.delta_parts(known)
         fresh: dict[str, tuple[int, Fragment]] = {}
         fragments = []
         for app, version in parts.outline:
@@ -527,8 +527,8 @@ class PayloadBuilder:
         if regions and self.remote is not None:
             counts = merged_counts(
                 counts_of_hashcode(parts.hashcode),
-                self.registry.snapshot_app,
-                set(self.registry.app_names()),
+                self.registry.reads.snapshot_app,
+                set(self.registry.reads.app_names()),
                 self.remote.applications(regions),
             )
             hashcode = reconcile_hashcode(counts)
@@ -571,7 +571,7 @@ class PayloadBuilder:
         if not self.remote_fallback or self.remote is None:
             return vip_payload(self.registry, key)
         secure = key.entity == SVIP
-        snapshot = self.registry.snapshot_vip(key.name, secure=secure)
+        snapshot = self.registry.reads.snapshot_vip(key.name, secure=secure)
         apps: dict[str, dict[str, LeaseView]] = {
             app: {view.instance.instance_id: view for view in views} for app, views in snapshot.apps
         }
@@ -666,13 +666,13 @@ def _applications(
 def build_payload(registry: Registry, key: CacheKey) -> bytes | None:
     """Serialized bytes for ``key`` from one snapshot of the whole registry (no fragments)."""
     if key.entity == APPS:
-        snapshot = registry.snapshot()
+        snapshot = registry.reads.snapshot()
     elif key.entity == DELTA:
-        snapshot = registry.snapshot_delta()
+        snapshot = registry.reads.snapshot_delta()
     elif key.entity in (VIP, SVIP):
         return vip_payload(registry, key)[0]
     elif key.entity == APP:
-        views = registry.snapshot_app(key.name)
+        views = registry.reads.snapshot_app(key.name)
         if not views:
             return None
         return render("application", application_dict(key.name, views, key.compact), key.fmt)
@@ -683,5 +683,5 @@ def build_payload(registry: Registry, key: CacheKey) -> bytes | None:
 
 def vip_payload(registry: Registry, key: CacheKey) -> tuple[bytes, bool]:
     """``GET vips/{vip}`` or ``svips/{vip}``, and whether any instance carries the vip."""
-    snapshot = registry.snapshot_vip(key.name, secure=key.entity == SVIP)
+    snapshot = registry.reads.snapshot_vip(key.name, secure=key.entity == SVIP)
     return render("applications", applications_dict(snapshot, key.compact), key.fmt), bool(snapshot.apps)

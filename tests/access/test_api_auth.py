@@ -59,7 +59,7 @@ def register(api, creds, app="ORDERS", instance_id="o-1", **extra):
 
 
 def listed(node) -> set[tuple[str, str]]:
-    return {(app, info.instance_id) for app, infos in node.registry.instances() for info in infos}
+    return {(app, info.instance_id) for app, infos in node.registry.reads.instances() for info in infos}
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_a_reader_reads_but_every_write_is_403_and_changes_nothing(api, node):
     account("svc", "client")
     account("dash", "reader")
     assert register(api, basic("svc", "pw")).status_code == 204
-    before = node.registry.get_instance("ORDERS", "o-1", node.now())
+    before = node.registry.reads.get_instance("ORDERS", "o-1", node.now())
     reader = basic("dash", "pw")
     assert api.get("/eureka/apps/ORDERS", HTTP_ACCEPT="application/json", **reader).status_code == 200
     refused = [
@@ -131,7 +131,7 @@ def test_a_reader_reads_but_every_write_is_403_and_changes_nothing(api, node):
     # No body (Java clients would try to decode it); the reason goes to the log.
     assert all(r.content == b"" and "Content-Type" not in r for r in refused)
     assert listed(node) == {("ORDERS", "o-1")}
-    after = node.registry.get_instance("ORDERS", "o-1", node.now())
+    after = node.registry.reads.get_instance("ORDERS", "o-1", node.now())
     assert after.instance == before.instance
 
 

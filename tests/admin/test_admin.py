@@ -79,7 +79,7 @@ def test_staff_without_the_permission_may_look_but_not_change(node, fleet, opera
     assert response.status_code == 403
     response = client.post(LIST_URL, {"action": Action.TAKE_OUT_OF_SERVICE, "reason": "x", "selected": "a/b"})
     assert response.status_code == 403
-    assert node.registry.overrides() == {} and StatusOverrideRecord.objects.count() == 0
+    assert node.registry.reads.overrides() == {} and StatusOverrideRecord.objects.count() == 0
 
 
 def test_the_permission_alone_lets_staff_override(node, fleet, operator):
@@ -90,7 +90,7 @@ def test_the_permission_alone_lets_staff_override(node, fleet, operator):
         page_url(fleet[0]), {"action": Action.TAKE_OUT_OF_SERVICE, "reason": "maintenance"}
     )
     assert response.status_code == 302
-    assert node.registry.overrides() == {fleet[0]: c.OUT_OF_SERVICE}
+    assert node.registry.reads.overrides() == {fleet[0]: c.OUT_OF_SERVICE}
     assert StatusOverrideRecord.objects.get().username == "viewer"
 
 
@@ -131,7 +131,7 @@ def test_put_back_in_service_removes_the_override(node, fleet, admin_client):
     admin_client.post(page_url(fleet[0]), {"action": Action.PUT_BACK_IN_SERVICE, "reason": "b"})
     instance = wire(admin_client, fleet[0])
     assert (instance["status"], instance["overriddenStatus"]) == (c.UP, c.UNKNOWN)
-    assert node.registry.overrides() == {}
+    assert node.registry.reads.overrides() == {}
     back = StatusOverrideRecord.objects.first()
     assert (back.action, back.old_status, back.new_status) == (
         Action.PUT_BACK_IN_SERVICE,
@@ -171,7 +171,7 @@ def test_an_instance_gone_before_the_submit_is_recorded_as_not_found(node, fleet
     assert f"ORDERS / {fleet[0]} is not registered: nothing changed." in messages_of(response)
     record = StatusOverrideRecord.objects.get()
     assert (record.outcome, record.old_status) == (Outcome.NOT_FOUND, "")
-    assert node.registry.overrides() == {}
+    assert node.registry.reads.overrides() == {}
 
 
 def test_admin_and_protocol_overrides_take_the_same_path(node, fleet, admin_client, clock):
@@ -205,7 +205,7 @@ def test_bulk_action_applies_to_the_selection_only(node, fleet, admin_client):
         },
     )
     assert response.status_code == 302 and response["Location"] == LIST_URL + "?app=orders"
-    assert node.registry.overrides() == {fleet[0]: c.OUT_OF_SERVICE, fleet[2]: c.OUT_OF_SERVICE}
+    assert node.registry.reads.overrides() == {fleet[0]: c.OUT_OF_SERVICE, fleet[2]: c.OUT_OF_SERVICE}
     records = StatusOverrideRecord.objects.order_by("id")
     assert [(r.instance_id, r.outcome, r.reason) for r in records] == [
         (fleet[0], Outcome.APPLIED, "zone a maintenance"),
@@ -255,7 +255,7 @@ def test_bad_bulk_input_is_a_400_and_changes_nothing(node, fleet, admin_client, 
     response = admin_client.post(LIST_URL, data)
     assert response.status_code == 400
     assert message in response.content.decode()
-    assert node.registry.overrides() == {} and StatusOverrideRecord.objects.count() == 0
+    assert node.registry.reads.overrides() == {} and StatusOverrideRecord.objects.count() == 0
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ def test_bad_bulk_input_is_a_400_and_changes_nothing(node, fleet, admin_client, 
 def test_bad_single_input_is_a_400_and_changes_nothing(node, fleet, admin_client, data):
     response = admin_client.post(page_url(fleet[0]), data)
     assert response.status_code == 400
-    assert node.registry.overrides() == {} and StatusOverrideRecord.objects.count() == 0
+    assert node.registry.reads.overrides() == {} and StatusOverrideRecord.objects.count() == 0
 
 
 def test_nothing_changes_when_the_audit_record_cannot_be_written(node, fleet, admin_client):
@@ -283,7 +283,7 @@ def test_nothing_changes_when_the_audit_record_cannot_be_written(node, fleet, ad
             LIST_URL, {"action": Action.TAKE_OUT_OF_SERVICE, "reason": "x", "selected": f"ORDERS/{fleet[0]}"}
         )
         assert response.status_code == 503
-    assert node.registry.overrides() == {}
+    assert node.registry.reads.overrides() == {}
     assert wire(admin_client, fleet[0])["status"] == c.UP
 
 

@@ -269,7 +269,7 @@ def test_the_start_up_sync_registers_nothing_of_a_peer_over_the_limits_and_repor
         wait_ms=0,
         on_failure=lambda peer, error: reported.append((peer.display_url, error)),
     )
-    assert count == 0 and registry.size() == 0
+    assert count == 0 and registry.reads.size() == 0
     # A peer not up yet is the replication probes' to report.
     assert reported == [(over.display_url, "start-up sync: GET apps/: answer larger than ...")]
 
@@ -360,7 +360,7 @@ def test_the_start_up_sync_registers_nothing_of_an_expanding_peer_and_says_so_on
         wait_ms=0,
         on_failure=lambda _, error: reported.append(error),
     )
-    assert count == 0 and registry.size() == 0
+    assert count == 0 and registry.reads.size() == 0
     assert remote.answered["expanding"] == 3 and len(reported) == 3
     assert reported[0] == (
         "start-up sync: GET apps/: answer holds more than 100,000 instances, not read further "

@@ -326,5 +326,5 @@ def test_a_node_whose_dns_gives_no_answer_at_start_waits_for_one_before_it_syncs
         "http://127.0.0.3:8761/eureka/",
         "http://static-peer:8761/eureka/",
     ]
-    assert member.registry.lease("SYNCED", "127.0.0.3") is not None
+    assert member.registry.reads.lease("SYNCED", "127.0.0.3") is not None
     assert member.registry.allows_reads(clock())

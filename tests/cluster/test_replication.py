@@ -205,7 +205,7 @@ def test_a_batch_is_applied_in_order_with_one_answer_per_item(clock):
     )
     assert [a["statusCode"] for a in answers["responseList"]] == [200, 200, 200, 404, 200, 200, 404]
     assert events == [], "replicated writes are never sent on"
-    assert registry.size() == 0
+    assert registry.reads.size() == 0
 
 
 def test_a_heartbeat_with_an_older_copy_gets_409_and_ours(clock):
@@ -241,7 +241,7 @@ def test_a_bad_item_gets_its_own_400_and_the_rest_still_applies(clock, bad):
     registry, _ = new_registry(clock)
     answers = apply_batch(registry, batch(bad, register_item(clock)), clock)["responseList"]
     assert answers == [{"statusCode": 400}, {"statusCode": 200}]
-    assert registry.size() == 1
+    assert registry.reads.size() == 1
 
 
 def test_a_register_item_whose_instance_names_another_id_is_refused(clock):
@@ -249,7 +249,7 @@ def test_a_register_item_whose_instance_names_another_id_is_refused(clock):
     item = register_item(clock)
     item["id"] = "someone-else"
     assert apply_batch(registry, batch(item), clock)["responseList"] == [{"statusCode": 400}]
-    assert registry.size() == 0
+    assert registry.reads.size() == 0
 
 
 @pytest.mark.parametrize("document", [[], {}, {"replicationList": "x"}, "batch"])
@@ -264,7 +264,7 @@ def test_a_batch_over_the_item_cap_is_refused_whole_before_any_item_applies(cloc
     items = [register_item(clock), *[{"action": "Cancel"}] * 3]
     with pytest.raises(BatchTooLarge, match="at most 3 items, this one holds 4: nothing was applied"):
         apply_batch(registry, batch(*items), clock, max_items=3)
-    assert registry.size() == 0
+    assert registry.reads.size() == 0
     answers = apply_batch(registry, batch(*items[:3]), clock, max_items=3)["responseList"]
     assert answers == [{"statusCode": 200}, {"statusCode": 400}, {"statusCode": 400}]
 
@@ -325,14 +325,14 @@ def test_the_loop_gets_a_turn_between_two_items_each_read_at_its_own_time(clock)
     seen = []
 
     def others_run():
-        seen.append(registry.size())
+        seen.append(registry.reads.size())
         clock.advance(1_000)
 
-    registry.pause = others_run
+    registry.pacing.pause = others_run
     items = [register_item(clock, instanceId=f"i{n}") for n in range(3)]
     apply_batch(registry, batch(*items), clock)
     assert seen == [1, 2, 3]
-    registered = [registry.lease("ORDERS", f"i{n}")[0].registration_ts for n in range(3)]
+    registered = [registry.reads.lease("ORDERS", f"i{n}")[0].registration_ts for n in range(3)]
     assert registered[1] - registered[0] == registered[2] - registered[1] == 1_000
 
 
@@ -571,7 +571,7 @@ def test_a_409_makes_this_node_take_the_peers_newer_copy(clock):
 
     rep.apply_follow_ups(key, FollowUps(sent=1, sync_back=[newer]), clock())
 
-    view, _ = registry.lease("ORDERS", ID)
+    view, _ = registry.reads.lease("ORDERS", ID)
     assert dict(view.instance.metadata) == {"v": "new"}
     assert rep.buffer.take() == [], "a copy taken from a peer is not sent back"
 
@@ -584,9 +584,9 @@ def test_a_peers_newer_copy_over_the_record_size_limit_is_refused_and_ours_kept(
 
     rep.apply_follow_ups(key, FollowUps(sent=1, sync_back=[newer]), clock())
 
-    view, _ = registry.lease("ORDERS", ID)
+    view, _ = registry.reads.lease("ORDERS", ID)
     assert dict(view.instance.metadata) == {"v": "old"}
-    assert registry.event_counts().from_peers.too_large == 1
+    assert registry.reads.event_counts().from_peers.too_large == 1
     assert "newer copy refused: Instance record too large" in caplog.text
 
 
@@ -649,15 +649,15 @@ def test_two_nodes_converge_and_nothing_loops(clock):
 
     nodes["a"][1].register(instance(clock), clock())
     pump()
-    assert nodes["b"][1].lease("ORDERS", ID) is not None
+    assert nodes["b"][1].reads.lease("ORDERS", ID) is not None
     nodes["b"][1].set_status_override("ORDERS", ID, c.OUT_OF_SERVICE, clock())
     pump()
-    assert nodes["a"][1].lease("ORDERS", ID)[0].instance.status == c.OUT_OF_SERVICE
+    assert nodes["a"][1].reads.lease("ORDERS", ID)[0].instance.status == c.OUT_OF_SERVICE
     pump()
     assert all(len(rep.buffer) == 0 and len(rep.outboxes[key]) == 0 for rep, _, key in nodes.values())
     nodes["a"][1].cancel("ORDERS", ID, clock())
     pump()
-    assert nodes["b"][1].size() == 0
+    assert nodes["b"][1].reads.size() == 0
 
 
 # --------------------------------------------------------------------------- peers and start-up
@@ -741,7 +741,7 @@ def test_start_up_sync_retries_while_empty_then_registers_as_replication(clock):
         }
     )
     count = sync_from_peers(registry, peers, transport, clock, retries=3, wait_ms=0)
-    assert count == 2 and registry.size() == 2 and transport.calls == 4
+    assert count == 2 and registry.reads.size() == 2 and transport.calls == 4
     assert events == [], "what a node syncs is not replicated back"
 
 
@@ -753,10 +753,10 @@ def test_start_up_sync_skips_a_record_over_the_size_limit_and_registers_the_rest
 
     assert sync_from_peers(registry, [peer], transport, clock, retries=0, wait_ms=0) == 1
 
-    assert [view.instance_id for _, views in registry.instances() for view in views] == [
+    assert [view.instance_id for _, views in registry.reads.instances() for view in views] == [
         "10.0.0.9:orders:8080"
     ]
-    assert registry.event_counts().from_peers.too_large == 1
+    assert registry.reads.event_counts().from_peers.too_large == 1
     said = "start-up sync: from http://node-b:8761/eureka/: 1 refused (the first: Instance record too large"
     assert said in caplog.text
 

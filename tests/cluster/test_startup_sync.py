@@ -44,7 +44,7 @@ def document(apps) -> dict:
 
 
 def ids(registry: Registry) -> list[str]:
-    return sorted(view.instance_id for _, views in registry.instances() for view in views)
+    return sorted(view.instance_id for _, views in registry.reads.instances() for view in views)
 
 
 def two_peers_with_a_cancel_in_flight(clock):
@@ -60,10 +60,13 @@ def two_peers_with_a_cancel_in_flight(clock):
 
 def transport_of(p1: Registry, p2: Registry) -> FetchingTransport:
     return FetchingTransport(
-        {P1.display_url: [document(p1.snapshot().apps)], P2.display_url: [document(p2.snapshot().apps)]},
+        {
+            P1.display_url: [document(p1.reads.snapshot().apps)],
+            P2.display_url: [document(p2.reads.snapshot().apps)],
+        },
         deltas={
-            P1.display_url: document(p1.snapshot_delta().apps),
-            P2.display_url: document(p2.snapshot_delta().apps),
+            P1.display_url: document(p1.reads.snapshot_delta().apps),
+            P2.display_url: document(p2.reads.snapshot_delta().apps),
         },
     )
 
@@ -83,11 +86,11 @@ def test_what_the_snapshot_brought_back_and_a_peer_cancelled_since_goes():
     p1, p2 = two_peers_with_a_cancel_in_flight(clock)
     # The restarted node's snapshot was saved before the cancel: it holds b as it was registered.
     node = Registry(CONFIG, clock())
-    node.restore_state(p2.export_parts(clock()).as_state(), clock())
+    node.saved_state.restore(p2.saved_state.export_parts(clock()).as_state(), clock())
     clock.advance(SEC)
     sync_from_peers(node, [P1, P2], transport_of(p1, p2), clock, retries=0, wait_ms=0)
     assert ids(node) == ["10.0.0.1:orders:8080"]
-    assert node.event_counts().from_peers.cancels == 1
+    assert node.reads.event_counts().from_peers.cancels == 1
 
 
 def test_a_registration_after_the_cancel_wins_whether_or_not_its_dirty_timestamp_moved():
@@ -96,7 +99,7 @@ def test_a_registration_after_the_cancel_wins_whether_or_not_its_dirty_timestamp
     clock.advance(SEC)
     # b's client re-registers at P2 after the cancel at P1 (a 404, the same dirty timestamp), and c's
     # new process registers with a newer one after its own cancel.
-    old_dirty = p2.lease("ORDERS", "10.0.0.2:orders:8080")[0].instance.last_dirty_timestamp
+    old_dirty = p2.reads.lease("ORDERS", "10.0.0.2:orders:8080")[0].instance.last_dirty_timestamp
     p2.register(record(clock, "10.0.0.2", old_dirty), clock())
     p1.register(record(clock, "10.0.0.3", clock() - 10 * SEC), clock())
     clock.advance(SEC)

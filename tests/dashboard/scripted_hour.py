@@ -74,5 +74,5 @@ def live_through_an_hour(node, clock) -> Hour:
             if now - last_run[job] >= intervals[job]:
                 node.run_job(job, now, "test")
                 last_run[job] = now
-    registered = {view.instance_id for _, views in registry.instances() for view in views}
+    registered = {view.instance_id for _, views in registry.reads.instances() for view in views}
     return Hour(start, clock(), sorted(set(ids.values()) - registered), ids)

@@ -126,7 +126,7 @@ def test_charts_are_behind_the_consoles_sign_in(node, settings):
 
 def test_a_sample_reads_the_nodes_numbers(node, clock, hour):
     sample = take_sample(node, clock())
-    stats = node.registry.stats(clock())
+    stats = node.registry.reads.stats(clock())
     assert sample.renews_last_minute == stats["renews_last_minute"]
     assert sample.instances == stats["instances"] == 18
     assert (sample.registrations, sample.evictions) == (22, 2)

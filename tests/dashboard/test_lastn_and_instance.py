@@ -37,7 +37,9 @@ def test_lastn_has_the_header_blocks_and_three_tabs(web):
         ]
 
 
-def test_lastn_lists_newest_first_with_the_cause(web, node, clock):
+def registrations_an_override_a_cancel_and_an_expired_lease(web, node, clock) -> None:
+    """10.0.0.1 registered, registered again, overridden and cancelled; 10.0.0.2 registered with a
+    5 s lease and left to expire."""
     register(web, host="10.0.0.1")
     clock.advance(1000)
     register(web, host="10.0.0.1")  # a refresh of the same lease
@@ -48,14 +50,20 @@ def test_lastn_lists_newest_first_with_the_cause(web, node, clock):
     web.delete("/eureka/apps/ORDERS/10.0.0.1:orders:8080")
     clock.advance(120_000)
     node.registry.renew("ORDERS", "10.0.0.9:none:1", clock())  # nothing: keeps the meter honest
-    evicted_config = node.registry.config
-    assert evicted_config.enable_self_preservation
-    # Renewals are 0 <= threshold: self-preservation holds the expired lease...
+
+
+def test_self_preservation_holds_the_expired_lease_of_the_lastn_scenario(web, node, clock):
+    registrations_an_override_a_cancel_and_an_expired_lease(web, node, clock)
+    assert node.registry.config.enable_self_preservation
+    # Renewals are 0 <= threshold: self-preservation holds the expired lease.
     assert node.registry.run_eviction(clock()).evicted == []
-    # ...until it is turned off for this node.
-    node.registry.config = type(evicted_config)(
-        **{**evicted_config.__dict__, "enable_self_preservation": False}
-    )
+
+
+def test_lastn_lists_newest_first_with_the_cause(make_node, clock):
+    # Without self-preservation the expired lease is evicted, whatever the renewals.
+    node = make_node(enable_self_preservation=False)
+    web = Client()
+    registrations_an_override_a_cancel_and_an_expired_lease(web, node, clock)
     assert node.registry.run_eviction(clock()).evicted == [("ORDERS", "10.0.0.2:orders:8080")]
 
     page = soup(web.get("/lastn"))

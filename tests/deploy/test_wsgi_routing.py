@@ -131,7 +131,7 @@ def test_a_chunked_body_over_the_limit_is_413_whatever_the_handler(node, setting
         assert status == 413, (path, content)
         assert content == b"Request body is larger than 2048 bytes\n"
         assert stream.tell() == 2049, "reading stops one byte past the limit"
-    assert node.registry.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
+    assert node.registry.reads.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
 
 
 def test_chunked_body_at_the_limit_is_accepted(node, settings):
@@ -158,7 +158,7 @@ def test_broken_chunk_framing_is_400_and_changes_nothing(node):
     assert status == 400
     assert content == b"Malformed chunked request body: Invalid chunk size: 'zz'\n"
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert node.registry.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
+    assert node.registry.reads.get_instance("ORDERS", "10.0.0.1:orders:8080", node.now()) is None
 
 
 def test_the_site_stack_reads_chunked_form_posts_too(node, db, django_user_model):

@@ -21,7 +21,8 @@ from tests.domain.test_core import MIN, SEC, T0, inst, make_registry
 def actions(registry, after=0):
     start = registry.changes.oldest_id() - 1 if after == 0 else after
     return [
-        (ch.action, ch.instance_id, ch.old_status, ch.new_status) for ch in registry.changes_since(start, 100)
+        (ch.action, ch.instance_id, ch.old_status, ch.new_status)
+        for ch in registry.reads.changes_since(start, 100)
     ]
 
 
@@ -42,7 +43,7 @@ def test_every_kind_of_change_is_logged_in_order_with_old_and_new_status():
         (METADATA_CHANGED, first.instance_id, c.UP, c.UP),
         (CANCELLED, first.instance_id, c.UP, None),
     ]
-    logged = registry.changes_since(registry.changes.oldest_id() - 1, 100)
+    logged = registry.reads.changes_since(registry.changes.oldest_id() - 1, 100)
     assert [ch.timestamp for ch in logged] == [T0 + k * SEC for k in range(6)]
     assert [b.id - a.id for a, b in zip(logged, logged[1:], strict=False)] == [1] * 5
     assert logged[2].overridden_status == c.OUT_OF_SERVICE
@@ -68,7 +69,7 @@ def test_replicated_writes_are_marked():
     registry, _ = make_registry()
     registry.register(inst(n=1), T0, is_replication=True)
     registry.set_status_override("ORDERS", inst(n=1).instance_id, c.DOWN, T0 + SEC, is_replication=True)
-    assert [ch.replicated for ch in registry.changes_since(registry.changes.oldest_id() - 1, 10)] == [
+    assert [ch.replicated for ch in registry.reads.changes_since(registry.changes.oldest_id() - 1, 10)] == [
         True,
         True,
     ]
@@ -81,12 +82,12 @@ def test_since_filters_by_app_and_action_and_honours_the_limit():
         registry.register(inst(app="BILLING", n=n), T0)
     registry.cancel("BILLING", inst(app="BILLING", n=2).instance_id, T0 + SEC)
     start = registry.changes.oldest_id() - 1
-    assert {ch.app for ch in registry.changes_since(start, 100, apps=["billing"])} == {"BILLING"}
-    assert [ch.action for ch in registry.changes_since(start, 100, actions=[CANCELLED])] == [CANCELLED]
-    first_two = registry.changes_since(start, 2)
+    assert {ch.app for ch in registry.reads.changes_since(start, 100, apps=["billing"])} == {"BILLING"}
+    assert [ch.action for ch in registry.reads.changes_since(start, 100, actions=[CANCELLED])] == [CANCELLED]
+    first_two = registry.reads.changes_since(start, 2)
     assert len(first_two) == 2
-    assert registry.changes_since(first_two[-1].id, 100)[0].id == first_two[-1].id + 1
-    assert registry.changes_since(registry.changes.last_id, 100) == []
+    assert registry.reads.changes_since(first_two[-1].id, 100)[0].id == first_two[-1].id + 1
+    assert registry.reads.changes_since(registry.changes.last_id, 100) == []
 
 
 def test_changes_past_retention_are_too_old_and_say_where_to_go_on_from():
@@ -95,9 +96,9 @@ def test_changes_past_retention_are_too_old_and_say_where_to_go_on_from():
     kept_from = registry.changes.last_id
     registry.register(inst(n=2), T0 + 2 * MIN)
     registry.prune(T0 + 4 * MIN)  # the first change is past retention, the second is not
-    assert [ch.instance_id for ch in registry.changes_since(kept_from, 10)] == [inst(n=2).instance_id]
+    assert [ch.instance_id for ch in registry.reads.changes_since(kept_from, 10)] == [inst(n=2).instance_id]
     with pytest.raises(TooOld) as too_old:
-        registry.changes_since(kept_from - 1, 10)
+        registry.reads.changes_since(kept_from - 1, 10)
     assert too_old.value.last_id == registry.changes.last_id
 
 
@@ -124,7 +125,7 @@ def test_capacity_drops_the_oldest_and_makes_them_too_old():
 def test_listeners_see_each_change_and_can_unsubscribe():
     registry, _ = make_registry()
     seen = []
-    stop = registry.subscribe_changes(seen.append)
+    stop = registry.reads.subscribe_changes(seen.append)
     registry.register(inst(n=1), T0)
     stop()
     registry.register(inst(n=2), T0)
@@ -233,13 +234,13 @@ def test_a_loop_of_re_registrations_keeps_one_entry_per_instance_in_the_change_l
             registry.register(instance, T0 + loop * SEC, is_replication=True)
     # Each instance: its first registration, then the latest of its 49 alike re-registrations.
     assert len(registry.changes) == 2 * len(fleet)
-    assert registry.stats(T0 + 50 * SEC)["delta_queue_length"] == len(fleet)
-    logged = registry.changes_since(registry.changes.oldest_id() - 1, 1_000)
+    assert registry.reads.stats(T0 + 50 * SEC)["delta_queue_length"] == len(fleet)
+    logged = registry.reads.changes_since(registry.changes.oldest_id() - 1, 1_000)
     assert [(ch.old_status, ch.timestamp) for ch in logged[-2:]] == [(c.UP, T0 + 49 * SEC)] * 2
     # The delta still lists every instance once, as of its latest registration.
-    delta = registry.snapshot_delta()
+    delta = registry.reads.snapshot_delta()
     assert sum(len(views) for _, views in delta.apps) == len(fleet)
-    assert delta.hashcode == registry.snapshot().hashcode
+    assert delta.hashcode == registry.reads.snapshot().hashcode
 
 
 def test_repeats_read_as_the_log_they_leave_through_compaction_and_capacity():

@@ -44,7 +44,7 @@ def make_registry(**config) -> tuple[Registry, list]:
 
 
 def status_of(registry: Registry, app: str, instance_id: str) -> str:
-    views = {v.instance.instance_id: v for v in registry.snapshot_app(app)}
+    views = {v.instance.instance_id: v for v in registry.reads.snapshot_app(app)}
     return views[instance_id].instance.status
 
 
@@ -54,15 +54,15 @@ def status_of(registry: Registry, app: str, instance_id: str) -> str:
 def test_register_creates_a_lease_and_counts_a_new_expected_client():
     registry, changes = make_registry()
     registry.register(inst(), T0)
-    snapshot = registry.snapshot()
+    snapshot = registry.reads.snapshot()
     assert [(app, [v.instance.instance_id for v in views]) for app, views in snapshot.apps] == [
         ("ORDERS", ["host1:orders:8080"])
     ]
     assert snapshot.hashcode == "UP_1_"
-    sp = registry.self_preservation(T0)
+    sp = registry.reads.self_preservation(T0)
     assert (sp.expected_clients, sp.renews_threshold) == (2, int(2 * 2 * 0.85))
     assert changes == [("ORDERS", {"orders"})]
-    view = registry.snapshot_app("ORDERS")[0]
+    view = registry.reads.snapshot_app("ORDERS")[0]
     assert view.instance.action_type == c.ADDED
     assert view.instance.last_updated_timestamp == T0
     assert view.service_up_ts == T0
@@ -72,18 +72,18 @@ def test_reregistration_keeps_the_stored_copy_when_it_has_a_newer_dirty_timestam
     registry, _ = make_registry()
     registry.register(inst(dirty=T0 + 5, metadata={"v": "new"}), T0)
     registry.register(inst(dirty=T0 + 1, metadata={"v": "old"}), T0 + SEC)
-    assert registry.snapshot_app("ORDERS")[0].instance.metadata == {"v": "new"}
+    assert registry.reads.snapshot_app("ORDERS")[0].instance.metadata == {"v": "new"}
     # A tie goes to the incoming payload.
     registry.register(inst(dirty=T0 + 5, metadata={"v": "tie"}), T0 + 2 * SEC)
-    assert registry.snapshot_app("ORDERS")[0].instance.metadata == {"v": "tie"}
-    assert registry.self_preservation(T0).expected_clients == 2, "re-registrations are not new clients"
+    assert registry.reads.snapshot_app("ORDERS")[0].instance.metadata == {"v": "tie"}
+    assert registry.reads.self_preservation(T0).expected_clients == 2, "re-registrations are not new clients"
 
 
 def test_reregistration_resets_the_lease_but_keeps_service_up_timestamp():
     registry, _ = make_registry()
     registry.register(inst(), T0)
     registry.register(inst(), T0 + 10 * SEC)
-    view = registry.snapshot_app("ORDERS")[0]
+    view = registry.reads.snapshot_app("ORDERS")[0]
     assert view.registration_ts == T0 + 10 * SEC
     assert view.service_up_ts == T0
 
@@ -97,10 +97,10 @@ def test_renew_never_invalidates_the_cache_nor_adds_a_delta_entry():
     registry, changes = make_registry()
     registry.register(inst(), T0)
     changes.clear()
-    before = registry.snapshot_delta().apps
+    before = registry.reads.snapshot_delta().apps
     assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
     assert changes == []
-    assert [len(v) for _, v in registry.snapshot_delta().apps] == [len(v) for _, v in before]
+    assert [len(v) for _, v in registry.reads.snapshot_delta().apps] == [len(v) for _, v in before]
 
 
 def test_renew_with_newer_client_dirty_timestamp_asks_the_client_to_reregister():
@@ -134,7 +134,7 @@ def test_replicated_renew_with_newer_timestamp_stores_the_peers_override():
         is_replication=True,
     )
     assert result.outcome is Renew.NOT_FOUND
-    assert registry.overrides() == {"host1:orders:8080": c.OUT_OF_SERVICE}
+    assert registry.reads.overrides() == {"host1:orders:8080": c.OUT_OF_SERVICE}
 
 
 def test_dirty_timestamp_check_can_be_switched_off():
@@ -149,12 +149,12 @@ def test_cancel_removes_lease_override_and_expected_client():
     registry.register(inst(), T0)
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
     assert registry.cancel("ORDERS", "host1:orders:8080", T0 + SEC)
-    assert registry.snapshot().apps == []
-    assert registry.snapshot().hashcode == ""
-    assert registry.overrides() == {}
-    assert registry.self_preservation(T0 + SEC).expected_clients == 1
+    assert registry.reads.snapshot().apps == []
+    assert registry.reads.snapshot().hashcode == ""
+    assert registry.reads.overrides() == {}
+    assert registry.reads.self_preservation(T0 + SEC).expected_clients == 1
     assert registry.cancel("ORDERS", "host1:orders:8080", T0 + SEC) is False
-    delta = dict(registry.snapshot_delta().apps)["ORDERS"]
+    delta = dict(registry.reads.snapshot_delta().apps)["ORDERS"]
     assert [v.instance.action_type for v in delta] == [c.DELETED]
     assert delta[0].eviction_ts == T0 + SEC
     assert changes[-1][0] == "ORDERS"
@@ -165,7 +165,7 @@ def test_cancel_of_unknown_lease_still_drops_its_override():
     registry.register(inst(), T0)
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
     assert registry.cancel("OTHER", "host1:orders:8080", T0) is False
-    assert registry.overrides() == {}
+    assert registry.reads.overrides() == {}
 
 
 def test_recent_registrations_and_cancellations_keep_the_last_thousand():
@@ -173,7 +173,7 @@ def test_recent_registrations_and_cancellations_keep_the_last_thousand():
     for n in range(1005):
         registry.register(inst(n=n), T0 + n)
     registry.cancel("ORDERS", "host3:orders:8080", T0 + 2000)
-    registered, cancelled, _ = registry.recent_events()
+    registered, cancelled, _ = registry.reads.recent_events()
     assert len(registered) == 1000
     assert registered[0].instance_id == "host5:orders:8080"
     assert [e.instance_id for e in cancelled] == ["host3:orders:8080"]
@@ -188,7 +188,7 @@ def test_status_override_survives_reregistration_and_is_kept_by_renewals():
     assert registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC)
     registry.register(inst(dirty=T0 + 10), T0 + 2 * SEC)
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
-    assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"
+    assert registry.reads.snapshot().hashcode == "OUT_OF_SERVICE_1_"
     # A client registering DOWN beats the override.
     registry.register(inst(status=c.DOWN, dirty=T0 + 20), T0 + 3 * SEC)
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.DOWN
@@ -199,7 +199,7 @@ def test_status_override_is_ignored_when_status_already_matches():
     registry.register(inst(), T0)
     changes.clear()
     assert registry.set_status_override("ORDERS", "host1:orders:8080", c.UP, T0 + SEC)
-    assert registry.overrides() == {}
+    assert registry.reads.overrides() == {}
     assert changes == []
 
 
@@ -207,7 +207,7 @@ def test_status_override_adopts_a_newer_dirty_timestamp_and_records_a_modified_d
     registry, _ = make_registry()
     registry.register(inst(dirty=T0), T0)
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC, T0 + 50)
-    view = registry.get_instance("ORDERS", "host1:orders:8080", T0 + SEC)
+    view = registry.reads.get_instance("ORDERS", "host1:orders:8080", T0 + SEC)
     assert view is not None
     assert view.instance.last_dirty_timestamp == T0 + 50
     assert view.instance.overridden_status == c.OUT_OF_SERVICE
@@ -229,7 +229,7 @@ def test_removing_override_without_value_makes_next_heartbeat_not_found_then_rer
     assert registry.renew("ORDERS", "host1:orders:8080", T0 + 2 * SEC).outcome is Renew.NOT_FOUND
     registry.register(inst(dirty=T0 + 3), T0 + 3 * SEC)
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
-    assert registry.snapshot().hashcode == "UP_1_"
+    assert registry.reads.snapshot().hashcode == "UP_1_"
 
 
 def test_removing_override_with_value_sets_that_status_and_missing_override_changes_nothing():
@@ -241,7 +241,7 @@ def test_removing_override_with_value_sets_that_status_and_missing_override_chan
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
     registry.remove_status_override("ORDERS", "host1:orders:8080", T0 + SEC, c.UP)
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
-    assert registry.overrides() == {}
+    assert registry.reads.overrides() == {}
 
 
 def test_override_expires_after_an_hour_without_access():
@@ -249,7 +249,7 @@ def test_override_expires_after_an_hour_without_access():
     registry.register(inst(), T0)
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
     registry.prune(T0 + 3_600_000 + 1)
-    assert registry.overrides() == {}
+    assert registry.reads.overrides() == {}
 
 
 def test_metadata_update_is_a_reregistration_recorded_as_added():
@@ -257,7 +257,7 @@ def test_metadata_update_is_a_reregistration_recorded_as_added():
     registry.register(inst(metadata={"a": "1"}), T0)
     changes.clear()
     assert registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2"}, T0 + SEC)
-    view = registry.snapshot_app("ORDERS")[0]
+    view = registry.reads.snapshot_app("ORDERS")[0]
     assert dict(view.instance.metadata) == {"a": "1", "b": "2"}
     assert view.instance.action_type == c.ADDED
     assert changes and changes[0][0] == "ORDERS"
@@ -323,11 +323,11 @@ def test_eviction_is_capped_at_fifteen_percent_and_picks_at_random():
     fill(registry, 10, T0)
     evicted = registry.run_eviction(T0 + 100 * SEC).evicted
     assert len(evicted) == 2, "10 leases: at most 10 - int(10 * 0.85) = 2 per run"
-    assert registry.size() == 8
+    assert registry.reads.size() == 8
     # Repeated runs drain the rest, a capped batch at a time.
-    while registry.size():
+    while registry.reads.size():
         assert registry.run_eviction(T0 + 100 * SEC).evicted
-    assert registry.snapshot().hashcode == ""
+    assert registry.reads.snapshot().hashcode == ""
 
 
 @pytest.mark.parametrize(("size", "cap"), [(1, 1), (2, 1), (10, 2), (100, 15)])
@@ -359,7 +359,7 @@ def test_eviction_spares_live_leases_and_adds_compensation_for_late_runs():
 
 def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwhile():
     registry, _ = make_registry(enable_self_preservation=False)
-    registry.scan_step = 3
+    registry.pacing.step = 3
     fill(registry, 10, T0)
     late = T0 + 100 * SEC
     turns = []
@@ -371,7 +371,7 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
             registry.renew("ORDERS", "host0:orders:8080", late)
             registry.register(inst(n=1), late)
 
-    registry.pause = renew_meanwhile
+    registry.pacing.pause = renew_meanwhile
     run = registry.run_eviction(late)
     assert len(turns) == 3, "10 leases, a turn every 3"
     assert run.expired == 8, "the renewed lease and the re-registered one are not expired"
@@ -379,10 +379,10 @@ def test_an_eviction_scan_gives_others_turns_and_spares_what_they_renewed_meanwh
 
 
 def ten_leases_read_in_steps_of_three(monkeypatch, meanwhile) -> tuple[Registry, list]:
-    """A registry of 10 leases whose long reads (``scan_step``) turn every 3 leases, running
+    """A registry of 10 leases whose long reads (``pacing.step``) turn every 3 leases, running
     ``meanwhile(registry)`` at each turn as the event loop would serve a write; the list counts turns."""
     registry, _ = make_registry()
-    registry.scan_step = 3
+    registry.pacing.step = 3
     fill(registry, 10, T0)
     turns = []
 
@@ -391,7 +391,7 @@ def ten_leases_read_in_steps_of_three(monkeypatch, meanwhile) -> tuple[Registry,
         assert not registry._lock.locked(), "the registry's lock is held across a turn"
         turns.append(meanwhile(registry))
 
-    registry.pause = turn
+    registry.pacing.pause = turn
     return registry, turns
 
 
@@ -400,7 +400,7 @@ def test_a_snapshot_export_reads_lease_times_with_the_lock_free_and_turns_for_ot
     registry, turns = ten_leases_read_in_steps_of_three(
         monkeypatch, lambda registry: registry.renew("ORDERS", "host9:orders:8080", renewed_at)
     )
-    parts = registry.export_parts(T0 + 5 * SEC)
+    parts = registry.saved_state.export_parts(T0 + 5 * SEC)
     assert len(turns) == 4, "10 leases, a turn every 3"
     assert [app for app, _ in parts.records] == ["ORDERS"]
     assert len(parts.records[0][1]) == len(parts.lease_times) == 10
@@ -415,17 +415,17 @@ def test_evicted_leases_lose_override_and_show_deleted_in_delta():
     fill(registry, 1, T0)
     registry.set_status_override("ORDERS", "host0:orders:8080", c.OUT_OF_SERVICE, T0)
     registry.run_eviction(T0 + 200 * SEC)
-    assert registry.overrides() == {}
-    assert dict(registry.snapshot_delta().apps)["ORDERS"][0].instance.action_type == c.DELETED
+    assert registry.reads.overrides() == {}
+    assert dict(registry.reads.snapshot_delta().apps)["ORDERS"][0].instance.action_type == c.DELETED
 
 
 def test_expired_but_not_evicted_leases_stay_in_full_fetch_and_hide_from_single_reads():
     registry, _ = make_registry(enable_self_preservation=False)
     fill(registry, 1, T0)
     later = T0 + 100 * SEC
-    assert registry.snapshot().hashcode == "UP_1_"
-    assert registry.get_instance("ORDERS", "host0:orders:8080", later) is None
-    assert registry.find_instance("host0:orders:8080", later) is None
+    assert registry.reads.snapshot().hashcode == "UP_1_"
+    assert registry.reads.get_instance("ORDERS", "host0:orders:8080", later) is None
+    assert registry.reads.find_instance("host0:orders:8080", later) is None
     assert registry.set_status_override("ORDERS", "host0:orders:8080", c.DOWN, later) is None
 
 
@@ -433,7 +433,7 @@ def test_expired_but_not_evicted_leases_stay_in_full_fetch_and_hide_from_single_
 
 
 def expected_and_threshold(registry: Registry, now: int = T0) -> tuple[int, int]:
-    sp = registry.self_preservation(now)
+    sp = registry.reads.self_preservation(now)
     return sp.expected_clients, sp.renews_threshold
 
 
@@ -451,17 +451,17 @@ def test_expected_clients_never_move_while_zero():
     assert expected_and_threshold(registry) == (0, 0)
     fill(registry, 3, T0)
     assert expected_and_threshold(registry) == (0, 0)
-    sp = registry.self_preservation(T0 + 5 * MIN)
+    sp = registry.reads.self_preservation(T0 + 5 * MIN)
     assert sp.lease_expiration_enabled is False, "threshold 0 disables eviction"
 
 
 def test_self_preservation_uses_previous_full_minute_and_strict_comparison():
     registry, _ = make_registry()
     fill(registry, 10, T0)  # threshold int(11 * 2 * 0.85) = 18
-    assert registry.self_preservation(T0).renews_threshold == 18
+    assert registry.reads.self_preservation(T0).renews_threshold == 18
     for _ in range(18):
         registry.renew("ORDERS", "host0:orders:8080", T0 + 10 * SEC)
-    at = registry.self_preservation
+    at = registry.reads.self_preservation
     assert at(T0 + 50 * SEC).renews_last_minute == 0, "current minute is not counted yet"
     assert at(T0 + 70 * SEC).renews_last_minute == 18
     assert at(T0 + 70 * SEC).lease_expiration_enabled is False, "18 is not > 18"
@@ -475,7 +475,7 @@ def test_no_eviction_in_self_preservation():
     registry, _ = make_registry()
     fill(registry, 10, T0)
     assert registry.run_eviction(T0 + 10 * MIN).evicted == []
-    assert registry.size() == 10
+    assert registry.reads.size() == 10
 
 
 def test_healthy_renewals_allow_eviction_of_a_dead_instance():
@@ -486,7 +486,7 @@ def test_healthy_renewals_allow_eviction_of_a_dead_instance():
         for n in range(1, 20):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
     now = T0 + 5 * MIN
-    assert registry.self_preservation(now).lease_expiration_enabled
+    assert registry.reads.self_preservation(now).lease_expiration_enabled
     assert registry.run_eviction(now).evicted == [("ORDERS", "host0:orders:8080")]
 
 
@@ -540,7 +540,7 @@ def test_reconcile_hashcode_is_alphabetical_and_counts_every_status():
     registry.register(inst(n=1, status=c.STARTING), T0)
     registry.register(inst(n=2, status=c.UNKNOWN), T0)
     registry.register(inst(n=3), T0)
-    assert registry.snapshot().hashcode == "STARTING_1_UNKNOWN_1_UP_1_"
+    assert registry.reads.snapshot().hashcode == "STARTING_1_UNKNOWN_1_UP_1_"
 
 
 def test_delta_shows_each_changed_instance_once_with_current_data_and_full_registry_hash():
@@ -550,7 +550,7 @@ def test_delta_shows_each_changed_instance_once_with_current_data_and_full_regis
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC)
     registry.cancel("ORDERS", "host2:orders:8080", T0 + 2 * SEC)
     registry.register(inst(app="BILLING", n=3), T0 + 3 * SEC)
-    delta = registry.snapshot_delta()
+    delta = registry.reads.snapshot_delta()
     got = {
         (app, v.instance.instance_id): (v.instance.action_type, v.instance.status)
         for app, views in delta.apps
@@ -561,14 +561,14 @@ def test_delta_shows_each_changed_instance_once_with_current_data_and_full_regis
         ("ORDERS", "host2:orders:8080"): (c.DELETED, c.UP),
         ("BILLING", "host3:billing:8080"): (c.ADDED, c.UP),
     }
-    assert delta.hashcode == "OUT_OF_SERVICE_1_UP_1_" == registry.snapshot().hashcode
+    assert delta.hashcode == "OUT_OF_SERVICE_1_UP_1_" == registry.reads.snapshot().hashcode
 
 
 def test_delta_version_grows_with_each_regeneration():
     registry, _ = make_registry()
-    first = registry.snapshot_delta().version
-    assert registry.snapshot_delta().version == first + 1
-    assert registry.snapshot().version == 1
+    first = registry.reads.snapshot_delta().version
+    assert registry.reads.snapshot_delta().version == first + 1
+    assert registry.reads.snapshot().version == 1
 
 
 def test_delta_entries_leave_after_retention():
@@ -577,7 +577,7 @@ def test_delta_entries_leave_after_retention():
     registry.register(inst(n=2), T0 + 100 * SEC)
     assert registry.prune(T0 + 180 * SEC) == 0
     assert registry.prune(T0 + 181 * SEC) == 1
-    ids = [v.instance.instance_id for _, views in registry.snapshot_delta().apps for v in views]
+    ids = [v.instance.instance_id for _, views in registry.reads.snapshot_delta().apps for v in views]
     assert ids == ["host2:orders:8080"]
 
 
@@ -590,7 +590,7 @@ def test_an_instance_stays_in_the_delta_while_its_latest_change_is_retained_and_
     def listed():
         return [
             (v.instance.instance_id, v.instance.action_type)
-            for _, views in registry.snapshot_delta().apps
+            for _, views in registry.reads.snapshot_delta().apps
             for v in views
         ]
 
@@ -608,10 +608,10 @@ def test_vip_snapshot_matches_split_vips_exactly_and_hashes_only_the_subset():
     registry.register(inst(n=1, vip="a,b"), T0)
     registry.register(inst(n=2, vip="B"), T0)
     registry.register(inst(n=3, vip=" a"), T0)
-    snap = registry.snapshot_vip("a", secure=False)
+    snap = registry.reads.snapshot_vip("a", secure=False)
     assert [v.instance.instance_id for _, views in snap.apps for v in views] == ["host1:orders:8080"]
     assert snap.hashcode == "UP_1_" and snap.version == -1
-    assert registry.snapshot_vip("zzz", secure=False).apps == []
+    assert registry.reads.snapshot_vip("zzz", secure=False).apps == []
 
 
 def test_renew_silently_changes_status_when_rules_say_so_and_keeps_hash_consistent():
@@ -629,7 +629,7 @@ def test_renew_silently_changes_status_when_rules_say_so_and_keeps_hash_consiste
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.UP
     assert registry.renew("ORDERS", "host1:orders:8080", T0 + SEC).outcome is Renew.OK
     assert status_of(registry, "ORDERS", "host1:orders:8080") == c.OUT_OF_SERVICE
-    assert registry.snapshot().hashcode == "OUT_OF_SERVICE_1_"
+    assert registry.reads.snapshot().hashcode == "OUT_OF_SERVICE_1_"
 
 
 def test_fast_profile_counts_clients_from_zero_so_one_dead_in_ten_is_evicted():
@@ -646,7 +646,7 @@ def test_fast_profile_counts_clients_from_zero_so_one_dead_in_ten_is_evicted():
         for n in range(1, 10):
             registry.renew("ORDERS", f"host{n}:orders:8080", t)
     now = T0 + 4 * MIN
-    assert registry.self_preservation(now).lease_expiration_enabled
+    assert registry.reads.self_preservation(now).lease_expiration_enabled
     assert registry.run_eviction(now).evicted == [("ORDERS", "host0:orders:8080")]
     assert expected_and_threshold(registry, now)[0] == 9
 
@@ -670,7 +670,7 @@ def test_recent_lists_record_why_each_entry_was_added():
     registry.update_metadata("ORDERS", "host1:orders:8080", {"k": "v"}, T0 + 2 * SEC)
     registry.register(inst(n=2), T0)
     registry.cancel("ORDERS", "host2:orders:8080", T0 + 3 * SEC)
-    registered, cancelled, overrides = registry.recent_events()
+    registered, cancelled, overrides = registry.reads.recent_events()
     assert [(e.instance_id, e.cause) for e in registered] == [
         ("host1:orders:8080", "register"),
         ("host1:orders:8080", "re-register"),
@@ -685,7 +685,7 @@ def test_evictions_are_listed_as_cancelled_with_cause_eviction():
     registry, _ = make_registry(enable_self_preservation=False)
     registry.register(inst(n=1, duration=10), T0)
     registry.run_eviction(T0 + 11 * SEC)
-    _, cancelled, _ = registry.recent_events()
+    _, cancelled, _ = registry.reads.recent_events()
     assert [(e.instance_id, e.cause) for e in cancelled] == [("host1:orders:8080", "eviction")]
 
 
@@ -695,7 +695,7 @@ def test_overrides_are_listed_with_the_status_they_left_and_who_asked():
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + SEC, actor="admin:ops")
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0 + 2 * SEC)
     registry.remove_status_override("ORDERS", "host1:orders:8080", T0 + 3 * SEC, c.UP)
-    _, _, overrides = registry.recent_events()
+    _, _, overrides = registry.reads.recent_events()
     assert [(e.cause, e.status, e.actor) for e in overrides] == [
         ("override", c.OUT_OF_SERVICE, "admin:ops"),
         ("override removed", c.UP, ""),
@@ -731,11 +731,11 @@ def test_lease_lookup_returns_expired_leases_with_their_override():
     registry, _ = make_registry()
     registry.register(inst(duration=10), T0)
     registry.set_status_override("ORDERS", "host1:orders:8080", c.OUT_OF_SERVICE, T0)
-    found = registry.lease("ORDERS", "host1:orders:8080")
+    found = registry.reads.lease("ORDERS", "host1:orders:8080")
     assert found is not None
     view, override = found
     assert view.instance.status == c.OUT_OF_SERVICE and override == c.OUT_OF_SERVICE
-    assert registry.lease("ORDERS", "nope") is None
+    assert registry.reads.lease("ORDERS", "nope") is None
 
 
 @pytest.mark.parametrize(
@@ -758,7 +758,7 @@ def test_self_preservation_numbers_follow_eurekas_rules(renews, enabled, below, 
     registry.register(inst(), T0)  # expected 1, threshold int(1 * 2 * 0.85) = 1
     for n in range(renews):
         registry.renew("ORDERS", "host1:orders:8080", T0 + n * SEC)
-    sp = registry.self_preservation(T0 + MIN)
+    sp = registry.reads.self_preservation(T0 + MIN)
     assert (sp.expected_clients, sp.renews_threshold, sp.renews_last_minute) == (1, 1, renews)
     assert sp.below_threshold is below
     assert sp.lease_expiration_enabled is expiration
@@ -768,27 +768,27 @@ def test_self_preservation_numbers_follow_eurekas_rules(renews, enabled, below, 
 def test_no_verdict_on_self_preservation_during_the_startup_wait():
     registry, _ = make_registry(wait_time_in_ms_when_sync_empty=5 * MIN)
     registry.register(inst(), T0)
-    assert registry.self_preservation(T0 + MIN).in_startup_wait
-    assert not registry.self_preservation(T0 + MIN).below_threshold
-    assert registry.self_preservation(T0 + 5 * MIN + 1).below_threshold
+    assert registry.reads.self_preservation(T0 + MIN).in_startup_wait
+    assert not registry.reads.self_preservation(T0 + MIN).below_threshold
+    assert registry.reads.self_preservation(T0 + 5 * MIN + 1).below_threshold
 
 
 def test_delta_parts_give_instances_only_for_apps_whose_part_changed():
     registry, _ = make_registry(delta_retention_ms=180 * SEC)
     registry.register(inst(n=1), T0)
     registry.register(inst(app="BILLING", n=2), T0 + SEC)
-    first = registry.delta_parts({})
+    first = registry.reads.delta_parts({})
     assert [app for app, _ in first.outline] == ["ORDERS", "BILLING"]
     assert set(first.changed) == {"ORDERS", "BILLING"}
     known = dict(first.outline)
-    assert registry.delta_parts(known).changed == {}
+    assert registry.reads.delta_parts(known).changed == {}
     registry.set_status_override("BILLING", "host2:billing:8080", c.OUT_OF_SERVICE, T0 + 2 * SEC)
-    later = registry.delta_parts(known)
-    assert set(later.changed) == {"BILLING"} and later.hashcode == registry.snapshot().hashcode
+    later = registry.reads.delta_parts(known)
+    assert set(later.changed) == {"BILLING"} and later.hashcode == registry.reads.snapshot().hashcode
     assert later.version > first.version
     # ORDERS' only entry leaves the queue: ORDERS leaves the outline.
     registry.prune(T0 + 181 * SEC)
-    assert [app for app, _ in registry.delta_parts(known).outline] == ["BILLING"]
+    assert [app for app, _ in registry.reads.delta_parts(known).outline] == ["BILLING"]
 
 
 def test_a_delta_reads_lease_times_with_the_lock_free_and_keeps_records_as_of_its_hashcode(monkeypatch):
@@ -799,7 +799,7 @@ def test_a_delta_reads_lease_times_with_the_lock_free_and_keeps_records_as_of_it
         registry.set_status_override("ORDERS", "host8:orders:8080", c.OUT_OF_SERVICE, renewed_at)
 
     registry, turns = ten_leases_read_in_steps_of_three(monkeypatch, writes_meanwhile)
-    parts = registry.delta_parts({})
+    parts = registry.reads.delta_parts({})
     assert len(turns) == 3, "10 leases, a turn after every 3"
     views = {view.instance.instance_id: view for view in parts.changed["ORDERS"]}
     assert len(views) == 10
@@ -808,7 +808,7 @@ def test_a_delta_reads_lease_times_with_the_lock_free_and_keeps_records_as_of_it
     assert parts.hashcode == "UP_10_"
     assert views["host8:orders:8080"].instance.status == c.UP
     assert views["host9:orders:8080"].last_renewal_ts == renewed_at
-    assert registry.delta_parts({}).hashcode == "OUT_OF_SERVICE_1_UP_9_"
+    assert registry.reads.delta_parts({}).hashcode == "OUT_OF_SERVICE_1_UP_9_"
 
 
 def test_views_of_many_leases_match_each_lease_view():
@@ -843,7 +843,7 @@ def test_no_write_stores_a_dirty_timestamp_more_than_five_minutes_ahead_of_the_c
     instance_id = "host1:orders:8080"
 
     def stored() -> int:
-        return registry.snapshot_app("ORDERS")[0].instance.last_dirty_timestamp
+        return registry.reads.snapshot_app("ORDERS")[0].instance.last_dirty_timestamp
 
     registry.register(inst(dirty=LONG_MAX), T0, is_replication=True)
     assert stored() == T0 + FIVE_MIN
@@ -861,10 +861,10 @@ def test_no_write_stores_a_dirty_timestamp_more_than_five_minutes_ahead_of_the_c
 def test_lease_times_above_the_cap_are_lowered_for_peers_copies_too():
     registry, _ = make_registry(max_lease_duration_secs=600)
     registry.register(inst(duration=86_400, renewal_interval_secs=7_200), T0, is_replication=True)
-    view = registry.snapshot_app("ORDERS")[0]
+    view = registry.reads.snapshot_app("ORDERS")[0]
     assert (view.instance.duration_secs, view.instance.renewal_interval_secs) == (600, 600)
     registry.register(inst(n=2, duration=90), T0)
-    assert registry.snapshot_app("ORDERS")[1].instance.duration_secs == 90, "a lease within the cap"
+    assert registry.reads.snapshot_app("ORDERS")[1].instance.duration_secs == 90, "a lease within the cap"
 
 
 def test_a_client_registration_beyond_max_instances_raises_before_changing_anything():
@@ -872,37 +872,37 @@ def test_a_client_registration_beyond_max_instances_raises_before_changing_anyth
     registry.register(inst(n=1), T0)
     changes.clear()
     before = (
-        registry.snapshot(),
-        registry.self_preservation(T0),
-        registry.recent_events(),
-        registry.stats(T0),
+        registry.reads.snapshot(),
+        registry.reads.self_preservation(T0),
+        registry.reads.recent_events(),
+        registry.reads.stats(T0),
     )
 
     with pytest.raises(RegistryFull, match="maximum of 1 instances"):
         registry.register(inst(n=2), T0 + SEC)
 
     after = (
-        registry.snapshot(),
-        registry.self_preservation(T0),
-        registry.recent_events(),
-        registry.stats(T0),
+        registry.reads.snapshot(),
+        registry.reads.self_preservation(T0),
+        registry.reads.recent_events(),
+        registry.reads.stats(T0),
     )
     assert after == before and changes == []
     registry.register(inst(n=1, metadata={"v": "2"}), T0 + SEC)  # a re-registration has room
     registry.register(inst(n=2), T0 + SEC, is_replication=True)  # a peer's copy is never refused
-    assert registry.size() == 2
+    assert registry.reads.size() == 2
 
 
 def test_a_client_metadata_merge_over_the_limits_raises_and_keeps_the_record():
     registry, changes = make_registry(max_metadata_keys=2, max_metadata_bytes=10)
     registry.register(inst(metadata={"a": "1"}), T0)
     changes.clear()
-    stored = registry.snapshot_app("ORDERS")[0]
+    stored = registry.reads.snapshot_app("ORDERS")[0]
 
     with pytest.raises(LimitExceeded, match="3 keys"):
         registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2", "c": "3"}, T0 + SEC)
     with pytest.raises(LimitExceeded, match="11 bytes"):
         registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "x" * 8}, T0 + SEC)
 
-    assert registry.snapshot_app("ORDERS")[0] == stored and changes == []
+    assert registry.reads.snapshot_app("ORDERS")[0] == stored and changes == []
     assert registry.update_metadata("ORDERS", "host1:orders:8080", {"b": "2"}, T0 + SEC)

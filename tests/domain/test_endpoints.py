@@ -77,7 +77,7 @@ def test_a_gzipped_batch_is_read(api, node):
 def test_what_is_not_a_batch_is_refused_whole_and_changes_nothing(api, node, data, content_type, status):
     response = api.post("/eureka/peerreplication/batch/", data=data, content_type=content_type)
     assert response.status_code == status and response["Content-Type"].startswith("text/plain")
-    assert node.registry.size() == 0
+    assert node.registry.reads.size() == 0
 
 
 def test_a_batch_over_the_item_cap_is_answered_413_and_changes_nothing(api, node):
@@ -86,16 +86,16 @@ def test_a_batch_over_the_item_cap_is_answered_413_and_changes_nothing(api, node
     response = post_batch(api, [registration_item(), *[{"action": "Cancel"}] * cap])
     assert response.status_code == 413 and response["Content-Type"].startswith("text/plain")
     assert f"at most {cap} items, this one holds {cap + 1}: nothing was applied" in response.content.decode()
-    assert node.registry.size() == 0 and node.received.batches == 0
+    assert node.registry.reads.size() == 0 and node.received.batches == 0
     assert post_batch(api, [registration_item(), *[{"action": "Cancel"}] * (cap - 1)]).status_code == 200
-    assert node.registry.size() == 1
+    assert node.registry.reads.size() == 1
 
 
 def test_batches_are_decoded_and_applied_one_at_a_time_with_turns_for_the_loop(api, node):
     """The node's batch lock is held at every turn a batch gives the event loop (before decoding, after
     each item): batches waiting for their turn are bodies, not decoded documents."""
     held = []
-    node.registry.pause = lambda: held.append(node.received.applying.locked())
+    node.registry.pacing.pause = lambda: held.append(node.received.applying.locked())
     cancel = {"appName": "ORDERS", "id": ID, "action": "Cancel"}
     assert post_batch(api, [registration_item(), cancel]).status_code == 200
     assert held == [True] * 3

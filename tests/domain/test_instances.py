@@ -83,10 +83,10 @@ def test_records_restored_from_a_snapshot_share_them_with_each_other_and_new_reg
     before = Registry(RegistryRules(**FAST), 1_000)
     before.register(decoded(1), 1_000)
     before.register(decoded(2), 1_000)
-    state = orjson.loads(orjson.dumps(before.export_parts(2_000).as_state()))
+    state = orjson.loads(orjson.dumps(before.saved_state.export_parts(2_000).as_state()))
     after = Registry(RegistryRules(**FAST), 3_000)
-    assert after.restore_state(state, 3_000) == 2
-    (first, second) = after.instances()[0][1]
+    assert after.saved_state.restore(state, 3_000) == 2
+    (first, second) = after.reads.instances()[0][1]
     for name in SHARED_TEXT_FIELDS:
         assert getattr(first, name) is not None, name
         assert getattr(first, name) is getattr(second, name), name

@@ -51,7 +51,7 @@ def test_a_late_registration_keeps_the_old_leases_gaps_and_adds_its_own():
     registry.renew("ORDERS", "host1:orders:8080", T0 + 60 * SEC)
     # The instance comes back by registering again, two minutes after its last renewal.
     registry.register(inst(dirty=T0 + 180 * SEC), T0 + 180 * SEC)
-    gaps = registry.renew_gaps("ORDERS", "host1:orders:8080")
+    gaps = registry.reads.renew_gaps("ORDERS", "host1:orders:8080")
     assert gaps.gaps == ((T0, T0 + 60 * SEC), (T0 + 60 * SEC, T0 + 180 * SEC))
     assert gaps.last_renewal_ts == T0 + 180 * SEC and gaps.gap_after_ms == 45_000
-    assert registry.renew_gaps("ORDERS", "nobody") is None
+    assert registry.reads.renew_gaps("ORDERS", "nobody") is None

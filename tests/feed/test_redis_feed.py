@@ -66,7 +66,7 @@ def test_changes_go_out_in_one_pipelined_call_per_flush_with_an_approximate_cap(
     registry, _ = make_registry()
     client = FakeRedis()
     publisher = RedisChangePublisher(client, "ns:changes", "node-a", maxlen=5_000, clock=FakeClock(T0))
-    publisher._unsubscribe = registry.subscribe_changes(publisher.on_change)
+    publisher._unsubscribe = registry.reads.subscribe_changes(publisher.on_change)
     for n in range(3):
         registry.register(inst(n=n), T0 + n)
     assert client.calls == 0, "nothing is sent on the write path"
@@ -83,7 +83,7 @@ def test_while_redis_is_down_changes_wait_in_the_buffer_errors_are_counted_and_r
     registry, _ = make_registry()
     client, clock = FakeRedis(), FakeClock(T0)
     publisher = RedisChangePublisher(client, "k", "n", clock=clock)
-    registry.subscribe_changes(publisher.on_change)
+    registry.reads.subscribe_changes(publisher.on_change)
     registry.register(inst(n=1), T0)
     client.down = True
     assert publisher.flush() == 0
@@ -95,7 +95,9 @@ def test_while_redis_is_down_changes_wait_in_the_buffer_errors_are_counted_and_r
     clock.advance(RETRY_AFTER_MS)
     client.down = False
     assert publisher.flush() == 2
-    assert sent_ids(client) == [c.id for c in registry.changes_since(registry.changes.oldest_id() - 1, 10)]
+    assert sent_ids(client) == [
+        c.id for c in registry.reads.changes_since(registry.changes.oldest_id() - 1, 10)
+    ]
     assert publisher.status()["healthy"] and publisher.status()["buffered"] == 0
 
 
@@ -103,12 +105,12 @@ def test_a_full_buffer_drops_the_oldest_changes_counts_and_logs_them(caplog):
     registry, _ = make_registry()
     client, clock = FakeRedis(), FakeClock(T0)
     publisher = RedisChangePublisher(client, "k", "n", buffer_size=100, clock=clock)
-    registry.subscribe_changes(publisher.on_change)
+    registry.reads.subscribe_changes(publisher.on_change)
     for n in range(130):
         registry.register(inst(n=n), T0 + n)
     assert publisher.dropped == 30
     assert publisher.flush() == 100
-    newest = [c.id for c in registry.changes_since(registry.changes.oldest_id() - 1, 200)][-100:]
+    newest = [c.id for c in registry.reads.changes_since(registry.changes.oldest_id() - 1, 200)][-100:]
     assert sent_ids(client) == newest
     assert any("30 changes dropped" in r.getMessage() for r in caplog.records)
 

@@ -66,10 +66,10 @@ class Fleet:
         raise AssertionError(f"{wanted} was never due")
 
     def status(self, n: int = 1) -> str:
-        return self.registry.get_instance(APP, f"host{n}:orders:8080", self.now).instance.status
+        return self.registry.reads.get_instance(APP, f"host{n}:orders:8080", self.now).instance.status
 
     def override(self, n: int = 1) -> str | None:
-        return self.registry.overrides().get(f"host{n}:orders:8080")
+        return self.registry.reads.overrides().get(f"host{n}:orders:8080")
 
     def operator_sets(self, status: str, n: int = 1) -> None:
         self.registry.set_status_override(APP, f"host{n}:orders:8080", status, self.now, actor="alice")
@@ -89,7 +89,7 @@ def test_it_marks_down_only_after_threshold_consecutive_failures(caplog):
     assert view.holds_down and view.failures == 3 and view.last_reason == "timed out after 2s"
     assert view.last_latency_ms == 3.5 and view.last_probe_at == fleet.now
     # Through the override path: the "last 1000" list names the checker as the actor.
-    _, _, overrides = fleet.registry.recent_events()
+    _, _, overrides = fleet.registry.reads.recent_events()
     assert (overrides[-1].status, overrides[-1].actor) == (c.DOWN, ACTOR)
     [line] = [r for r in caplog.records if getattr(r, "event", "") == "health_check_down"]
     assert "marked ORDERS/host1:orders:8080 DOWN after 3 consecutive failures" in line.getMessage()
@@ -180,14 +180,14 @@ def test_an_operator_override_landing_between_look_and_write_is_put_back(monkeyp
     fleet = Fleet()
     fleet.probe(False)
     fleet.probe(False)
-    original_lease = fleet.registry.lease
+    original_lease = fleet.registry.reads.lease
 
     def lease_then_operator_acts(app, instance_id):
         found = original_lease(app, instance_id)
         fleet.operator_sets(c.OUT_OF_SERVICE)
         return found
 
-    monkeypatch.setattr(fleet.registry, "lease", lease_then_operator_acts)
+    monkeypatch.setattr(fleet.registry.reads, "lease", lease_then_operator_acts)
     assert fleet.probe(False) is None
     assert fleet.override() == c.OUT_OF_SERVICE and fleet.status() == c.OUT_OF_SERVICE
     assert fleet.checker.held_down() == []
@@ -333,12 +333,12 @@ def test_after_a_warm_restart_the_checker_takes_its_own_down_back_and_lifts_it()
         before.probe(ok=False)
     assert before.override() == c.DOWN
     # The node restarts: the map (with the override and who set it) comes back; the checker is new.
-    state = before.registry.export_parts(before.now).as_state()
+    state = before.registry.saved_state.export_parts(before.now).as_state()
     after = Fleet(instances=())
     after.now = before.now + 5 * SEC
-    after.registry.restore_state(state, after.now)
+    after.registry.saved_state.restore(state, after.now)
     after.checker = HealthChecker(after.registry, DEFAULTS, after.now)
-    assert after.registry.override_actor("host1:orders:8080") == ACTOR
+    assert after.registry.reads.override_actor("host1:orders:8080") == ACTOR
     after.probe(ok=True)
     assert after.checker.view(APP, "host1:orders:8080").holds_down
     assert after.probe(ok=True) == "up"
@@ -348,12 +348,12 @@ def test_after_a_warm_restart_the_checker_takes_its_own_down_back_and_lifts_it()
 def test_after_a_warm_restart_an_operators_down_stays_the_operators():
     before = Fleet()
     before.operator_sets(c.DOWN)
-    state = before.registry.export_parts(before.now).as_state()
+    state = before.registry.saved_state.export_parts(before.now).as_state()
     after = Fleet(instances=())
-    after.registry.restore_state(state, before.now)
+    after.registry.saved_state.restore(state, before.now)
     after.now = before.now
     after.checker = HealthChecker(after.registry, DEFAULTS, after.now)
-    assert after.registry.override_actor("host1:orders:8080") == "alice"
+    assert after.registry.reads.override_actor("host1:orders:8080") == "alice"
     for _ in range(4):
         assert after.probe(ok=True) is None
     assert (after.override(), after.status()) == (c.DOWN, c.DOWN)

@@ -99,7 +99,7 @@ def test_a_worker_claims_due_targets_and_its_results_mark_the_instance_down(api,
     assert status(api) == "UP"
     assert fail_once(api, clock)["overrides_changed"] == 1
     assert status(api) == "DOWN"
-    assert registered.registry.overrides() == {INSTANCE: "DOWN"}
+    assert registered.registry.reads.overrides() == {INSTANCE: "DOWN"}
 
 
 @pytest.mark.parametrize(

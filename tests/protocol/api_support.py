@@ -248,7 +248,7 @@ def registry_state(api, node) -> tuple:
     full = api.get("/eureka/apps/", HTTP_ACCEPT="application/json")
     assert full.status_code == 200
     overrides = api.get("/eureka/serverinfo/statusoverrides")
-    stats = node.registry.stats(node.now())
+    stats = node.registry.reads.stats(node.now())
     return (
         full.content,
         overrides.content,

@@ -521,7 +521,7 @@ def test_json_and_xml_media_types_are_read_by_their_essence(api, node, content_t
     response = api.post("/eureka/apps/ORDERS", data=body, content_type=content_type)
 
     assert response.status_code == 204, response.content
-    assert node.registry.get_instance("ORDERS", ORDERS_ID, node.now()) is not None
+    assert node.registry.reads.get_instance("ORDERS", ORDERS_ID, node.now()) is not None
 
 
 # -------------------------------------------------------------------------------------- odd ids

@@ -202,7 +202,7 @@ def test_a_new_instance_beyond_max_instances_is_503_and_changes_nothing(limits, 
     assert api.put(f"/eureka/apps/PAY/{enc('10.0.0.2:pay:8080')}").status_code == 200
     # A peer accepted its client's instance: refusing its copy would only keep the nodes apart.
     register(api, instance_body(app="PAY", host="10.0.0.3"), **REPLICATION)
-    assert node.registry.stats(clock.now)["instances"] == 3
+    assert node.registry.reads.stats(clock.now)["instances"] == 3
     # Room again once instances leave.
     for host in ("10.0.0.1", "10.0.0.2"):
         assert api.delete(f"/eureka/apps/PAY/{enc(f'{host}:pay:8080')}").status_code == 200
@@ -289,7 +289,7 @@ def test_a_registration_whose_record_is_over_max_instance_bytes_is_400_and_chang
     assert message.startswith("Instance record too large: "), message
     assert f"at most {RECORD_LIMIT} are allowed" in message
     assert registry_state(api, node) == before
-    assert node.registry.event_counts().from_clients.too_large == 1
+    assert node.registry.reads.event_counts().from_clients.too_large == 1
 
 
 def test_a_record_of_exactly_max_instance_bytes_registers_and_one_byte_more_does_not(record_limit, api, node):
@@ -348,7 +348,7 @@ def test_a_peers_oversized_record_is_refused_and_counted_alike(record_limit, api
 
     node.cache.clear()
     assert get_json(api, PAY_1)["instance"].get("appGroupName") is None
-    assert node.registry.event_counts().from_peers.too_large == 2
+    assert node.registry.reads.event_counts().from_peers.too_large == 2
     assert 'eureka_records_too_large_total{origin="peer"} 2.0' in api.get("/metrics").content.decode()
     assert registry_state(api, node)[0] == before[0]
 

@@ -6,8 +6,6 @@ accepted, and the cache sync publishes nothing for readers."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from registry.runtime import jobs
@@ -64,9 +62,12 @@ def test_the_cache_sync_publishes_nothing_before_the_sync_is_done(starting, cloc
     jobs.sync_response_cache(starting, clock())  # runs as before (nothing read yet: no key to keep)
 
 
-def test_eurekas_own_empty_sync_gate_still_answers_403(api, node, clock):
-    node.registry.config = replace(
-        node.registry.config, wait_time_in_ms_when_sync_empty=60_000, default_open_for_traffic_count=0
-    )
+@pytest.fixture
+def waits_when_sync_empty(edit_config):
+    """Eureka's own gate after a start-up sync that found no instances; request this before ``api``."""
+    edit_config(registry__wait_time_in_ms_when_sync_empty=60_000, registry__default_open_for_traffic_count=0)
+
+
+def test_eurekas_own_empty_sync_gate_still_answers_403(waits_when_sync_empty, api, node, clock):
     node.registry.open_for_traffic(0, clock())
     assert api.get("/eureka/apps/").status_code == 403

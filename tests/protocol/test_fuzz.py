@@ -257,24 +257,24 @@ class MapState:
 def observe(node) -> MapState:
     registry = node.registry
     leases = {}
-    for app, views in registry.snapshot().apps:
+    for app, views in registry.reads.snapshot().apps:
         for view in views:
             leases[(app, view.instance.instance_id)] = Lease(
                 _record(view.instance),
                 (view.registration_ts, view.last_renewal_ts, view.eviction_ts, view.service_up_ts),
             )
-    stats = registry.stats(node.now())
+    stats = registry.reads.stats(node.now())
     return MapState(
         leases,
-        registry.overrides(),
+        registry.reads.overrides(),
         frozenset(
             (app, view.instance.instance_id)
-            for app, views in registry.snapshot_delta().apps
+            for app, views in registry.reads.snapshot_delta().apps
             for view in views
         ),
         stats["expected_clients"],
         stats["renews_last_minute"],
-        tuple(len(events) for events in registry.recent_events()),
+        tuple(len(events) for events in registry.reads.recent_events()),
     )
 
 
@@ -1618,7 +1618,7 @@ def test_charsets_django_can_use_or_ignores_still_work(env, charset):
     )
 
     assert answer.status == 200, answer
-    assert env.node.registry.get_instance("ORDERS", ORDERS_1, env.clock.now).instance.status == "DOWN"
+    assert env.node.registry.reads.get_instance("ORDERS", ORDERS_1, env.clock.now).instance.status == "DOWN"
 
 
 @pytest.mark.parametrize("encoding", ["rot13", "big5", "undefined", "idna", "hex"])

@@ -60,7 +60,7 @@ def test_node_jobs_evict_expired_leases_and_refresh_the_read_only_cache(eureka_o
             [ScheduledJob(name, 1, lambda now, fn=fn: fn(node, now)) for name, fn in _jobs().items()], clock
         )
         scheduler.run_due(clock.now)
-        assert node.registry.size() == 0
+        assert node.registry.reads.size() == 0
         # sync ran after evict in the same pass: readers now see the empty registry
         later = api.get("/eureka/apps", HTTP_ACCEPT="application/json").json()
         assert later["applications"]["apps__hashcode"] == ""

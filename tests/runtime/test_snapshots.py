@@ -1,5 +1,5 @@
-"""Warm restart: ``Registry.export_parts`` / ``restore_state`` (registry/domain/core.py, the format in
-registry/domain/snapshot_format.py) on a fake clock, and the snapshot store and keeper
+"""Warm restart: ``SavedStateTransfer.export_parts`` / ``restore`` (registry/domain/saved_state.py, the
+format in registry/domain/snapshot_format.py) on a fake clock, and the snapshot store and keeper
 (registry/runtime/snapshots.py) on a temporary directory.
 
 The live restarts (a real gunicorn stopped and started again under heartbeats) are in
@@ -69,13 +69,13 @@ def round_trip(state: dict) -> dict:
 
 def everything(registry: Registry, now: int) -> dict:
     """What a client, the console and self-preservation see of a registry."""
-    full = registry.snapshot()
+    full = registry.reads.snapshot()
     return {
         "apps": full.apps,
         "hashcode": full.hashcode,
         "overrides": {row[0]: row[1:] for row in registry._overrides.rows()},
-        "stats": {key: value for key, value in registry.stats(now).items() if key != "start_ts"},
-        "self_preservation": registry.self_preservation(now).below_threshold,
+        "stats": {key: value for key, value in registry.reads.stats(now).items() if key != "start_ts"},
+        "self_preservation": registry.reads.self_preservation(now).below_threshold,
         # The ids themselves; a restarted log's next id is above them (see the change-log test).
         "changes": registry.changes.export()["entries"],
     }
@@ -95,41 +95,43 @@ def same_but_the_delta(restored: dict, saved: dict) -> bool:
 def test_a_restored_registry_holds_the_same_leases_overrides_and_numbers():
     before = fleet()
     now = T0 + 7 * SEC
-    state = round_trip(before.export_parts(now).as_state())
+    state = round_trip(before.saved_state.export_parts(now).as_state())
     after = Registry(RegistryRules(**FAST), now + 2 * SEC)
 
-    assert after.restore_state(state, now + 2 * SEC) == 4
+    assert after.saved_state.restore(state, now + 2 * SEC) == 4
     assert same_but_the_delta(everything(after, now), everything(before, now))
-    views = {view.instance.instance_id: view for _, views in after.snapshot().apps for view in views}
+    views = {view.instance.instance_id: view for _, views in after.reads.snapshot().apps for view in views}
     assert views["host2:orders:8080"].instance.data_center_info.metadata["instance-id"] == "i-123"
     assert views["host2:orders:8080"].instance.status == c.OUT_OF_SERVICE
     assert views["host1:orders:8080"].instance.metadata == {"zone": "a", "version": "1.2"}
-    assert after.restored is not None and after.restored.age_ms == 2 * SEC
+    assert after.saved_state.restored is not None and after.saved_state.restored.age_ms == 2 * SEC
 
 
 def test_after_a_restore_the_delta_is_empty_and_its_hashcode_is_the_full_registrys():
     before = fleet()
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    after.restore_state(round_trip(before.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC)
-    delta = after.snapshot_delta()
+    after.saved_state.restore(
+        round_trip(before.saved_state.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC
+    )
+    delta = after.reads.snapshot_delta()
     assert delta.apps == []
     assert (
         delta.hashcode
-        == after.snapshot().hashcode
-        == before.snapshot().hashcode
+        == after.reads.snapshot().hashcode
+        == before.reads.snapshot().hashcode
         == "OUT_OF_SERVICE_1_STARTING_1_UP_2_"
     )
 
 
 def test_the_change_log_goes_on_from_its_last_id_after_a_restore():
     before = fleet()
-    state = round_trip(before.export_parts(T0 + 7 * SEC).as_state())
+    state = round_trip(before.saved_state.export_parts(T0 + 7 * SEC).as_state())
     # The restarted node's own log would start from its start time; the restored one goes on.
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    after.restore_state(state, T0 + 8 * SEC)
+    after.saved_state.restore(state, T0 + 8 * SEC)
     last = before.changes.last_id
     after.register(inst("NEW", 9), T0 + 9 * SEC)
-    assert [change.id for change in after.changes_since(last, 10)] == [after.changes.last_id]
+    assert [change.id for change in after.reads.changes_since(last, 10)] == [after.changes.last_id]
     assert after.changes.oldest_id() == before.changes.oldest_id()
 
 
@@ -138,10 +140,10 @@ def test_a_restored_lease_expires_when_it_would_have_without_the_restart():
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.register(inst("ORDERS", 2, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 30 * SEC)  # host2 never renews: dead
-    state = round_trip(registry.export_parts(T0 + 35 * SEC).as_state())
+    state = round_trip(registry.saved_state.export_parts(T0 + 35 * SEC).as_state())
 
     restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 40 * SEC)
-    restored.restore_state(state, T0 + 40 * SEC)
+    restored.saved_state.restore(state, T0 + 40 * SEC)
     assert restored.run_eviction(T0 + 90 * SEC).evicted == []
     assert restored.run_eviction(T0 + 90 * SEC + 1).evicted == [("ORDERS", "host2:orders:8080")]
     assert restored.run_eviction(T0 + 120 * SEC).evicted == []
@@ -154,7 +156,9 @@ def test_eurekas_lease_timing_survives_a_restore_too():
     registry.register(inst("ORDERS", 1, duration=90), T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 10 * SEC)
     restored = Registry(RegistryRules(**config), T0 + 20 * SEC)
-    restored.restore_state(round_trip(registry.export_parts(T0 + 15 * SEC).as_state()), T0 + 20 * SEC)
+    restored.saved_state.restore(
+        round_trip(registry.saved_state.export_parts(T0 + 15 * SEC).as_state()), T0 + 20 * SEC
+    )
     # A renewed lease lives twice its duration with Eureka's timing (the Java server's known bug).
     assert restored.run_eviction(T0 + 190 * SEC).evicted == []
     assert restored.run_eviction(T0 + 190 * SEC + 1).evicted == [("ORDERS", "host1:orders:8080")]
@@ -163,7 +167,9 @@ def test_eurekas_lease_timing_survives_a_restore_too():
 def test_a_restored_node_renews_its_instances_without_a_404():
     before = fleet()
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    after.restore_state(round_trip(before.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC)
+    after.saved_state.restore(
+        round_trip(before.saved_state.export_parts(T0 + 7 * SEC).as_state()), T0 + 8 * SEC
+    )
     for app, instance_id in [
         ("ORDERS", "host1:orders:8080"),
         ("ORDERS", "host2:orders:8080"),
@@ -173,7 +179,7 @@ def test_a_restored_node_renews_its_instances_without_a_404():
     assert after.renew("GONE", "host5:gone:8080", T0 + 9 * SEC).outcome is Renew.NOT_FOUND
     # The override survived: a client's UP re-registration does not lift it.
     after.register(inst("ORDERS", 2), T0 + 10 * SEC)
-    assert after.lease("ORDERS", "host2:orders:8080")[0].instance.status == c.OUT_OF_SERVICE
+    assert after.reads.lease("ORDERS", "host2:orders:8080")[0].instance.status == c.OUT_OF_SERVICE
 
 
 def renewing_fleet(size: int, until: int) -> Registry:
@@ -190,12 +196,12 @@ def renewing_fleet(size: int, until: int) -> Registry:
 def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over():
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
-    assert not registry.self_preservation(now).below_threshold
-    state = round_trip(registry.export_parts(now).as_state())
+    assert not registry.reads.self_preservation(now).below_threshold
+    state = round_trip(registry.saved_state.export_parts(now).as_state())
 
     fresh = Registry(RegistryRules(**FAST), now + 2 * SEC)
-    fresh.restore_state(state, now + 2 * SEC)
-    sp = fresh.self_preservation(now + 2 * SEC)
+    fresh.saved_state.restore(state, now + 2 * SEC)
+    sp = fresh.reads.self_preservation(now + 2 * SEC)
     # Started empty, the node would count 0 renews for a minute and show the banner (and evict nothing).
     assert (sp.expected_clients, sp.renews_threshold) == (10, 17)
     assert sp.renews_last_minute == 20 and not sp.below_threshold and sp.lease_expiration_enabled
@@ -203,30 +209,30 @@ def test_self_preservation_carries_on_through_a_restart_instead_of_starting_over
     # A minute later the count is the restored node's own.
     for n in range(10):
         fresh.renew("ORDERS", f"host{n}:orders:8080", now + 30 * SEC)
-    assert fresh.self_preservation(now + 2 * SEC + MIN).renews_last_minute == 10
+    assert fresh.reads.self_preservation(now + 2 * SEC + MIN).renews_last_minute == 10
 
 
 def test_the_start_up_sync_after_a_restore_adds_to_the_count_and_keeps_the_renew_measurement():
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
     fresh = Registry(RegistryRules(**FAST), now)
-    fresh.restore_state(round_trip(registry.export_parts(now).as_state()), now)
+    fresh.saved_state.restore(round_trip(registry.saved_state.export_parts(now).as_state()), now)
     fresh.register(inst("FROM-PEER", 1), now + SEC, is_replication=True)
     fresh.open_for_traffic(11, now + 2 * SEC)
-    sp = fresh.self_preservation(now + 3 * SEC)
+    sp = fresh.reads.self_preservation(now + 3 * SEC)
     assert (sp.expected_clients, sp.renews_last_minute, sp.below_threshold) == (11, 20, False)
 
 
 def test_an_instance_registered_before_the_restore_is_kept_as_it_is():
     before = fleet()
-    state = round_trip(before.export_parts(T0 + 7 * SEC).as_state())
+    state = round_trip(before.saved_state.export_parts(T0 + 7 * SEC).as_state())
     after = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
     newer = inst("ORDERS", 1, dirty=T0 + 8 * SEC, metadata=freeze({"zone": "b"}))
     after.register(newer, T0 + 8 * SEC)
-    assert after.restore_state(state, T0 + 8 * SEC) == 3
-    assert after.size() == 4
-    assert after.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {"zone": "b"}
-    assert after.snapshot().hashcode == "OUT_OF_SERVICE_1_STARTING_1_UP_2_"
+    assert after.saved_state.restore(state, T0 + 8 * SEC) == 3
+    assert after.reads.size() == 4
+    assert after.reads.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {"zone": "b"}
+    assert after.reads.snapshot().hashcode == "OUT_OF_SERVICE_1_STARTING_1_UP_2_"
 
 
 def test_restore_through_the_api_serves_get_apps_byte_for_byte_as_before(eureka_options, clock, api, node):
@@ -240,11 +246,11 @@ def test_restore_through_the_api_serves_get_apps_byte_for_byte_as_before(eureka_
     clock.advance(2 * SEC)
     assert api.put("/eureka/apps/ORDERS/10.0.0.2:orders:8080").status_code == 200
     before = api.get("/eureka/apps", HTTP_ACCEPT="application/json").content
-    state = round_trip(node.registry.export_parts(clock()).as_state())
+    state = round_trip(node.registry.saved_state.export_parts(clock()).as_state())
 
     clock.advance(SEC)
     restarted = build_node(eureka_options, clock=clock)
-    restarted.registry.restore_state(state, clock())
+    restarted.registry.saved_state.restore(state, clock())
     reset_node(restarted)
     after = api.get("/eureka/apps", HTTP_ACCEPT="application/json").content
     # The versions__delta counter is the node's own (it counts payload builds, not changes).
@@ -263,7 +269,7 @@ def _without_delta_version(payload: bytes) -> bytes:
 
 
 def good_state() -> dict:
-    return round_trip(fleet().export_parts(T0 + 7 * SEC).as_state())
+    return round_trip(fleet().saved_state.export_parts(T0 + 7 * SEC).as_state())
 
 
 def assert_refused(
@@ -271,10 +277,16 @@ def assert_refused(
 ) -> None:
     registry = Registry(RegistryRules(**FAST), now)
     with pytest.raises(BadSnapshot, match=message):
-        registry.restore_state(state, now, max_age_ms)
+        registry.saved_state.restore(state, now, max_age_ms)
     # Nothing half-applied: the node is as empty as it started.
-    assert registry.size() == 0 and registry.overrides() == {} and registry.restored is None
-    assert registry.snapshot().apps == [] and registry.self_preservation(now).expected_clients == 0
+    assert (
+        registry.reads.size() == 0
+        and registry.reads.overrides() == {}
+        and registry.saved_state.restored is None
+    )
+    assert (
+        registry.reads.snapshot().apps == [] and registry.reads.self_preservation(now).expected_clients == 0
+    )
 
 
 def test_a_snapshot_of_another_format_is_refused():
@@ -288,7 +300,7 @@ def test_a_snapshot_older_than_the_maximum_age_is_refused():
     assert_refused(good_state(), "91001 ms old", now=T0 + 7 * SEC + 91_001)
     # At the limit it is still taken.
     registry = Registry(RegistryRules(**FAST), T0)
-    assert registry.restore_state(good_state(), T0 + 7 * SEC + 90_000, 90_000) == 4
+    assert registry.saved_state.restore(good_state(), T0 + 7 * SEC + 90_000, 90_000) == 4
 
 
 @pytest.mark.parametrize(
@@ -329,8 +341,8 @@ def drop_instance_field(state: dict, name: str) -> dict:
 def test_a_snapshot_without_an_optional_field_restores_it_with_its_default():
     state = drop_instance_field(drop_instance_field(good_state(), "asg_name"), "metadata")
     registry = Registry(RegistryRules(**FAST), T0 + 8 * SEC)
-    assert registry.restore_state(state, T0 + 8 * SEC) == 4
-    view, _ = registry.lease("ORDERS", "host2:orders:8080")
+    assert registry.saved_state.restore(state, T0 + 8 * SEC) == 4
+    view, _ = registry.reads.lease("ORDERS", "host2:orders:8080")
     assert view.instance.asg_name is None and view.instance.metadata == {}
     assert view.instance.data_center_info.metadata["instance-id"] == "i-123"
     assert_refused(drop_instance_field(good_state(), "host_name"), "'host_name' is missing")
@@ -419,7 +431,7 @@ def test_the_keeper_writes_a_snapshot_a_restarted_keeper_restores(tmp_path):
     now[0] += 3 * SEC
     restarted = Registry(RegistryRules(**FAST), now[0])
     second = keeper(restarted, store, now)
-    assert second.restore() == 4 and restarted.size() == 4
+    assert second.restore() == 4 and restarted.reads.size() == 4
     status = second.status(now[0])
     assert status["restored_instances"] == 4 and status["restored_snapshot_age_ms"] == 3 * SEC
 
@@ -477,12 +489,12 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
     second = decode(store.load())
 
     restored = Registry(RegistryRules(**FAST), now[0])
-    restored.restore_state(second, now[0])
-    assert restored.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {
+    restored.saved_state.restore(second, now[0])
+    assert restored.reads.lease("ORDERS", "host1:orders:8080")[0].instance.metadata == {
         "zone": "b",
         "version": "1.2",
     }
-    assert restored.lease("BILLING", "host4:billing:8080")[0].last_renewal_ts == T0 + 8 * SEC
+    assert restored.reads.lease("BILLING", "host4:billing:8080")[0].last_renewal_ts == T0 + 8 * SEC
     assert everything(restored, now[0])["apps"] == everything(registry, now[0])["apps"]
     assert first["records"] != second["records"] and first["lease_times"] != second["lease_times"]
     # ORDERS' block (two records) was encoded again; BILLING's, whose lease only renewed, was reused.
@@ -498,27 +510,27 @@ def test_a_record_changed_between_two_snapshots_is_saved_as_changed_and_the_rest
 def test_the_snapshot_written_in_blocks_is_the_registrys_state_as_plain_data(tmp_path, monkeypatch):
     """Blocks of 2 records and of 3 change-log entries: apps and the log span several blocks, some
     reused and some encoded again, and the concatenated gzip members still decode to exactly
-    ``export_parts(now).as_state()`` (what ``restore_state`` reads)."""
+    ``export_parts(now).as_state()`` (what ``saved_state.restore`` reads)."""
     monkeypatch.setattr(snapshots, "RECORDS_PER_BLOCK", 2)
     monkeypatch.setattr(snapshots, "CHANGES_PER_BLOCK", 3)
     monkeypatch.setattr(snapshots, "TIMES_PER_PIECE", 4)
     now, registry, store, writer = first_snapshot(tmp_path)
-    assert decode(store.load()) == registry.export_parts(now[0]).as_state()
+    assert decode(store.load()) == registry.saved_state.export_parts(now[0]).as_state()
     for number in range(6, 13):
         registry.register(inst("ORDERS", number), now[0])
     now[0] += SEC
     writer.write()
-    assert decode(store.load()) == registry.export_parts(now[0]).as_state()
+    assert decode(store.load()) == registry.saved_state.export_parts(now[0]).as_state()
     registry.cancel("ORDERS", "host7:orders:8080", now[0])
     registry.set_status_override("BILLING", "host3:billing:8080", c.UP, now[0])
     now[0] += SEC
     writer.write()
     state = decode(store.load())
-    assert state == registry.export_parts(now[0]).as_state()
+    assert state == registry.saved_state.export_parts(now[0]).as_state()
     assert state["format"] == SNAPSHOT_FORMAT and len(state["records"]) == len(state["lease_times"]) == 10
 
     restored = Registry(RegistryRules(**FAST), now[0])
-    assert restored.restore_state(state, now[0]) == 10
+    assert restored.saved_state.restore(state, now[0]) == 10
     assert same_but_the_delta(everything(restored, now[0]), everything(registry, now[0]))
 
 
@@ -527,12 +539,12 @@ def test_a_snapshot_of_the_previous_format_with_records_and_times_paired_is_stil
     upgraded in place restarts warm from it."""
     now = T0 + 7 * SEC
     before = fleet()
-    state = round_trip(before.export_parts(now).as_state())
+    state = round_trip(before.saved_state.export_parts(now).as_state())
     records, times = state.pop("records"), state.pop("lease_times")
     previous = {**state, "format": 1, "leases": [list(pair) for pair in zip(records, times, strict=True)]}
 
     after = Registry(RegistryRules(**FAST), now + SEC)
-    assert after.restore_state(previous, now + SEC) == 4
+    assert after.saved_state.restore(previous, now + SEC) == 4
     assert same_but_the_delta(everything(after, now + SEC), everything(before, now + SEC))
 
 
@@ -547,7 +559,7 @@ def test_change_log_entries_are_encoded_once_and_the_restored_log_is_the_saved_o
     assert entries < writer._changes.encoded <= entries + snapshots.CHANGES_PER_BLOCK
 
     restored = Registry(RegistryRules(**FAST), now[0])
-    restored.restore_state(decode(store.load()), now[0])
+    restored.saved_state.restore(decode(store.load()), now[0])
     assert restored.changes.copy()[1] == registry.changes.copy()[1]
 
 
@@ -594,7 +606,7 @@ def test_the_keeper_starts_empty_and_says_why_when_the_snapshot_is_refused(tmp_p
     late = keeper(registry, store, now)
     with caplog.at_level(logging.WARNING, logger="registry.runtime.snapshots"):
         assert late.restore() == 0
-    assert registry.size() == 0
+    assert registry.reads.size() == 0
     assert "100000 ms old" in late.refused and "starting empty" in caplog.text
 
     store.client.values["eureka:snapshot"] = b"\x1f\x8bnot gzip"
@@ -721,31 +733,37 @@ def test_leases_already_expired_at_restore_are_dropped_and_counted_not_served():
     registry.register(inst("ORDERS", 2, duration=6), T0)
     registry.set_status_override("ORDERS", "host2:orders:8080", c.OUT_OF_SERVICE, T0)
     registry.renew("ORDERS", "host1:orders:8080", T0 + 5 * SEC)  # host2 stops renewing at T0
-    state = round_trip(registry.export_parts(T0 + 5 * SEC).as_state())
+    state = round_trip(registry.saved_state.export_parts(T0 + 5 * SEC).as_state())
 
     # Restored 2 s after host2's lease ran out (T0 + 6 s), host1's still has 3 s to go.
     restored = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 8 * SEC)
-    assert restored.restore_state(state, T0 + 8 * SEC) == 1
-    assert [view.instance.instance_id for _, views in restored.snapshot().apps for view in views] == [
+    assert restored.saved_state.restore(state, T0 + 8 * SEC) == 1
+    assert [view.instance.instance_id for _, views in restored.reads.snapshot().apps for view in views] == [
         "host1:orders:8080"
     ]
-    assert restored.restored.expired == 1 and restored.size() == 1
-    assert restored.overrides() == {} and restored.self_preservation(T0 + 8 * SEC).expected_clients == 1
+    assert restored.saved_state.restored.expired == 1 and restored.reads.size() == 1
+    assert (
+        restored.reads.overrides() == {}
+        and restored.reads.self_preservation(T0 + 8 * SEC).expected_clients == 1
+    )
     assert restored.renew("ORDERS", "host2:orders:8080", T0 + 8 * SEC).outcome is Renew.NOT_FOUND
 
 
 def test_a_restore_in_self_preservation_keeps_expired_leases_as_eviction_would():
     registry = renewing_fleet(10, T0 + 3 * MIN)
     now = T0 + 3 * MIN + 5 * SEC
-    state = round_trip(registry.export_parts(now).as_state())
+    state = round_trip(registry.saved_state.export_parts(now).as_state())
     # Restored after every lease ran out, with renews carried over that keep leases expiring: dropped.
     late = now + 2 * MIN
     fresh = Registry(RegistryRules(**FAST), late)
-    assert fresh.restore_state(state, late, max_age_ms=None) == 0 and fresh.restored.expired == 10
+    assert (
+        fresh.saved_state.restore(state, late, max_age_ms=None) == 0
+        and fresh.saved_state.restored.expired == 10
+    )
     # The same snapshot with renews below the threshold (self-preservation): eviction keeps them all.
     state["renews_last_minute"] = 0
     preserving = Registry(RegistryRules(**FAST), late)
-    assert preserving.restore_state(state, late) == 10 and preserving.restored.expired == 0
+    assert preserving.saved_state.restore(state, late) == 10 and preserving.saved_state.restored.expired == 0
 
 
 def test_the_restore_log_line_counts_the_expired_leases_dropped(tmp_path, caplog):
@@ -753,7 +771,7 @@ def test_the_restore_log_line_counts_the_expired_leases_dropped(tmp_path, caplog
     registry.register(inst("ORDERS", 1, duration=6), T0)
     registry.register(inst("ORDERS", 2, duration=60), T0)
     store = FileStore(tmp_path / FILE_NAME)
-    store.save(encode(registry.export_parts(T0).as_state()))
+    store.save(encode(registry.saved_state.export_parts(T0).as_state()))
     fresh = Registry(RegistryRules(**FAST, enable_self_preservation=False), T0 + 10 * SEC)
     keeper = WarmRestart(fresh, store, lambda: T0 + 10 * SEC, 5_000, 90_000)
     with caplog.at_level(logging.INFO, logger="registry.runtime.snapshots"):

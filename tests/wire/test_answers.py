@@ -43,7 +43,7 @@ def a_registry(instances: int) -> bytes:
         body = fleet_member(k, 50)
         body["metadata"] = {f"management.key{j}": f"value-{j}-{k}" for j in range(8)}
         registry.register(build_instance(body, now), now)
-    return render("applications", applications_dict(registry.snapshot()), "json")
+    return render("applications", applications_dict(registry.reads.snapshot()), "json")
 
 
 def expanding(count: int) -> bytes:

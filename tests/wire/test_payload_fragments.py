@@ -65,8 +65,8 @@ def register(registry, clock, rng: random.Random, n: int) -> None:
 def random_write(registry, clock, rng: random.Random, n: int) -> None:
     """A write that changes the registry. (An override that changes nothing is a renewal in Eureka:
     it moves the lease's lastRenewalTimestamp and, like a heartbeat, no cached payload.)"""
-    listed = [(app, inst) for app, instances in registry.instances() for inst in instances]
-    overridden = registry.overrides()
+    listed = [(app, inst) for app, instances in registry.reads.instances() for inst in instances]
+    overridden = registry.reads.overrides()
     choice = rng.random()
     if not listed or choice < 0.4:
         register(registry, clock, rng, n)
@@ -95,7 +95,7 @@ def test_assembled_payloads_equal_a_full_serialization_after_random_changes(seed
         for key in DELTA_KEYS:
             assembled, full = builder.build(key), build_payload(registry, key)
             assert without_version(assembled) == without_version(full), (seed, round_, key)
-        for app in registry.app_names():
+        for app in registry.reads.app_names():
             for fmt in ("json", "xml"):
                 key = CacheKey(APP, app, fmt, rng.random() < 0.5)
                 assert builder.build(key) == build_payload(registry, key), (seed, round_, key)
@@ -116,8 +116,8 @@ def test_a_change_re_serializes_its_own_application_only():
     key = CacheKey(APPS, "", "json")
     builder.build(key)
     built = builder.fragments_built
-    assert built == len(registry.app_names())
-    app, instances = registry.instances()[0]
+    assert built == len(registry.reads.app_names())
+    app, instances = registry.reads.instances()[0]
     registry.set_status_override(app, instances[0].instance_id, c.OUT_OF_SERVICE, clock.advance(1))
     assert builder.build(key) == build_payload(registry, key)
     assert builder.fragments_built == built + 1
@@ -134,7 +134,7 @@ def test_fragments_expire_like_any_cached_payload():
     clock, registry, builder = populated(seed=3, instances=10)
     key = CacheKey(APPS, "", "json")
     first = builder.build(key)
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     registry.renew(app, instances[0].instance_id, clock.advance(5_000))
     # A renewal changes no fragment (as it changes no cached payload in Eureka) ...
     assert builder.build(key) == first
@@ -148,17 +148,17 @@ def test_a_fragment_built_across_a_change_is_not_kept():
     registry, builder = wired(clock)
     rng = random.Random(4)
     register(registry, clock, rng, 1)
-    app = registry.app_names()[0]
-    real_snapshot = registry.snapshot_app
+    app = registry.reads.app_names()[0]
+    real_snapshot = registry.reads.snapshot_app
 
     def snapshot_then_change(name):
         views = real_snapshot(name)
         builder.invalidate(name)  # a write lands while the fragment is being serialized
         return views
 
-    registry.snapshot_app = snapshot_then_change
+    registry.reads.snapshot_app = snapshot_then_change
     builder.fragment(app, "json", False)
-    registry.snapshot_app = real_snapshot
+    registry.reads.snapshot_app = real_snapshot
     before = builder.fragments_built
     builder.fragment(app, "json", False)
     assert builder.fragments_built == before + 1, "the fragment of the stale snapshot was dropped"
@@ -170,7 +170,7 @@ def test_a_change_re_serializes_its_own_instance_only_in_the_registry_and_the_de
     builder.build(apps_key)
     builder.build(delta_key)
     assert builder.instances_serialized == 60, "the delta reuses the bytes the registry's build made"
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     registry.update_metadata(app, instances[0].instance_id, {"build": "2"}, clock.advance(1))
     registry.cancel(app, instances[1].instance_id, clock.advance(1))
     assert builder.build(apps_key) == build_payload(registry, apps_key)
@@ -183,15 +183,15 @@ def test_instance_bytes_of_cancelled_instances_are_swept_after_they_expire():
     clock, registry, builder = populated(seed=6, instances=20)
     key = CacheKey(APPS, "", "json")
     builder.build(key)
-    for app, instances in registry.instances():
+    for app, instances in registry.reads.instances():
         for instance in instances[:1]:
             registry.cancel(app, instance.instance_id, clock.advance(1))
-    assert registry.size() < 20
+    assert registry.reads.size() < 20
     builder.build(CacheKey(DELTA, "", "json"))  # serializes the DELETED records in their slots
     assert len(builder._instances[("json", False)]) == 20
     clock.advance(180_000)
     builder.build(key)
-    assert len(builder._instances[("json", False)]) == registry.size(), "only live instances are kept"
+    assert len(builder._instances[("json", False)]) == registry.reads.size(), "only live instances are kept"
 
 
 def entries_of(builder, app: str, fmt: str = "json"):
@@ -202,7 +202,7 @@ def entries_of(builder, app: str, fmt: str = "json"):
 def test_instance_bytes_are_views_of_their_apps_fragment_and_keep_no_old_fragment_alive(fmt):
     clock, registry, builder = populated(seed=8, instances=30)
     builder.build(CacheKey(APPS, "", fmt))
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     first = builder.fragment(app, fmt, False).body
     entries = entries_of(builder, app, fmt)
     assert len(entries) == len(instances)
@@ -219,7 +219,7 @@ def test_instance_bytes_are_views_of_their_apps_fragment_and_keep_no_old_fragmen
         "an entry still holds the old fragment"
     )
     assert isinstance(entries[gone].body, bytes), "the cancelled instance's bytes are its own again"
-    assert all(entries[i.instance_id].body.obj is second for i in registry.instances()[0][1])
+    assert all(entries[i.instance_id].body.obj is second for i in registry.reads.instances()[0][1])
 
 
 def test_a_delta_holding_every_instance_of_an_app_is_joined_from_the_apps_fragment_itself():
@@ -233,8 +233,8 @@ def test_a_delta_holding_every_instance_of_an_app_is_joined_from_the_apps_fragme
         for app, (_, part) in builder._delta_fragments[("json", False)].items()
         if part.body is builder.fragment(app, "json", False).body
     ]
-    assert sorted(reused) == sorted(registry.app_names()), "every app registered in the delta window"
-    app, instances = registry.instances()[0]
+    assert sorted(reused) == sorted(registry.reads.app_names()), "every app registered in the delta window"
+    app, instances = registry.reads.instances()[0]
     registry.cancel(app, instances[0].instance_id, clock.advance(1))
     assert without_version(builder.build(delta_key)) == without_version(build_payload(registry, delta_key))
     part = builder._delta_fragments[("json", False)][app][1]
@@ -245,7 +245,7 @@ def test_a_heartbeat_changes_no_delta_bytes_until_they_expire():
     clock, registry, builder = populated(seed=7, instances=5)
     key = CacheKey(DELTA, "", "json")
     first = without_version(builder.build(key))
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     registry.renew(app, instances[0].instance_id, clock.advance(5_000))
     assert without_version(builder.build(key)) == first
     clock.advance(180_000)
@@ -269,12 +269,12 @@ def test_the_gzip_of_an_assembled_registry_decodes_to_its_bytes_and_reuses_uncha
     zipped = response_cache.compress(assembled)
     assert gzip.decompress(zipped) == body
     assert zipped[:10] == gzip.compress(b"", 6, mtime=0)[:10], "the same header as a whole gzip"
-    runs = payloads._runs([builder.fragment(app, fmt, False) for app in registry.app_names()])
+    runs = payloads._runs([builder.fragment(app, fmt, False) for app in registry.reads.app_names()])
     assert len(runs) > 1
     chunks = builder._chunk_caches[(fmt, False)]
     assert chunks.deflated_runs == len(runs)
 
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     registry.update_metadata(app, instances[0].instance_id, {"build": "9"}, clock.advance(1))
     changed = builder.assemble(key)
     assert gzip.decompress(response_cache.compress(changed)) == changed.join() == build_payload(registry, key)
@@ -367,10 +367,10 @@ def test_the_delta_rebuilds_the_part_of_the_app_that_changed_or_lost_entries_onl
     clock, registry, builder = populated(seed=9, instances=60)
     key = CacheKey(DELTA, "", "json")
     builder.build(key)
-    apps_in_delta = len(registry.app_names())
+    apps_in_delta = len(registry.reads.app_names())
     assert builder.delta_fragments_built == apps_in_delta
 
-    app, instances = registry.instances()[0]
+    app, instances = registry.reads.instances()[0]
     registry.update_metadata(app, instances[0].instance_id, {"build": "3"}, clock.advance(100_000))
     assert without_version(builder.build(key)) == without_version(build_payload(registry, key))
     assert builder.delta_fragments_built == apps_in_delta + 1, "only the app that changed"
@@ -378,7 +378,7 @@ def test_the_delta_rebuilds_the_part_of_the_app_that_changed_or_lost_entries_onl
     # The registrations leave the queue: the other apps leave the delta, the changed app's part
     # loses its older entries and is built again.
     registry.prune(clock.advance(90_000))
-    assert [app] == [name for name, _ in registry.snapshot_delta().apps]
+    assert [app] == [name for name, _ in registry.reads.snapshot_delta().apps]
     assert without_version(builder.build(key)) == without_version(build_payload(registry, key))
     assert builder.delta_fragments_built == apps_in_delta + 2
 

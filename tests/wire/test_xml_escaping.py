@@ -141,7 +141,7 @@ def test_every_xml_payload_escapes_cr_and_quotes_and_gives_them_back_to_an_xml_r
 
 def test_a_single_instance_in_xml_round_trips_through_element_tree(registry_and_builder):
     registry, _, clock = registry_and_builder
-    view = registry.get_instance("ORDERS", "10.0.0.1:orders:8080", clock())
+    view = registry.reads.get_instance("ORDERS", "10.0.0.1:orders:8080", clock())
     assert view is not None
     payload = render("instance", instance_dict(view), XML)
     root = ET.fromstring(payload)
@@ -156,7 +156,7 @@ def test_a_single_instance_in_xml_round_trips_through_element_tree(registry_and_
 
 def test_json_output_is_unaffected(registry_and_builder):
     registry, _, clock = registry_and_builder
-    view = registry.get_instance("ORDERS", "10.0.0.1:orders:8080", clock())
+    view = registry.reads.get_instance("ORDERS", "10.0.0.1:orders:8080", clock())
     assert view is not None
     payload = render("instance", instance_dict(view), JSON)
     assert b"&#x" not in payload and b"&quot;" not in payload
