@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import override_settings
@@ -189,7 +190,8 @@ def test_other_methods_get_405(api, node):
 
 
 def test_the_console_may_not_take_the_feeds_path():
-    from registry.domain.config import BadSetting, dashboard_prefix
+    from registry.config.site import dashboard_prefix
+    from registry.domain.config import BadSetting
 
     with pytest.raises(BadSetting, match="EUREKA_DASHBOARD_PATH"):
         dashboard_prefix("/api")
@@ -308,7 +310,9 @@ FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 @pytest.fixture
 def auth_on():
     accounts.reset_credential_cache(CredentialCache(FakeClock(0), recheck_ms=5_000, refused_ms=2_000))
-    with override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER):
+    with override_settings(
+        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER
+    ):
         yield
     accounts.reset_credential_cache(None)
 
