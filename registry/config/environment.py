@@ -1,9 +1,9 @@
 """Reading the environment: each variable's text, typed and checked as its field declares.
 
 ``Environment`` reads the fields of a settings dataclass (``setting()`` in registry/domain/config.py
-declares each one's variable); ``read_variable`` is the one place a variable's text is taken from the
-environment, a secret's from the file its ``NAME_FILE`` names (Docker and systemd credentials) too.
-Django's own secret (``SECRET_KEY``, in eureka_site/settings.py) is read with it as well.
+declares each one's variable) from the mapping eureka_site/settings.py hands over. ``read_variable``
+takes one variable's text, and is the one place a ``NAME_FILE`` variable is read: a secret may be in
+the file it names (Docker and systemd credentials). Django's ``SECRET_KEY`` is read with it too.
 """
 
 from __future__ import annotations

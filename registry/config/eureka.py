@@ -48,6 +48,9 @@ from registry.domain.config import (
 
 @dataclass(frozen=True, slots=True)
 class EurekaConfig:
+    """Every section of the node's settings, and the few of its own: the timing profile, and how Celery
+    tasks and readers reach the node's registry process."""
+
     registry: RegistryRules
     response_cache: ResponseCacheConfig
     reader: ReaderConfig

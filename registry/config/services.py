@@ -20,6 +20,7 @@ WEBHOOK_FLUSH_MS = 200
 
 
 def base_url(raw: str, _: Mapping[str, Any]) -> str:
+    """A base URL as written, without its trailing slash."""
     return raw.rstrip("/")
 
 
