@@ -38,7 +38,7 @@ def console_page(view):
 
     @wraps(view)
     def page(request, *args, **kwargs):
-        if settings.EUREKA_DASHBOARD_LOGIN_REQUIRED:
+        if settings.EUREKA.dashboard.login_required:
             return guarded(request, *args, **kwargs)
         return view(request, *args, **kwargs)
 
@@ -98,7 +98,7 @@ def _base_context(node, now) -> dict:
         "system": console_data.system_status(node, now, timezone.get_current_timezone()),
         "recount": console_data.recount_schedule(node),
         "replicas": console_data.replica_health(node, now),
-        "refresh_seconds": settings.EUREKA_DASHBOARD_REFRESH_SECONDS,
+        "refresh_seconds": settings.EUREKA.dashboard.refresh_seconds,
     }
 
 
@@ -126,7 +126,7 @@ def _status_context(request) -> tuple[dict, int]:
     context["findings"] = findings[:FINDINGS_SHOWN]
     context["findings_more"] = max(0, len(findings) - FINDINGS_SHOWN)
     groups = console_data.select(everything, query, PACER.tick)
-    per_page = data["per_page"] or settings.EUREKA_DASHBOARD_PAGE_SIZE
+    per_page = data["per_page"] or settings.EUREKA.dashboard.page_size
     context["page"] = console_data.page_of(groups, data["page"] or 1, per_page, PACER.tick)
     context["filtered"] = query.active
     params = request.GET.copy()

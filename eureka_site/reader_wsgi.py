@@ -44,7 +44,7 @@ class ReaderApplication:
             return plain_wsgi_answer(start_response, 403, refusal)
         try:
             refuse_unusable_charset(environ)
-            buffer_body(environ, settings.EUREKA_MAX_BODY_BYTES, self.body_deadlines)
+            buffer_body(environ, settings.EUREKA.connections.max_body_bytes, self.body_deadlines)
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
         return self.handler(environ, start_response)

@@ -1,11 +1,12 @@
 """Settings for the registry. The environment is read here and nowhere else: Django's own variables
 (DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, LOG_*...) below, and every EUREKA_* one by
-registry/domain/config.py's parser, given ``os.environ`` here; the Django settings the site needs from
-it (security headers, the console's path, API accounts...) are derived from that ``EUREKA`` config.
+registry/config/eureka.py's parser, given ``os.environ`` here. The code reads that ``EUREKA`` config
+(``settings.EUREKA.<section>.<field>``); the Django settings the site needs from it (security headers,
+the request size limit, Celery's broker and schedule) are derived from it below.
 
-Every variable, with its default, is documented in docs/configuration.md (generated from config.py)
-and listed in ``deploy/.env.example``. Malformed values raise ImproperlyConfigured at start-up rather
-than surfacing later as odd behaviour.
+Every variable, with its default, is documented in docs/configuration.md (generated from the settings'
+declarations) and listed in ``deploy/.env.example``. Malformed values raise ImproperlyConfigured at
+start-up rather than surfacing later as odd behaviour.
 """
 
 import os
@@ -14,7 +15,10 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from registry.domain.config import BadSetting, parse_config
+from registry.config.environment import read_variable
+from registry.config.eureka import parse_config
+from registry.config.site import EMBEDDED_SECRET_KEY
+from registry.domain.config import BadSetting
 from registry.runtime.logs import LOG_FORMATS, log_secrets
 from registry.runtime.schedule import beat_schedule
 
@@ -34,37 +38,30 @@ def env_bool(name, default):
     return _env(env.bool, name, default)
 
 
-def env_secret(name, default=None):
-    """A secret from NAME, or from the file named by NAME_FILE (Docker/systemd credentials)."""
-    path = env.str(f"{name}_FILE", default="")
-    if path:
-        return Path(path).read_text().strip()
-    return env.str(name, default=default)
+def env_secret(name):
+    """A secret from NAME, or from the file named by NAME_FILE (Docker/systemd credentials); "" if unset."""
+    return read_variable(os.environ, name, secret=True) or ""
 
 
 DEBUG = env_bool("DEBUG", False)
-# The registry's own settings, every EUREKA_* variable: registry/domain/config.py reads them (each with its
+# The registry's own settings, every EUREKA_* variable: registry/config/eureka.py reads them (each with its
 # default and checks, the "fast" and "eureka" timing profiles) into frozen objects, once.
 try:
     EUREKA = parse_config(os.environ, base_dir=str(BASE_DIR))
 except BadSetting as exc:
     raise ImproperlyConfigured(str(exc)) from None
 
-# Embedded mode (make run / tests) falls back to this key, which anyone can read here: it signs the
-# console's sessions and CSRF tokens. Production mode (REDIS_URL, below) refuses it whatever
-# EUREKA_EMBEDDED says, and `check --deploy` flags it anywhere (registry/runtime/checks.py).
-EUREKA_EMBEDDED_SECRET_KEY = "embedded-mode-insecure-key-set-SECRET_KEY-in-production"
-SECRET_KEY = env_secret("SECRET_KEY", default="")
+# Embedded mode (make run / tests) falls back to a key anyone can read (EMBEDDED_SECRET_KEY, beside
+# EUREKA.security); production mode (REDIS_URL, below) refuses it.
+SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG and not EUREKA.security.embedded:
         raise ImproperlyConfigured(
             "SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off in production mode"
         )
-    SECRET_KEY = EUREKA_EMBEDDED_SECRET_KEY
+    SECRET_KEY = EMBEDDED_SECRET_KEY
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
-# Honour X-Forwarded-Prefix (set it only behind a proxy that sets or strips that header itself).
-EUREKA_TRUST_FORWARDED_PREFIX = EUREKA.security.trust_forwarded_prefix
 
 # Origins allowed to POST to the admin when they differ from the Host header (a TLS proxy on another
 # name), e.g. https://eureka.example.com
@@ -86,7 +83,7 @@ INSTALLED_APPS = [
 # Kept short on purpose: every middleware runs on every heartbeat. Sessions and auth are lazy.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Content-Security-Policy on the console's and the admin's pages (EUREKA_CONTENT_SECURITY_POLICY).
+    # Content-Security-Policy on the console's and the admin's pages.
     "dashboard.middleware.ContentSecurityPolicyMiddleware",
     # Static files in every mode (no proxy needed); never reached by /eureka/ requests.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -118,8 +115,11 @@ TEMPLATES = [
 
 # Where a node keeps its files (the SQLite database unless DATABASE_URL is set). Two nodes on one
 # machine need two (`make run` gives a node on another port var/node-PORT).
-EUREKA_DATA_DIR = Path(EUREKA.warm_restart.data_dir)
-DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{EUREKA_DATA_DIR / 'db.sqlite3'}")}
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL", default=f"sqlite:///{Path(EUREKA.warm_restart.data_dir) / 'db.sqlite3'}"
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -151,27 +151,16 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-# Scripts, styles, images and fetches from this site only, none inline (the pages have no inline script,
-# style or handler; tests/browser checks that Chromium reports no violation): a registrant's text can
-# never run in an operator's page. Not framed, no plugins, forms post here only.
-EUREKA_CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
 SESSION_COOKIE_HTTPONLY = True
-EUREKA_HTTPS = EUREKA.security.https
-EUREKA_HSTS_SECONDS = EUREKA.security.hsts_seconds
-EUREKA_HSTS_INCLUDE_SUBDOMAINS = EUREKA.security.hsts_include_subdomains
-EUREKA_HSTS_PRELOAD = EUREKA.security.hsts_preload
-if EUREKA_HTTPS:
+if EUREKA.security.https:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^(eureka/|healthz$|readyz$|metrics$|control/)"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = EUREKA_HSTS_SECONDS
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = EUREKA_HSTS_INCLUDE_SUBDOMAINS
-    SECURE_HSTS_PRELOAD = EUREKA_HSTS_PRELOAD
+    SECURE_HSTS_SECONDS = EUREKA.security.hsts_seconds
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = EUREKA.security.hsts_include_subdomains
+    SECURE_HSTS_PRELOAD = EUREKA.security.hsts_preload
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -181,15 +170,6 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "registry.wire.http.EurekaContentNegotiation",
     "EXCEPTION_HANDLER": "registry.wire.http.plain_exception_handler",
 }
-
-# API accounts and sign-ins (registry/access/; EUREKA.access says what each is). Plain settings, read
-# where they are used (and overridden by tests with override_settings).
-EUREKA_API_AUTH = EUREKA.access.api_auth
-EUREKA_API_AUTH_RECHECK_SECONDS = EUREKA.access.api_auth_recheck_seconds
-EUREKA_SIGNIN_MAX_FAILURES = EUREKA.access.signin_max_failures
-EUREKA_SIGNIN_MAX_FAILURES_PER_USER = EUREKA.access.signin_max_failures_per_user
-EUREKA_SIGNIN_LOCKOUT_SECONDS = EUREKA.access.signin_lockout_seconds
-EUREKA_TRUSTED_PROXIES = EUREKA.access.trusted_proxies
 
 # Django's hashers, the default one (PBKDF2-SHA256, same stored hashes) computed in gevent's threadpool
 # so that a sign-in does not hold the event loop for half a second (registry/access/hashers.py).
@@ -202,38 +182,23 @@ PASSWORD_HASHERS = [
 ]
 
 # Request bodies larger than this are refused with 413 (also the limit after gunzip).
-EUREKA_MAX_BODY_BYTES = EUREKA.connections.max_body_bytes
-DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA_MAX_BODY_BYTES
-
-# --- Status console (EUREKA.dashboard) ----------------------------------------------------------
-EUREKA_DASHBOARD_ENABLED = EUREKA.dashboard.enabled
-EUREKA_DASHBOARD_LOGIN_REQUIRED = EUREKA.dashboard.login_required
-EUREKA_DASHBOARD_PREFIX = EUREKA.dashboard.prefix
-EUREKA_DASHBOARD_REFRESH_SECONDS = EUREKA.dashboard.refresh_seconds
-EUREKA_DASHBOARD_PAGE_SIZE = EUREKA.dashboard.page_size
-
-# --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py; EUREKA.metrics) --
-EUREKA_METRICS_ENABLED = EUREKA.metrics.enabled
-EUREKA_METRICS_TOKEN = EUREKA.metrics.token
+DATA_UPLOAD_MAX_MEMORY_SIZE = EUREKA.connections.max_body_bytes
 
 # --- Production topology: Redis + Celery -------------------------------------------------------
 # REDIS_URL set = production mode: Celery beat drives the periodic jobs (registry/runtime/tasks.py).
-REDIS_URL = EUREKA.redis.url
-# Celery tasks reach the registry process through its control endpoint with this shared secret.
-EUREKA_CONTROL_SECRET = EUREKA.control_secret
-EUREKA_CONTROL_URL = EUREKA.control_url
-if REDIS_URL and not EUREKA_CONTROL_SECRET:
+# Celery tasks reach the registry process through its control endpoint with EUREKA.control_secret.
+if EUREKA.redis.url and not EUREKA.control_secret:
     raise ImproperlyConfigured(
         "EUREKA_CONTROL_SECRET (or EUREKA_CONTROL_SECRET_FILE) is required with REDIS_URL"
     )
-if REDIS_URL and SECRET_KEY == EUREKA_EMBEDDED_SECRET_KEY:
+if EUREKA.redis.url and SECRET_KEY == EMBEDDED_SECRET_KEY:
     # EUREKA_EMBEDDED=true left from .env.example must not put a public key on a production node.
     raise ImproperlyConfigured(
         "SECRET_KEY (or SECRET_KEY_FILE) is required with REDIS_URL (production mode), whatever "
         "EUREKA_EMBEDDED says: the built-in development key is public"
     )
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = EUREKA.redis.url or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
@@ -253,8 +218,8 @@ if LOG_FORMAT not in LOG_FORMATS:
     raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {LOG_FORMAT!r}")
 # Masked wherever they would appear in a line (any password in a URL is removed too).
 _LOG_SECRETS = log_secrets(
-    [SECRET_KEY, EUREKA_CONTROL_SECRET, EUREKA_METRICS_TOKEN, DATABASES["default"].get("PASSWORD") or ""],
-    urls=[REDIS_URL, *EUREKA.cluster.peer_urls, *EUREKA.remote_regions.urls.values()],
+    [SECRET_KEY, EUREKA.control_secret, EUREKA.metrics.token, DATABASES["default"].get("PASSWORD") or ""],
+    urls=[EUREKA.redis.url, *EUREKA.cluster.peer_urls, *EUREKA.remote_regions.urls.values()],
 )
 LOGGING = {
     "version": 1,

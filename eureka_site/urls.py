@@ -13,8 +13,8 @@ urlpatterns = [
     # The change feed (registry/feed/): JSON and Server-Sent Events for operators' tools.
     path("api/v1/", include("registry.protocol.feed_urls")),
 ]
-if settings.EUREKA_DASHBOARD_ENABLED:
-    urlpatterns.append(path(settings.EUREKA_DASHBOARD_PREFIX, include("dashboard.urls")))
+if settings.EUREKA.dashboard.enabled:
+    urlpatterns.append(path(settings.EUREKA.dashboard.prefix, include("dashboard.urls")))
 
 
 def handler404(request, exception=None):

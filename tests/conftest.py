@@ -38,7 +38,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def eureka_options():
-    """settings.EUREKA (typed, frozen: registry/domain/config.py) as the test's nodes start from; a
+    """settings.EUREKA (typed, frozen: registry/config/eureka.py) as the test's nodes start from; a
     test builds its own variant with ``eureka_options.with_changes(registry__disable_delta=True, ...)``."""
     # Most API tests want to see writes at once; tests of the read-only tier turn it back on.
     return settings.EUREKA.with_changes(response_cache__use_read_only=False)

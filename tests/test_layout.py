@@ -286,6 +286,7 @@ def test_the_docs_layout_tree_matches_the_folders():
         "registry/wire",
         "registry/console_data",
         "registry/domain",
+        "registry/config",
         "dashboard",
     ],
 )

@@ -76,8 +76,8 @@ def credential_cache() -> CredentialCache:
             if _cache is None:
                 _cache = CredentialCache(
                     _monotonic_ms,
-                    recheck_ms=settings.EUREKA_API_AUTH_RECHECK_SECONDS * 1000,
-                    refused_ms=min(2_000, settings.EUREKA_API_AUTH_RECHECK_SECONDS * 1000),
+                    recheck_ms=settings.EUREKA.access.api_auth_recheck_seconds * 1000,
+                    refused_ms=min(2_000, settings.EUREKA.access.api_auth_recheck_seconds * 1000),
                 )
     return _cache
 
@@ -99,9 +99,9 @@ def signin_throttle() -> SignInThrottle:
             if _throttle is None:
                 _throttle = SignInThrottle(
                     _monotonic_ms,
-                    per_address=settings.EUREKA_SIGNIN_MAX_FAILURES,
-                    per_user=settings.EUREKA_SIGNIN_MAX_FAILURES_PER_USER,
-                    lockout_ms=settings.EUREKA_SIGNIN_LOCKOUT_SECONDS * 1000,
+                    per_address=settings.EUREKA.access.signin_max_failures,
+                    per_user=settings.EUREKA.access.signin_max_failures_per_user,
+                    lockout_ms=settings.EUREKA.access.signin_lockout_seconds * 1000,
                 )
     return _throttle
 

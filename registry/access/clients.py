@@ -28,7 +28,7 @@ def client_address(request) -> str:
     it was reached from, so what is left of that was written by the client and is not believed)."""
     meta = request.META
     peer = meta.get("REMOTE_ADDR", "?")
-    proxies = settings.EUREKA_TRUSTED_PROXIES
+    proxies = settings.EUREKA.access.trusted_proxies
     if not proxies or not _is_proxy(peer, proxies):
         return peer
     hops = [hop.strip() for hop in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
@@ -41,5 +41,5 @@ def client_address(request) -> str:
 def is_trusted_proxy(address: str) -> bool:
     """Whether a connection's peer is one of EUREKA_TRUSTED_PROXIES (a proxy or reader that carries
     many clients: the gunicorn worker does not cap its connections per address)."""
-    proxies = settings.EUREKA_TRUSTED_PROXIES
+    proxies = settings.EUREKA.access.trusted_proxies
     return bool(proxies) and _is_proxy(address, proxies)

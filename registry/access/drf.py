@@ -18,7 +18,7 @@ REALM = 'Basic realm="eureka", charset="UTF-8"'
 
 # EUREKA_API_AUTH, kept here: every protocol request asks, and a Django settings read is not free
 # (LazySettings' __getattribute__). Settings change at run time only in tests.
-_api_accounts_on = settings.EUREKA_API_AUTH
+_api_accounts_on = settings.EUREKA.access.api_auth
 
 
 def api_accounts_on() -> bool:
@@ -27,8 +27,8 @@ def api_accounts_on() -> bool:
 
 def _follow_setting(*, setting: str, value: object, **kwargs) -> None:
     global _api_accounts_on
-    if setting == "EUREKA_API_AUTH":
-        _api_accounts_on = bool(value)
+    if setting == "EUREKA":
+        _api_accounts_on = settings.EUREKA.access.api_auth
 
 
 setting_changed.connect(_follow_setting)

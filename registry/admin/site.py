@@ -66,7 +66,7 @@ class RegistryAdminSite(admin.AdminSite):
         context = super().each_context(request)
         # "View site" leads to the status console (or nowhere when it is turned off).
         context["site_url"] = None
-        if settings.EUREKA_DASHBOARD_ENABLED:
+        if settings.EUREKA.dashboard.enabled:
             try:
                 context["site_url"] = reverse("dashboard:status")
             except NoReverseMatch:

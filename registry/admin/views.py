@@ -57,7 +57,7 @@ def _audit_down_message(done: list[StatusOverrideRecord], asked: int) -> str:
 
 
 def _console_url(app: str, instance_id: str) -> str | None:
-    if not settings.EUREKA_DASHBOARD_ENABLED:
+    if not settings.EUREKA.dashboard.enabled:
         return None
     return reverse("dashboard:instance", args=[app, instance_id])
 

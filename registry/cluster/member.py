@@ -35,7 +35,7 @@ from registry.domain.endpoints import Peer, peer_hostname
 from registry.domain.refusals import RefusalLines
 
 if TYPE_CHECKING:
-    from registry.domain.config import EurekaConfig
+    from registry.config.eureka import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from registry.wire.answers import (
 )
 
 if TYPE_CHECKING:
-    from registry.domain.config import EurekaConfig
+    from registry.config.eureka import EurekaConfig
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 # The most bytes one inflating step makes. One 64 KB read of a gzip bomb holds 64 MB once inflated

@@ -34,7 +34,7 @@ from registry.domain.changes import Change
 from registry.domain.redact import scrub_text
 
 if TYPE_CHECKING:
-    from registry.domain.config import EurekaConfig
+    from registry.config.eureka import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ class ControlJobView(NodeView):
 
 
 def _authorized(request) -> bool:
-    secret = settings.EUREKA_CONTROL_SECRET
+    secret = settings.EUREKA.control_secret
     given = request.META.get("HTTP_" + CONTROL_HEADER.upper().replace("-", "_"), "")
     return bool(secret) and hmac.compare_digest(given.encode(), secret.encode())
 

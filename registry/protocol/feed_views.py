@@ -26,7 +26,7 @@ from registry.runtime.node import Node, get_node
 from registry.wire.http import PassthroughRenderer
 
 if TYPE_CHECKING:
-    from registry.domain.config import ChangeFeedConfig
+    from registry.config.services import ChangeFeedConfig
 
 REFETCH_DETAIL = "refetch GET /eureka/apps, then follow from lastId"
 RETRY_AFTER_FULL_S = 5

@@ -148,7 +148,9 @@ class NodeForwarder:
             body = request.body
         except RequestDataTooBig:
             # The same answer the node gives (DATA_UPLOAD_MAX_MEMORY_SIZE is EUREKA_MAX_BODY_BYTES).
-            return text(413, f"Request body is larger than {settings.EUREKA_MAX_BODY_BYTES} bytes")
+            return text(
+                413, f"Request body is larger than {settings.EUREKA.connections.max_body_bytes} bytes"
+            )
         headers = request_headers(request.META)
         target = request_target(request)
         if leaves_the_protocol(target):

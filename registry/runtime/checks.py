@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core import checks
 
+from registry.config.site import EMBEDDED_SECRET_KEY
+
 BUILT_IN_SECRET_KEY = "registry.W001"
 
 
@@ -16,8 +18,7 @@ def check_secret_key_is_not_the_built_in_one(app_configs, **kwargs):
     """The key embedded mode falls back to is in the source, so anyone can forge the console's session
     and CSRF cookies signed with it. Django's own key check (security.W009) does not catch it: it is
     long and varied enough."""
-    built_in = getattr(settings, "EUREKA_EMBEDDED_SECRET_KEY", None)
-    if not built_in or built_in != settings.SECRET_KEY:
+    if settings.SECRET_KEY != EMBEDDED_SECRET_KEY:
         return []
     return [
         checks.Warning(

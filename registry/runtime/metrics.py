@@ -104,13 +104,13 @@ _OBSERVERS: dict[tuple[str, str], Callable[[float], None]] = {
 
 # EUREKA_METRICS_ENABLED, kept here: reading a Django setting goes through LazySettings'
 # __getattribute__, a noticeable share of what timing the request costs.
-_timing = settings.EUREKA_METRICS_ENABLED
+_timing = settings.EUREKA.metrics.enabled
 
 
 def _follow_metrics_setting(*, setting: str, value: object, **kwargs) -> None:
     global _timing
-    if setting == "EUREKA_METRICS_ENABLED":
-        _timing = bool(value)
+    if setting == "EUREKA":
+        _timing = settings.EUREKA.metrics.enabled
 
 
 # Settings change at run time only in tests (override_settings sends this signal).
@@ -642,8 +642,8 @@ def scrape_allowed(request: HttpRequest) -> bool:
     """Whether ``request`` may read the metrics. Open unless ``EUREKA_METRICS_TOKEN`` is set or API
     accounts are on; then ``Authorization: Bearer <that token>`` or, with API accounts on, Basic
     credentials of an account that may read the registry (the reader role, or more)."""
-    token = settings.EUREKA_METRICS_TOKEN
-    api_accounts = settings.EUREKA_API_AUTH
+    token = settings.EUREKA.metrics.token
+    api_accounts = settings.EUREKA.access.api_auth
     if not token and not api_accounts:
         return True
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
@@ -663,19 +663,19 @@ def scrape_allowed(request: HttpRequest) -> bool:
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: 404 when metrics are off, 401 without the token, else the text exposition."""
-    if not settings.EUREKA_METRICS_ENABLED:
+    if not settings.EUREKA.metrics.enabled:
         raise Http404("Metrics are turned off (EUREKA_METRICS_ENABLED=false)")
     if not scrape_allowed(request):
-        accepted = (["Bearer <EUREKA_METRICS_TOKEN>"] if settings.EUREKA_METRICS_TOKEN else []) + (
-            ["Basic credentials of a reader account"] if settings.EUREKA_API_AUTH else []
+        accepted = (["Bearer <EUREKA_METRICS_TOKEN>"] if settings.EUREKA.metrics.token else []) + (
+            ["Basic credentials of a reader account"] if settings.EUREKA.access.api_auth else []
         )
         response = HttpResponse(
             f"Unauthorized: send Authorization: {' or '.join(accepted)}\n",
             status=401,
             content_type="text/plain; charset=utf-8",
         )
-        challenges = (['Bearer realm="metrics"'] if settings.EUREKA_METRICS_TOKEN else []) + (
-            ['Basic realm="metrics"'] if settings.EUREKA_API_AUTH else []
+        challenges = (['Bearer realm="metrics"'] if settings.EUREKA.metrics.token else []) + (
+            ['Basic realm="metrics"'] if settings.EUREKA.access.api_auth else []
         )
         response["WWW-Authenticate"] = ", ".join(challenges)
         return response

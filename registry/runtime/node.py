@@ -39,7 +39,7 @@ from registry.wire.payloads import PayloadBuilder
 if TYPE_CHECKING:
     from registry.cluster.member import ClusterMember
     from registry.cluster.regions import RemoteRegions
-    from registry.domain.config import EurekaConfig
+    from registry.config.eureka import EurekaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ def _log_stall(stall: Stall) -> None:
 
 
 def build_node(config: EurekaConfig, clock: Callable[[], int] = wall_clock_ms) -> Node:
-    """The node ``config`` describes (``settings.EUREKA``, parsed by registry/domain/config.py)."""
+    """The node ``config`` describes (``settings.EUREKA``, parsed by registry/config/eureka.py)."""
     expire_ms = config.response_cache.auto_expiration_ms
     holder: list[tuple[ResponseCache, PayloadBuilder]] = []
 

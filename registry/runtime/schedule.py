@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from registry.domain.config import EurekaConfig
+from registry.config.eureka import EurekaConfig
 from registry.runtime.gc_policy import CHECK_INTERVAL_MS
 
 # The Celery task that asks the node to run one of its jobs (registry/runtime/tasks.py).

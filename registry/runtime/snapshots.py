@@ -47,7 +47,7 @@ from registry.domain.history import History
 from registry.domain.snapshot_format import BadSnapshot, instance_row
 
 if TYPE_CHECKING:
-    from registry.domain.config import EurekaConfig
+    from registry.config.eureka import EurekaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ def _control_client() -> httpx.Client:
     ``httpx.Client`` builds an SSL context when it is made, costly work that a client per task would
     repeat for every periodic job, several times a second on every node."""
     return httpx.Client(
-        base_url=settings.EUREKA_CONTROL_URL,
-        headers={CONTROL_HEADER: settings.EUREKA_CONTROL_SECRET},
+        base_url=settings.EUREKA.control_url,
+        headers={CONTROL_HEADER: settings.EUREKA.control_secret},
         timeout=10.0,
     )
 
@@ -57,7 +57,7 @@ def _replication_context():
     cluster = settings.EUREKA.cluster
     # The static peers; those found through DNS are looked up by ``_peer`` as the node publishes them.
     peers = {peer.key: peer for peer in cluster.peers}
-    client = Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
+    client = Redis.from_url(settings.EUREKA.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
     transport = peer_transport(settings.EUREKA)
     return peers, client, transport, _control_client()
 
@@ -144,9 +144,9 @@ def _health_context():
     # and each round, the addresses the node reports as its own.
     config = settings.EUREKA
     policy = own_address_policy(config.health_checks.allowed_networks, config.identity.instance_ip_address)
-    policy.add_own([urlsplit(settings.EUREKA_CONTROL_URL).hostname or ""])
+    policy.add_own([urlsplit(config.control_url).hostname or ""])
     return (
-        connect(settings.REDIS_URL),
+        connect(config.redis.url),
         _control_client(),
         ProbePool(settings.EUREKA.health_checks.concurrency, policy),
     )

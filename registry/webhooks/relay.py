@@ -32,7 +32,7 @@ from . import policy, sender, store
 from .models import WebhookSubscription
 
 if TYPE_CHECKING:
-    from registry.domain.config import WebhooksConfig
+    from registry.config.services import WebhooksConfig
 
 logger = logging.getLogger(__name__)
 

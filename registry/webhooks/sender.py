@@ -21,7 +21,7 @@ from .models import WebhookDelivery
 if TYPE_CHECKING:
     import httpx
 
-    from registry.domain.config import WebhooksConfig
+    from registry.config.services import WebhooksConfig
 
 logger = logging.getLogger(__name__)
 

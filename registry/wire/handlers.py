@@ -236,7 +236,7 @@ class RoutingApplication:
         self.protocol = ProtocolHandler()
         self.site = WSGIHandler()
         if trust_forwarded_prefix is None:
-            trust_forwarded_prefix = settings.EUREKA_TRUST_FORWARDED_PREFIX
+            trust_forwarded_prefix = settings.EUREKA.security.trust_forwarded_prefix
         self.trust_forwarded_prefix = trust_forwarded_prefix
         self.may_read_body = may_read_body
         self.body_deadlines = body_deadlines()
@@ -262,7 +262,7 @@ class RoutingApplication:
             if verdict is True:
                 # Every body (chunked ones too: Jersey 1 clients, Spring's replication batches) for
                 # both handlers alike, within its deadlines.
-                buffer_body(environ, settings.EUREKA_MAX_BODY_BYTES, self.body_deadlines)
+                buffer_body(environ, settings.EUREKA.connections.max_body_bytes, self.body_deadlines)
             elif verdict is False:
                 # Refused by the view without a look at the body, which Django must not try to read.
                 environ["CONTENT_LENGTH"] = "0"

@@ -224,7 +224,7 @@ def request_format(request: HttpRequest) -> str:
 
 def read_body(request: HttpRequest) -> bytes:
     """The request body, gunzipped when sent with Content-Encoding: gzip, within the size limit."""
-    limit = settings.EUREKA_MAX_BODY_BYTES
+    limit = settings.EUREKA.connections.max_body_bytes
     try:
         body = django_request(request).body
     except RequestDataTooBig:

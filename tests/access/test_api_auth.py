@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
@@ -36,7 +37,9 @@ def auth_clock() -> FakeClock:
 def auth_on(auth_clock):
     cache = CredentialCache(auth_clock, recheck_ms=5_000, refused_ms=2_000)
     accounts.reset_credential_cache(cache)
-    with override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER):
+    with override_settings(
+        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER
+    ):
         yield cache
     accounts.reset_credential_cache(None)
 
@@ -243,7 +246,7 @@ def test_a_refusal_is_remembered_briefly_then_checked_again(api, node, auth_cloc
 
 
 def test_auth_off_keeps_the_open_api(api, node):
-    with override_settings(EUREKA_API_AUTH=False):
+    with override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=False)):
         assert register(api, {}).status_code == 204
 
 
@@ -328,7 +331,7 @@ def test_the_migration_creates_the_three_roles():
 
 
 def test_probes_stay_open_and_the_control_endpoint_keeps_its_own_secret(api, node, settings):
-    settings.EUREKA_CONTROL_SECRET = "control-secret"
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret="control-secret")
     assert api.get("/healthz").status_code == 200
     assert api.get("/readyz").status_code == 200
     account("svc", "peer")

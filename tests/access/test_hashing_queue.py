@@ -8,6 +8,7 @@ import base64
 
 import gevent
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client, override_settings
@@ -150,7 +151,7 @@ def test_a_refused_check_is_neither_remembered_nor_a_failed_sign_in(throttle, bu
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_the_api_answers_a_refused_check_503_with_retry_after_and_counts_it(node, throttle, busy):
     reader("dash")
     api = APIClient()
@@ -196,7 +197,7 @@ def test_the_admin_sign_in_answers_a_refused_check_503_and_counts_no_failure(nod
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_a_refused_check_is_answered_before_the_body_is_read(node, throttle, monkeypatch):
     """The routing application asks before reading a protocol request's body: a check that could
     not be made is answered there, so that the view's own check cannot pass later on an unread body."""

@@ -7,6 +7,7 @@ import base64
 from types import SimpleNamespace
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password, make_password
 from django.contrib.auth.models import Group
@@ -133,9 +134,11 @@ def test_behind_a_trusted_proxy_the_last_hop_it_did_not_write_is_the_client():
     assert address_of("::1", "203.0.113.8") == "203.0.113.8"
     assert address_of("127.0.0.1") == "127.0.0.1"
     # A chain of trusted proxies (nginx in front of a reader): each one's hop is skipped.
-    with override_settings(EUREKA_TRUSTED_PROXIES=("127.0.0.1", "10.0.0.0/8")):
+    with override_settings(
+        EUREKA=settings.EUREKA.with_changes(access__trusted_proxies=("127.0.0.1", "10.0.0.0/8"))
+    ):
         assert address_of("10.0.0.5", "6.6.6.6, 203.0.113.7, 10.0.0.4") == "203.0.113.7"
-    with override_settings(EUREKA_TRUSTED_PROXIES=()):
+    with override_settings(EUREKA=settings.EUREKA.with_changes(access__trusted_proxies=())):
         assert address_of("127.0.0.1", "203.0.113.7") == "127.0.0.1"
 
 
@@ -185,7 +188,7 @@ def read(api: APIClient, creds: dict[str, str]):
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_api_basic_auth_is_throttled_per_address_with_429_and_retry_after(node, throttled, throttle_clock):
     reader_account("dash")
     # Made now: saving an account forgets every verified credential (registry/access/accounts.py).
@@ -210,7 +213,7 @@ def test_api_basic_auth_is_throttled_per_address_with_429_and_retry_after(node, 
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_behind_a_proxy_each_client_is_counted_by_its_forwarded_address(node, throttled):
     reader_account("dash")
     api = APIClient()
@@ -226,7 +229,7 @@ def test_behind_a_proxy_each_client_is_counted_by_its_forwarded_address(node, th
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_api_basic_auth_is_throttled_per_user_across_addresses(node, throttled):
     reader_account("dash")
     api = APIClient()
@@ -241,7 +244,7 @@ def test_api_basic_auth_is_throttled_per_user_across_addresses(node, throttled):
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER)
+@override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER)
 def test_the_change_feed_answers_a_throttled_client_429_with_retry_after(node, throttled):
     reader_account("dash")
     api = APIClient()
@@ -305,7 +308,9 @@ def test_the_admin_sign_in_refuses_a_user_name_guessed_from_many_addresses(node,
 
 
 @pytest.mark.django_db
-@override_settings(PASSWORD_HASHERS=FAST_HASHER, EUREKA_DASHBOARD_LOGIN_REQUIRED=True)
+@override_settings(
+    EUREKA=settings.EUREKA.with_changes(dashboard__login_required=True), PASSWORD_HASHERS=FAST_HASHER
+)
 def test_the_console_signs_in_through_the_throttled_form(node, throttled, staff):
     web = Client()
     to_sign_in = web.get("/", REMOTE_ADDR="10.0.0.1")

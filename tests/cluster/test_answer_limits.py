@@ -33,7 +33,7 @@ from registry.cluster.transport import (
     PeerUnreachable,
     read_answer,
 )
-from registry.domain.config import parse_config
+from registry.config.eureka import parse_config
 from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import Peer, Whitelist
 from tests.cluster.hostile_remote import HostileRemote, expanding_answer, gzip_bomb, registry_document

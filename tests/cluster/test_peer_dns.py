@@ -11,7 +11,8 @@ import pytest
 from registry.cluster.discovery import PeerDiscovery, PeerResolver, peer_for
 from registry.cluster.member import ClusterMember
 from registry.cluster.peers import PeerSet
-from registry.domain.config import BadSetting, parse_config
+from registry.config.eureka import parse_config
+from registry.domain.config import BadSetting
 from registry.domain.core import Registry, RegistryRules
 from registry.domain.endpoints import BadPeerUrl, Peer, parse_nameserver, parse_peer_dns, parse_peer_urls
 from registry.wire.codecs import build_instance

@@ -242,7 +242,7 @@ def test_workers_learn_the_nodes_dns_peers_from_redis_with_credentials_from_thei
     client, settings
 ):
     from registry.cluster.redis_outbox import publish_peers, published_peers
-    from registry.domain.config import parse_config
+    from registry.config.eureka import parse_config
     from registry.runtime import tasks
 
     settings.EUREKA = parse_config(
@@ -255,7 +255,8 @@ def test_workers_learn_the_nodes_dns_peers_from_redis_with_credentials_from_thei
     publish_peers(client, "test", [dns_peer])
     assert published_peers(client, "test") == {dns_peer.key: "http://10.0.0.4:8761/eureka/"}
     tasks._replication_context.cache_clear()
-    settings.REDIS_URL = f"redis://127.0.0.1:{client.connection_pool.connection_kwargs['port']}/0"
+    port = client.connection_pool.connection_kwargs["port"]
+    settings.EUREKA = settings.EUREKA.with_changes(redis__url=f"redis://127.0.0.1:{port}/0")
     try:
         # The Redis hash holds no credentials; the worker's peer has them (from EUREKA_PEER_DNS).
         assert b"secret" not in b"".join(client.hvals("test:replication-peers"))

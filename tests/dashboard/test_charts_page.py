@@ -119,7 +119,7 @@ def test_an_empty_history_draws_empty_charts(node):
 
 
 def test_charts_are_behind_the_consoles_sign_in(node, settings):
-    settings.EUREKA_DASHBOARD_LOGIN_REQUIRED = True
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__login_required=True)
     assert Client().get("/").status_code == 302
     assert Client().get("/live").status_code == 302
 

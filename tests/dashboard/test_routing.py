@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import clear_url_caches
 
 from eureka_site import urls as site_urls
-from registry.domain.config import BadSetting, dashboard_prefix
+from registry.config.site import dashboard_prefix
+from registry.domain.config import BadSetting
 from registry.wire.handlers import RoutingApplication
 from tests.dashboard.conftest import soup
 from tests.deploy.test_wsgi_routing import call
@@ -23,7 +24,7 @@ def local_urls(page) -> list[str]:
 
 
 def test_console_links_and_assets_carry_a_trusted_proxy_prefix(node, settings, db):
-    settings.EUREKA_DASHBOARD_REFRESH_SECONDS = 5
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__refresh_seconds=5)
     app = RoutingApplication(trust_forwarded_prefix=True)
     status, _, content = call(app, "GET", "/", HTTP_X_FORWARDED_PREFIX="/registry")
     assert status == 200
@@ -110,14 +111,14 @@ def rebuild_urls(settings):
         importlib.reload(site_urls)
         clear_url_caches()
 
+    before = settings.EUREKA
     yield rebuild
-    settings.EUREKA_DASHBOARD_ENABLED = True
-    settings.EUREKA_DASHBOARD_PREFIX = ""
+    settings.EUREKA = before
     rebuild()
 
 
 def test_dashboard_can_move_to_another_path(node, settings, rebuild_urls):
-    settings.EUREKA_DASHBOARD_PREFIX = "console/"
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__path="/console")
     rebuild_urls()
     client = Client()
     assert client.get("/").status_code == 404
@@ -130,7 +131,7 @@ def test_dashboard_can_move_to_another_path(node, settings, rebuild_urls):
 
 @pytest.mark.django_db
 def test_dashboard_can_be_turned_off_while_the_admin_stays(node, settings, rebuild_urls, admin_client):
-    settings.EUREKA_DASHBOARD_ENABLED = False
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__enabled=False)
     rebuild_urls()
     response = Client().get("/")
     assert response.status_code == 404 and b"Not found" in response.content

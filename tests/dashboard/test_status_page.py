@@ -407,10 +407,10 @@ def test_live_fragment_has_the_changing_sections_only(fleet):
 
 
 def test_page_asks_for_auto_refresh_of_the_same_query(fleet, settings):
-    settings.EUREKA_DASHBOARD_REFRESH_SECONDS = 7
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__refresh_seconds=7)
     box = soup(fleet.get("/?app=ord")).select_one("#auto-refresh")
     assert box["data-refresh"] == "7" and box["data-live-url"] == "/live?app=ord"
-    settings.EUREKA_DASHBOARD_REFRESH_SECONDS = 0
+    settings.EUREKA = settings.EUREKA.with_changes(dashboard__refresh_seconds=0)
     assert soup(fleet.get("/")).select_one("#auto-refresh") is None
 
 

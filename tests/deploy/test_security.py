@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
@@ -163,7 +164,7 @@ def test_pages_need_nothing_the_policy_forbids(admin_client, hostile_instance, p
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_DASHBOARD_LOGIN_REQUIRED=True)
+@override_settings(EUREKA=settings.EUREKA.with_changes(dashboard__login_required=True))
 @pytest.mark.parametrize("path", CONSOLE_PAGES)
 def test_with_login_required_the_console_sends_strangers_to_the_sign_in_form(node, path):
     response = Client().get(path)
@@ -173,7 +174,7 @@ def test_with_login_required_the_console_sends_strangers_to_the_sign_in_form(nod
 
 
 @pytest.mark.django_db
-@override_settings(EUREKA_DASHBOARD_LOGIN_REQUIRED=True)
+@override_settings(EUREKA=settings.EUREKA.with_changes(dashboard__login_required=True))
 def test_with_login_required_a_signed_in_user_sees_the_console(node):
     user = get_user_model().objects.create_user("ops", password="pw", is_staff=True)
     web = Client()

@@ -5,7 +5,7 @@ sends no complete request is closed at the header timeout; one address cannot ho
 of connections (the next gets a 503 at once, other addresses are served); with API accounts on, a
 request without credentials is refused before its body is read (a chunked body too); and the protocol
 checks the Host header against ALLOWED_HOSTS. The deadlines are short here (1-3 s) so that the tests
-are; the defaults are in registry/domain/config.py. The load itself (10,500 connections) is
+are; the defaults are in registry/config/site.py. The load itself (10,500 connections) is
 bench/slow_clients.py.
 """
 

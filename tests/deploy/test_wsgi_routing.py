@@ -119,7 +119,7 @@ def test_a_chunked_registration_reaches_the_protocol_views(node):
 
 
 def test_a_chunked_body_over_the_limit_is_413_whatever_the_handler(node, settings):
-    settings.EUREKA_MAX_BODY_BYTES = 2048
+    settings.EUREKA = settings.EUREKA.with_changes(connections__max_body_bytes=2048)
     app = RoutingApplication()
     body = json.dumps(instance_body()).encode()
     body = body[:-1] + b" " * 4000 + b"}"
@@ -135,7 +135,7 @@ def test_a_chunked_body_over_the_limit_is_413_whatever_the_handler(node, setting
 
 
 def test_chunked_body_at_the_limit_is_accepted(node, settings):
-    settings.EUREKA_MAX_BODY_BYTES = 2048
+    settings.EUREKA = settings.EUREKA.with_changes(connections__max_body_bytes=2048)
     body = json.dumps(instance_body()).encode()
     body = body[:-1] + b" " * (2048 - len(body)) + b"}"
     app = RoutingApplication()

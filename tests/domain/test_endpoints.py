@@ -123,7 +123,7 @@ def test_a_replicated_single_request_is_applied_but_never_sent_on(api, node):
 
 @pytest.fixture
 def cluster_node(eureka_options, clock, settings):
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET)
     peers = tuple(parse_peer_urls(["http://user:pw@node-b:8761/eureka/"]))
     fresh = build_node(eureka_options.with_changes(cluster__peers=peers), clock=clock)
     reset_node(fresh)

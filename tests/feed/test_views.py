@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import override_settings
@@ -189,7 +190,8 @@ def test_other_methods_get_405(api, node):
 
 
 def test_the_console_may_not_take_the_feeds_path():
-    from registry.domain.config import BadSetting, dashboard_prefix
+    from registry.config.site import dashboard_prefix
+    from registry.domain.config import BadSetting
 
     with pytest.raises(BadSetting, match="EUREKA_DASHBOARD_PATH"):
         dashboard_prefix("/api")
@@ -198,17 +200,22 @@ def test_the_console_may_not_take_the_feeds_path():
 # ---------------------------------------------------------------------------- the stream view
 
 
-def stream_options(node, **overrides):
-    """The running node's feed settings changed (its views read them per request)."""
-    node.config = node.config.with_changes(
-        **{f"change_feed__{name}": value for name, value in overrides.items()}
-    )
-
-
 @pytest.fixture
 def short_streams(edit_config):
     """Streams that end after a second, so that a test can read a whole one; request before ``node``."""
     edit_config(change_feed__stream_max_seconds=1, change_feed__keepalive_seconds=1)
+
+
+@pytest.fixture
+def one_stream(edit_config):
+    """Room for one open stream on the node; request before ``node``."""
+    edit_config(change_feed__streams_max=1)
+
+
+@pytest.fixture
+def two_streams_per_address(edit_config):
+    """Ten open streams on the node, two from one address; request before ``node``."""
+    edit_config(change_feed__streams_max=10, change_feed__streams_per_address_max=2)
 
 
 def read_stream(response) -> str:
@@ -249,8 +256,7 @@ def test_a_stream_from_a_too_old_id_says_so_once_then_continues_from_the_newest(
     assert json.loads(block.split("data: ")[1]) == {"lastId": last_id, "refetch": "/eureka/apps"}
 
 
-def test_streams_above_the_maximum_get_503_with_retry_after(api, node):
-    stream_options(node, streams_max=1)
+def test_streams_above_the_maximum_get_503_with_retry_after(one_stream, api, node):
     from registry.protocol.feed_views import stream_hub
 
     hub = stream_hub(node)
@@ -263,8 +269,9 @@ def test_streams_above_the_maximum_get_503_with_retry_after(api, node):
 
 
 @pytest.mark.django_db  # closing a response sends request_finished, whose receivers may use the database
-def test_streams_beyond_an_addresss_share_get_429_and_other_addresses_still_get_theirs(api, node):
-    stream_options(node, streams_max=10, streams_per_address_max=2)
+def test_streams_beyond_an_addresss_share_get_429_and_other_addresses_still_get_theirs(
+    two_streams_per_address, api, node
+):
     from registry.protocol.feed_views import stream_hub
 
     hub = stream_hub(node)
@@ -308,7 +315,9 @@ FAST_HASHER = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 @pytest.fixture
 def auth_on():
     accounts.reset_credential_cache(CredentialCache(FakeClock(0), recheck_ms=5_000, refused_ms=2_000))
-    with override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=FAST_HASHER):
+    with override_settings(
+        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER
+    ):
         yield
     accounts.reset_credential_cache(None)
 
@@ -345,8 +354,7 @@ def test_with_api_accounts_off_the_feed_is_open(api, node):
     assert api.get(CHANGES).status_code == 200
 
 
-def test_metrics_count_open_and_refused_streams(api, node):
-    stream_options(node, streams_max=1)
+def test_metrics_count_open_and_refused_streams(one_stream, api, node):
     from registry.protocol.feed_views import stream_hub
 
     held = stream_hub(node).open()

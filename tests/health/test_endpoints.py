@@ -18,8 +18,7 @@ INSTANCE = "10.0.0.1:orders:8080"
 @pytest.fixture
 def node(eureka_options, clock, settings):
     """The conftest's node, with health checks on (whatever order a test asks for its fixtures)."""
-    settings.EUREKA_CONTROL_SECRET = SECRET
-    settings.EUREKA_METRICS_TOKEN = ""
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET, metrics__token="")
     fresh = build_node(eureka_options.with_changes(health_checks__enabled=True), clock=clock)
     reset_node(fresh)
     yield fresh
@@ -73,7 +72,7 @@ def test_the_endpoints_need_the_control_secret(api, registered):
 
 
 def test_the_endpoints_answer_404_when_health_checks_are_off(client, eureka_options, clock, settings):
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET)
     reset_node(build_node(eureka_options, clock=clock))  # the settings' default: off
     response = claim(client)
     assert response.status_code == 404 and b"EUREKA_HEALTH_CHECKS" in response.content

@@ -356,10 +356,11 @@ def test_a_celery_workers_probes_keep_the_same_rules(settings, monkeypatch):
     from registry.runtime import tasks
 
     settings.EUREKA = settings.EUREKA.with_changes(
-        identity__instance_ip_address="198.51.100.7", health_checks__allowed_networks=()
+        identity__instance_ip_address="198.51.100.7",
+        health_checks__allowed_networks=(),
+        control_url="http://198.51.100.8:8761",
+        redis__url="redis://127.0.0.1:9/3",  # never connected to here
     )
-    settings.EUREKA_CONTROL_URL = "http://198.51.100.8:8761"
-    settings.REDIS_URL = "redis://127.0.0.1:9/3"  # never connected to here
     tasks._health_context.cache_clear()
     try:
         _, _, pool = tasks._health_context()

@@ -70,7 +70,7 @@ class ChunkedAPIClient(APIClient):
         request["wsgi.input"] = io.BytesIO(request["wsgi.input"].read(int(length)))
         request["HTTP_TRANSFER_ENCODING"] = "chunked"
         try:
-            buffer_body(request, settings.EUREKA_MAX_BODY_BYTES)
+            buffer_body(request, settings.EUREKA.connections.max_body_bytes)
         except BodyRefused as refusal:
             return HttpResponse(
                 refusal.message + "\n", status=refusal.status, content_type="text/plain; charset=utf-8"

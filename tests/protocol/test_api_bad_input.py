@@ -332,7 +332,7 @@ def test_renew_with_bad_params_is_400_and_does_not_renew(api, node, clock, popul
 
 
 def test_body_over_the_size_limit_is_413(api, node, populated):
-    limit = settings.EUREKA_MAX_BODY_BYTES
+    limit = settings.EUREKA.connections.max_body_bytes
     data = json.dumps(instance_body()).encode()
     data = data[:-1] + b" " * (limit + 1 - len(data)) + b"}"
     assert len(data) == limit + 1
@@ -345,7 +345,7 @@ def test_body_over_the_size_limit_is_413(api, node, populated):
 
 
 def test_body_at_the_size_limit_is_accepted(api, node):
-    limit = settings.EUREKA_MAX_BODY_BYTES
+    limit = settings.EUREKA.connections.max_body_bytes
     data = json.dumps(instance_body()).encode()
     data = data[:-1] + b" " * (limit - len(data)) + b"}"
 
@@ -355,7 +355,7 @@ def test_body_at_the_size_limit_is_accepted(api, node):
 
 
 def test_gzip_bomb_over_the_limit_once_decompressed_is_413(api, node, populated):
-    limit = settings.EUREKA_MAX_BODY_BYTES
+    limit = settings.EUREKA.connections.max_body_bytes
     data = json.dumps(instance_body()).encode()
     bomb = gzip.compress(data[:-1] + b" " * (20 * limit) + b"}")
     assert len(bomb) < limit // 10
@@ -370,7 +370,7 @@ def test_gzip_bomb_over_the_limit_once_decompressed_is_413(api, node, populated)
 
 
 def test_gzip_body_just_under_the_limit_once_decompressed_is_accepted(api, node):
-    limit = settings.EUREKA_MAX_BODY_BYTES
+    limit = settings.EUREKA.connections.max_body_bytes
     data = json.dumps(instance_body()).encode()
     data = data[:-1] + b" " * (limit - len(data)) + b"}"
 

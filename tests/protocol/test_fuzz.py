@@ -1523,7 +1523,7 @@ BODY_ENDPOINTS = ["/eureka/apps/ORDERS", "/eureka/v2/peerreplication/batch/"]
 @pytest.mark.parametrize("path", BODY_ENDPOINTS)
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_body_over_the_limit_is_413_without_reading_it_all(env, path, chunked):
-    limit = django_settings.EUREKA_MAX_BODY_BYTES
+    limit = django_settings.EUREKA.connections.max_body_bytes
     body = b'{"instance": {}' + b" " * (limit + 1_000) + b"}"
     stream = CountingStream(body)
     before = observe(env.node)
@@ -1545,7 +1545,7 @@ def test_a_body_over_the_limit_is_413_without_reading_it_all(env, path, chunked)
 @pytest.mark.parametrize("path", BODY_ENDPOINTS)
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_gzip_bomb_is_413(env, path, chunked):
-    limit = django_settings.EUREKA_MAX_BODY_BYTES
+    limit = django_settings.EUREKA.connections.max_body_bytes
     bomb = gzip.compress(b'{"replicationList": [' + b" " * (16 * limit) + b"]}", compresslevel=9)
     assert len(bomb) < limit // 20, "a small body that inflates to 16 times the limit"
     before = observe(env.node)

@@ -16,6 +16,7 @@ from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.http import HttpResponse
@@ -584,7 +585,9 @@ def test_a_node_outage_is_logged_once_not_per_request(published, caplog):
 def auth_on():
     accounts.reset_credential_cache(CredentialCache(FakeClock(0), recheck_ms=5_000, refused_ms=2_000))
     hashers = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    with override_settings(EUREKA_API_AUTH=True, PASSWORD_HASHERS=hashers):
+    with override_settings(
+        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=hashers
+    ):
         yield
     accounts.reset_credential_cache(None)
 

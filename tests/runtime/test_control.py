@@ -12,7 +12,7 @@ SECRET = "s3cret-for-tests"
 
 @pytest.fixture
 def with_secret(settings):
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET)
 
 
 def test_control_endpoint_refuses_requests_without_the_secret(api, with_secret):
@@ -21,7 +21,7 @@ def test_control_endpoint_refuses_requests_without_the_secret(api, with_secret):
 
 
 def test_control_endpoint_is_closed_when_no_secret_is_configured(api, settings):
-    settings.EUREKA_CONTROL_SECRET = ""
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret="")
     assert api.post("/control/jobs/evict", HTTP_X_EUREKA_CONTROL_SECRET="").status_code == 403
 
 

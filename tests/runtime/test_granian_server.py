@@ -559,7 +559,7 @@ def test_the_routing_application_says_when_the_body_is_in(node):
         RoutingApplication(),
         "POST",
         "/eureka/apps/ORDERS",
-        b"x" * (settings.EUREKA_MAX_BODY_BYTES + 1),
+        b"x" * (settings.EUREKA.connections.max_body_bytes + 1),
         chunked=True,
         CONTENT_TYPE="application/json",
         **{BODY_RECEIVED: lambda: released.append(True)},

@@ -123,7 +123,7 @@ def assert_no_secret(caplog) -> None:
 def test_each_state_change_is_logged_once_and_no_record_holds_a_secret(
     caplog, settings, eureka_options, clock
 ):
-    settings.EUREKA_CONTROL_SECRET = CONTROL_SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=CONTROL_SECRET)
     settings.SECRET_KEY = DJANGO_SECRET
     peer_port, redis_port = free_port(), free_port()
     eureka_options = eureka_options.with_changes(

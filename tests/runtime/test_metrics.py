@@ -170,7 +170,7 @@ def test_self_preservation_keeps_expired_leases_and_counts_each_once(api, evicti
 def test_jobs_run_by_celery_through_the_control_endpoint_are_the_nodes_records(api, node, clock, settings):
     """Production mode: beat schedules, a worker posts to the control endpoint, the node runs the job;
     its record (and so /metrics, served by the node) knows the run."""
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET)
     clock.advance(5_000)
     response = api.post("/control/jobs/prune_delta_queue", HTTP_X_EUREKA_CONTROL_SECRET=SECRET)
     assert response.status_code == 200
@@ -251,7 +251,7 @@ def test_redis_up_follows_a_ping_of_the_read_only_tier(api, node, clock):
 
 @pytest.fixture
 def cluster_node(eureka_options, clock, settings):
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(control_secret=SECRET)
     peers = tuple(parse_peer_urls(["http://user:pw@127.0.0.1:9/eureka/"]))
     fresh = reset_node(build_node(eureka_options.with_changes(cluster__peers=peers), clock=clock))
     yield fresh
@@ -310,12 +310,12 @@ def test_a_standalone_node_counts_batches_peers_sent_and_reports_no_peers(api, n
 
 
 def test_an_open_endpoint_needs_no_token(api, node, settings):
-    settings.EUREKA_METRICS_TOKEN = ""
+    settings.EUREKA = settings.EUREKA.with_changes(metrics__token="")
     assert api.get("/metrics").status_code == 200
 
 
 def test_the_token_is_required_when_set(api, node, settings):
-    settings.EUREKA_METRICS_TOKEN = TOKEN
+    settings.EUREKA = settings.EUREKA.with_changes(metrics__token=TOKEN)
     for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": f"Basic {TOKEN}"}):
         response = api.get("/metrics", **headers)
         assert response.status_code == 401, headers
@@ -328,10 +328,10 @@ def test_the_token_is_required_when_set(api, node, settings):
 def test_metrics_turned_off_answer_404_and_time_nothing(api, node, settings):
     register(api)
     before = scrape(api)
-    settings.EUREKA_METRICS_ENABLED = False
+    settings.EUREKA = settings.EUREKA.with_changes(metrics__enabled=False)
     assert api.get("/metrics").status_code == 404
     assert api.put(f"/eureka/apps/ORDERS/{ORDERS_ID}").status_code == 200
-    settings.EUREKA_METRICS_ENABLED = True
+    settings.EUREKA = settings.EUREKA.with_changes(metrics__enabled=True)
     after = scrape(api)
     assert requests_timed(after, "renew") == requests_timed(before, "renew")
     assert value(after, "eureka_renews_total", origin="client") == 1, "the map's own counts go on"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.domain.config import parse_config
+from registry.config.eureka import parse_config
 from registry.runtime.jobs import JOBS
 from registry.runtime.schedule import (
     LOCAL_JOBS,

@@ -37,8 +37,9 @@ def control_endpoint(settings):
     server.seen = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    settings.EUREKA_CONTROL_URL = f"http://127.0.0.1:{server.server_address[1]}"
-    settings.EUREKA_CONTROL_SECRET = SECRET
+    settings.EUREKA = settings.EUREKA.with_changes(
+        control_url=f"http://127.0.0.1:{server.server_address[1]}", control_secret=SECRET
+    )
     tasks._control_client.cache_clear()
     try:
         yield server

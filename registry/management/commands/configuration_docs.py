@@ -1,4 +1,4 @@
-"""Regenerate docs/configuration.md's tables of settings from registry/domain/config.py's declarations."""
+"""Regenerate docs/configuration.md's tables of settings from their declarations (registry/config/docs.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from registry.domain.config_docs import render_page
+from registry.config.docs import render_page
 
 PAGE = Path(settings.BASE_DIR) / "docs" / "configuration.md"
 

@@ -1,6 +1,6 @@
 """docs/configuration.md documents every setting once, with the default the parser really has.
 
-The tables are generated from registry/domain/config.py's declarations (``manage.py
+The tables are generated from the settings' declarations (registry/config/docs.py, ``manage.py
 configuration_docs``); these tests read the committed page back, so a default changed in one place
 and not the other, a setting added without its row, or a row left behind fails here."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from registry.domain.config import parse_config
-from registry.domain.config_docs import (
+from registry.config.docs import (
     EMPTY,
     OTHER_VARIABLES,
     config_variables,
     documented_rows,
     render_page,
 )
+from registry.config.eureka import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "configuration.md").read_text()
@@ -86,6 +86,6 @@ def test_every_variable_read_anywhere_is_documented():
     for folder in ("registry", "dashboard", "eureka_site", "deploy"):
         for path in (ROOT / folder).rglob("*.py"):
             read |= set(QUOTED_NAME.findall(path.read_text()))
-    # Django settings that no variable sets (EUREKA_CONTENT_SECURITY_POLICY, EUREKA_EMBEDDED_SECRET_KEY).
+    # Django settings that no variable sets.
     constants = set(re.findall(r"^([A-Z][A-Z0-9_]+) = ", settings_py, re.M)) - set(ROWS)
     assert read - constants - set(ROWS) == set()

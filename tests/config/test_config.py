@@ -1,4 +1,4 @@
-"""The settings parser (registry/domain/config.py): defaults, the timing profiles, and bad values refused with
+"""The settings parser (registry/config/eureka.py): defaults, the timing profiles, and bad values refused with
 an error naming the variable. Plain dicts stand in for the environment."""
 
 from __future__ import annotations
@@ -11,18 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from registry.domain.config import (
-    PROFILES,
-    SECTIONS,
-    BadSetting,
-    ClusterConfig,
-    EurekaConfig,
-    MetricsConfig,
-    declared_default,
-    parse_config,
-    variable_of,
-)
-from registry.domain.config_docs import config_variables
+from registry.config.docs import config_variables
+from registry.config.eureka import SECTIONS, EurekaConfig, parse_config
+from registry.config.site import MetricsConfig
+from registry.domain.config import PROFILES, BadSetting, ClusterConfig, declared_default, variable_of
 
 
 def test_defaults_are_the_fast_profile():
@@ -202,7 +194,7 @@ def test_parsing_loads_neither_django_nor_a_network_client():
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
     code = (
         "import sys\n"
-        "from registry.domain.config import parse_config\n"
+        "from registry.config.eureka import parse_config\n"
         "parse_config({'EUREKA_PEER_URLS': 'http://a:8761/eureka/', 'REDIS_URL': 'redis://r:6379/0'})\n"
         "heavy = {'django', 'rest_framework', 'httpx', 'redis', 'celery', 'kombu'}\n"
         "print(sorted({name.split('.')[0] for name in sys.modules} & heavy))\n"

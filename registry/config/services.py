@@ -1,0 +1,243 @@
+"""The settings of the node's services beside the lease map, as typed, frozen objects.
+
+Warm-restart snapshots, the change feed, webhooks, active health checks, and production mode's Redis
+and readers: each a section of ``EurekaConfig`` (registry/config/eureka.py), its fields declared with
+``setting()`` as Eureka's own are (registry/domain/config.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from registry.domain.config import comma_list, setting
+from registry.domain.endpoints import parse_networks
+
+# The webhook log is pruned hourly; changes are queued every 200 ms (not tunable: no one needed to).
+WEBHOOK_PRUNE_INTERVAL_MS = 3_600_000
+WEBHOOK_FLUSH_MS = 200
+
+
+def base_url(raw: str, _: Mapping[str, Any]) -> str:
+    """A base URL as written, without its trailing slash."""
+    return raw.rstrip("/")
+
+
+def _networks(raw: str, _: Mapping[str, Any]) -> tuple[str, ...]:
+    allowed = tuple(comma_list(raw))
+    parse_networks(",".join(allowed))
+    return allowed
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderConfig:
+    """A reader process (registry/reader/): how stale a payload it serves may be, and its node."""
+
+    max_staleness_ms: int = setting(
+        variable="EUREKA_READER_MAX_STALENESS_MS",
+        doc="A payload the node has not confirmed for this long is not served (the node is asked).",
+        minimum=1,
+        derived="3 × EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS",
+    )
+    revalidate_ms: int = setting(
+        variable="EUREKA_READER_REVALIDATE_MS",
+        doc="How often a reader asks Redis whether a payload changed, at most (0: every request).",
+        minimum=0,
+        derived="EUREKA_RESPONSE_CACHE_UPDATE_INTERVAL_MS / 10, at most 100",
+    )
+    node_url: str = setting(
+        variable="EUREKA_READER_NODE_URL",
+        doc="Where a reader forwards writes, misses and stale reads (the node's base URL).",
+        read=base_url,
+        derived="EUREKA_CONTROL_URL",
+    )
+    node_timeout_ms: int = setting(
+        5_000,
+        "EUREKA_READER_NODE_TIMEOUT_MS",
+        "How long a reader waits for the node's answer before answering 503.",
+        minimum=100,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Production mode when ``url`` is set: Celery beat drives the jobs, the read-only tier is in Redis."""
+
+    url: str = setting(
+        "",
+        "REDIS_URL",
+        "Set: production mode (Redis: read-only cache, Celery broker); empty: embedded mode.",
+    )
+    # Key prefix of this node's data in Redis (nodes sharing one Redis need different ones).
+    namespace: str = setting(
+        "eureka", "EUREKA_REDIS_NAMESPACE", "Key prefix of this node's data in Redis (one per node)."
+    )
+    # "celery" whenever ``url`` is set (parse_config); a test's node may keep "embedded" with a Redis
+    # read-only tier, replicating from its own process.
+    jobs_driver: str = "embedded"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmRestartConfig:
+    """Snapshots of the lease map (registry/runtime/snapshots.py)."""
+
+    enabled: bool = setting(
+        True, "EUREKA_WARM_RESTART", "Save the lease map and begin a restart from it; false: start empty."
+    )
+    interval_ms: int = setting(
+        5_000, "EUREKA_WARM_RESTART_INTERVAL_MS", "How often the snapshot is written.", minimum=100
+    )
+    max_age_ms: int = setting(
+        90_000,
+        "EUREKA_WARM_RESTART_MAX_AGE_MS",
+        "A snapshot older than this at start is not used.",
+        minimum=1,
+    )
+    # Relative: under the project's folder (parse_config's ``base_dir``); Django's SQLite file too.
+    data_dir: str = setting(
+        "var", "EUREKA_DATA_DIR", "Where the node keeps its files (snapshot; SQLite unless DATABASE_URL)."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFeedConfig:
+    """GET /api/v1/changes and its SSE stream (registry/feed/)."""
+
+    enabled: bool = setting(
+        True, "EUREKA_CHANGE_FEED", "GET /api/v1/changes and its stream; false answers 404."
+    )
+    streams_max: int = setting(
+        2_000, "EUREKA_CHANGE_STREAMS_MAX", "Open streams per node (more answer 503).", minimum=0
+    )
+    # Open streams per client address (registry/access/clients.py); 0: no limit.
+    streams_per_address_max: int = setting(
+        16,
+        "EUREKA_CHANGE_STREAMS_PER_ADDRESS_MAX",
+        "Open streams per client address (more answer 429); 0: no limit.",
+        minimum=0,
+    )
+    keepalive_seconds: int = setting(
+        15,
+        "EUREKA_CHANGE_STREAM_KEEPALIVE_SECONDS",
+        "A comment line on an idle stream this often.",
+        minimum=1,
+    )
+    stream_max_seconds: int = setting(
+        1_800,
+        "EUREKA_CHANGE_STREAM_MAX_SECONDS",
+        "A stream ends after this long (clients reconnect with Last-Event-ID).",
+        minimum=1,
+    )
+    coalesce_ms: int = setting(
+        50, "EUREKA_CHANGE_STREAM_COALESCE_MS", "Open streams are woken at most once per window.", minimum=0
+    )
+    redis_maxlen: int = setting(
+        100_000,
+        "EUREKA_CHANGE_FEED_REDIS_MAXLEN",
+        "Production mode: entries the Redis stream of changes keeps, about.",
+        minimum=1_000,
+    )
+    redis_buffer: int = setting(
+        10_000,
+        "EUREKA_CHANGE_FEED_REDIS_BUFFER",
+        "Production mode: changes buffered for Redis (the oldest dropped when full).",
+        minimum=100,
+    )
+    redis_flush_ms: int = setting(
+        100,
+        "EUREKA_CHANGE_FEED_REDIS_FLUSH_MS",
+        "Production mode: how often buffered changes are sent to Redis.",
+        minimum=10,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WebhooksConfig:
+    """Webhook deliveries (registry/webhooks/)."""
+
+    enabled: bool = setting(True, "EUREKA_WEBHOOKS_ENABLED", "false: no change is buffered, queued or sent.")
+    timeout_ms: int = setting(
+        5_000, "EUREKA_WEBHOOK_TIMEOUT_MS", "Per POST; an unanswered one is retried later.", minimum=100
+    )
+    max_attempts: int = setting(
+        8, "EUREKA_WEBHOOK_MAX_ATTEMPTS", "Attempts per delivery before it fails.", minimum=1
+    )
+    retry_base_ms: int = setting(
+        1_000, "EUREKA_WEBHOOK_RETRY_BASE_MS", "First wait before a retry (doubling after).", minimum=10
+    )
+    retry_max_ms: int = setting(
+        300_000, "EUREKA_WEBHOOK_RETRY_MAX_MS", "Longest wait before a retry.", minimum=10
+    )
+    retention_days: int = setting(
+        7, "EUREKA_WEBHOOK_RETENTION_DAYS", "Finished deliveries are deleted after this many days.", minimum=1
+    )
+    prune_interval_ms: int = WEBHOOK_PRUNE_INTERVAL_MS
+    buffer_size: int = setting(
+        10_000,
+        "EUREKA_WEBHOOK_BUFFER_SIZE",
+        "Changes waiting to be queued (the oldest dropped when full).",
+        minimum=100,
+    )
+    flush_ms: int = WEBHOOK_FLUSH_MS
+    refresh_ms: int = setting(
+        5_000,
+        "EUREKA_WEBHOOK_REFRESH_MS",
+        "Subscriptions saved in another process apply within this long.",
+        minimum=100,
+    )
+    poll_ms: int = setting(
+        2_000,
+        "EUREKA_WEBHOOK_POLL_MS",
+        "Production mode: Celery beat runs the sender this often.",
+        minimum=100,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HealthChecksConfig:
+    """Active health checks (registry/health/); the intervals are defaults instances may override."""
+
+    enabled: bool = setting(
+        False, "EUREKA_HEALTH_CHECKS", "Probe instances whose metadata asks for it; mark DOWN after failures."
+    )
+    concurrency: int = setting(
+        50, "EUREKA_HEALTH_CHECK_CONCURRENCY", "Probes running at once, at most.", minimum=1
+    )
+    dispatch_ms: int = setting(
+        250, "EUREKA_HEALTH_CHECK_DISPATCH_MS", "How often due probes are handed out.", minimum=50
+    )
+    interval_ms: int = setting(
+        10_000,
+        "EUREKA_HEALTH_CHECK_INTERVAL_SECONDS",
+        "Default probe interval (an instance's metadata may set its own).",
+        minimum=1,
+        scale=1000,
+    )
+    timeout_ms: int = setting(
+        2_000,
+        "EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS",
+        "Default probe timeout; at most EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS.",
+        minimum=1,
+        scale=1000,
+    )
+    threshold: int = setting(
+        3, "EUREKA_HEALTH_CHECK_THRESHOLD", "Default failures in a row that mark an instance DOWN.", minimum=1
+    )
+    recover: int = setting(
+        2, "EUREKA_HEALTH_CHECK_RECOVER", "Default successes in a row that bring it back.", minimum=1
+    )
+    # Each probe holds a pool slot this long at most.
+    max_timeout_ms: int = setting(
+        10_000,
+        "EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS",
+        "The longest timeout an instance may ask for.",
+        minimum=1,
+        scale=1000,
+    )
+    allowed_networks: tuple[str, ...] = setting(
+        (),
+        "EUREKA_HEALTH_CHECK_ALLOWED_NETWORKS",
+        "CIDRs probes may reach although loopback, link-local or the node's own; empty: none.",
+        read=_networks,
+    )
