@@ -212,7 +212,7 @@ EUREKA_DASHBOARD_PREFIX = EUREKA.dashboard.prefix
 EUREKA_DASHBOARD_REFRESH_SECONDS = EUREKA.dashboard.refresh_seconds
 EUREKA_DASHBOARD_PAGE_SIZE = EUREKA.dashboard.page_size
 
-# --- Metrics: GET /metrics in Prometheus' text format (registry/runtime/metrics.py; EUREKA.metrics) --
+# --- Metrics: GET /metrics in Prometheus' text format (registry/protocol/metrics.py; EUREKA.metrics) --
 EUREKA_METRICS_ENABLED = EUREKA.metrics.enabled
 EUREKA_METRICS_TOKEN = EUREKA.metrics.token
 

@@ -76,7 +76,7 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 # loop runs up to 50 callbacks before it polls its sockets again, so a build that pauses every 5 ms
 # would run for a long time between two polls. One turn of the loop (a short timer, which expires only
 # after a poll) is not enough either: the node's worker serves each connection one request per turn
-# (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
+# (registry/serving/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
 # turn 16 connections got at most 16 requests a turn, fewer than the heartbeats arriving, which
 # queued for hundreds of milliseconds while a 100,000-instance snapshot was encoded (bench/HISTORY.md,
 # "Where the time goes", "the loop watch at 100,000"; bench/README.md, "Numbers behind the code"). So

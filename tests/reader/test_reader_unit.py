@@ -29,7 +29,7 @@ from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey,
 from registry.reader.forwarding import VIA, NodeForwarder, passed_back, request_headers
 from registry.reader.service import Reader, check_settings, reset_reader
 from registry.reader.source import MISSING, REDIS_DOWN, SERVED, STALE, PayloadSource
-from registry.runtime.node import forbid_node, get_node, reset_node
+from registry.runtime.process import forbid_node, get_node, reset_node
 from registry.wire.handlers import ProtocolHandler
 from tests.conftest import FakeClock
 
