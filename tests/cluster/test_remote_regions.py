@@ -583,7 +583,7 @@ def test_the_status_page_has_no_region_block_without_regions(node, client):
 
 
 def test_metrics_show_each_region(west_node, west, clock, client):
-    from tests.runtime.test_metrics import scrape, value
+    from tests.protocol.test_metrics import scrape, value
 
     west.failure = "ReadTimeout"
     west_node.remote_regions.fetch_all()
