@@ -123,8 +123,9 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# The Django app's own wiring (its AppConfig, and the models module Django loads): at the top with the
-# rest of the wiring, since they register the rooms' models and signals.
+# The Django app's own wiring (its AppConfig, and the models module Django loads): one package, above
+# the packages whose models and signals it registers and below the admin and the console, which read
+# its models (``LEVELS``).
 APP_SHELL = ("registry.apps", "registry.models")
 # Wire code sits on the domain and the response cache only: everything that speaks HTTP uses it.
 WIRE_MAY_IMPORT = {"registry.domain", "registry.cache"}

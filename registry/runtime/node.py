@@ -85,6 +85,10 @@ class ConsolePages(Protocol):
 
 @dataclass
 class Node:
+    """One registry node: the lease map, its response cache and peers, the periodic jobs and their
+    records, and the optional parts (cluster, health checks, warm restart, change feed, webhooks,
+    remote regions, the console's history), each None when its settings leave it off."""
+
     registry: Registry
     cache: ResponseCache
     clock: Callable[[], int]
