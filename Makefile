@@ -95,7 +95,7 @@ kubernetes: helm-tools
 test: install lint check system-deps helm-tools $(JS_DIR)/node_modules/.installed
 	$(MKDOCS) build --strict
 	$(BIN)/pytest
-	# The real-client suites again, against a node served by granian (registry/runtime/granian_server.py).
+	# The real-client suites again, against a node served by granian (registry/serving/granian_server.py).
 	EUREKA_TEST_SERVER=granian $(BIN)/pytest tests/interop
 
 # `make bench` is the heartbeats-and-fetches benchmark on a node it starts; `make bench BENCH=readers

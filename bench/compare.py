@@ -39,7 +39,7 @@ setting (with the response cache's auto-expiration), given to both servers alike
 
 Our node runs as ``bench/run.py phases`` starts it (bench/nodes.py): gunicorn with
 deploy/gunicorn.conf.py (the conf's gevent worker, embedded mode), with this process's environment;
-``--server granian`` serves it with registry/runtime/granian_server.py instead.
+``--server granian`` serves it with registry/serving/granian_server.py instead.
 """
 
 from __future__ import annotations
@@ -544,7 +544,7 @@ def machine(sce_heap: str = "1g", server: str = HTTP_SERVERS[0], server_args: st
         f"- ours: Python {platform.python_version()}, "
         + (
             f"granian {importlib.metadata.version('granian')}, "
-            f"registry/runtime/granian_server.py {server_args}"
+            f"registry/serving/granian_server.py {server_args}"
             if server == "granian"
             else f"{first_line([str(GUNICORN), '--version'])}, deploy/gunicorn.conf.py {server_args}"
         ).rstrip(),
@@ -594,7 +594,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=HTTP_SERVERS,
         default=HTTP_SERVERS[0],
         help="our node's HTTP server: deploy/gunicorn.conf.py (default) or "
-        "registry/runtime/granian_server.py",
+        "registry/serving/granian_server.py",
     )
     p.add_argument(
         "--server-args",

@@ -61,7 +61,7 @@ def main() -> None:
 
     from registry.cache.response_cache import APPS, DELTA, CacheKey
     from registry.runtime import memory
-    from registry.runtime.node import build_node
+    from registry.runtime.composition import build_node
     from registry.wire.codecs import build_instance
     from tests.factories import fleet_member
 

@@ -35,8 +35,8 @@ import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
-from registry.runtime import metrics  # noqa: E402
-from registry.runtime.node import get_node  # noqa: E402
+from registry.protocol import metrics  # noqa: E402
+from registry.runtime.process import get_node  # noqa: E402
 from registry.wire.codecs import build_instance  # noqa: E402
 from registry.wire.handlers import RoutingApplication  # noqa: E402
 

@@ -47,7 +47,7 @@ HOST = "127.0.0.1"
 
 NODE_CONF = "deploy/gunicorn.conf.py"
 READER_CONF = "deploy/gunicorn_reader.conf.py"
-GRANIAN_MODULE = "registry.runtime.granian_server"
+GRANIAN_MODULE = "registry.serving.granian_server"
 # The HTTP servers a node of ours can run on (``Node(server=...)``), the default first.
 HTTP_SERVERS = ("gunicorn", "granian")
 START_TIMEOUT_S = 60.0
@@ -367,7 +367,7 @@ class Redis(Server):
 
 class Node(Server):
     """A node of ours: gunicorn with deploy/gunicorn.conf.py (as ``make run`` starts it), or granian
-    (``server="granian"``: registry/runtime/granian_server.py), embedded mode, or production mode with
+    (``server="granian"``: registry/serving/granian_server.py), embedded mode, or production mode with
     its own Celery worker and beat when ``redis`` (or ``redis_url``) is given.
 
     ``env`` overrides the environment (this process's, then the node's data directory, database and
@@ -412,7 +412,7 @@ class Node(Server):
                 "SECRET_KEY": "bench-" + "x" * 50,
             }
         if server == "granian":
-            # registry/runtime/granian_server.py; ``gunicorn_args`` are then its options (--threads ...).
+            # registry/serving/granian_server.py; ``gunicorn_args`` are then its options (--threads ...).
             command = [str(BIN / "python"), "-m", GRANIAN_MODULE, "--bind", f"{HOST}:{port}", *gunicorn_args]
         else:
             command = [str(GUNICORN), "-c", conf, "--bind", f"{HOST}:{port}", *gunicorn_args]

@@ -24,7 +24,8 @@ from registry.admin.forms import InstanceFilterForm
 from registry.cache.pacing import PACER
 from registry.domain.findings import find_suspicious
 from registry.domain.refusals import RefusalLines
-from registry.runtime.node import get_node
+from registry.runtime.node import Node
+from registry.runtime.process import get_node
 
 # Suspicious registrations listed on the status page at most (the count of the rest is shown).
 FINDINGS_SHOWN = 50
@@ -48,9 +49,9 @@ def console_page(view):
 BUSY_TEXT = "The console is rendering another page; try again in a moment.\n"
 
 
-def _shared_pages(node) -> SharedPages:
+def _shared_pages(node: Node) -> SharedPages:
     pages = node.console_pages
-    if pages is None:
+    if not isinstance(pages, SharedPages):
         pages = node.console_pages = SharedPages(
             node.config.dashboard.cache_ms,
             node.now,

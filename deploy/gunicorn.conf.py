@@ -3,7 +3,7 @@
 One worker process, always: the lease map lives in that process, and a second worker would hold a
 second, divergent map. Concurrency comes from gevent: its requests do not hand the GIL between pool
 threads, so it serves more heartbeats than gthread, and with a shorter tail. The worker is gunicorn's
-gevent worker with a graceful close (``registry/runtime/gunicorn_worker.py``: error answers reach
+gevent worker with a graceful close (``registry/serving/gunicorn_worker.py``: error answers reach
 clients still sending) and a prompt stop (idle kept-alive connections are closed when a SIGTERM comes,
 requests under way finish within ``graceful_timeout``). Override on the command line or with
 GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
@@ -14,7 +14,7 @@ from gunicorn.glogging import Logger
 bind = "0.0.0.0:8761"
 wsgi_app = "eureka_site.wsgi:application"
 workers = 1
-worker_class = "registry.runtime.gunicorn_worker.RegistryWorker"
+worker_class = "registry.serving.gunicorn_worker.RegistryWorker"
 # Every Eureka client keeps one connection open; leave room for a large fleet (mind `ulimit -n`).
 worker_connections = 10000
 # Eureka clients keep connections open between heartbeats (30 s): keep them, so a heartbeat costs
@@ -55,21 +55,21 @@ def on_starting(server):
 
 def pre_fork(server, worker):
     # Connections are refused, not queued in the kernel's backlog, until the worker can answer them:
-    # a client then goes on to its next service URL at once (registry/runtime/listening.py). Before
+    # a client then goes on to its next service URL at once (registry/serving/listening.py). Before
     # every fork: the first worker's, and a new one's after a worker died (its queued connections are
     # reset). The worker listens again at the end of post_worker_init.
-    from registry.runtime.listening import stop_listening
+    from registry.serving.listening import stop_listening
 
     stop_listening(server.LISTENERS)
 
 
 def post_worker_init(worker):
     # The node's start (warm restart, cluster, GC policy, memory tuning) is the same under every
-    # server: registry/runtime/node.py, start_serving. Under gevent, a warm-restart snapshot's gzip
+    # server: registry/serving/lifecycle.py, start_serving. Under gevent, a warm-restart snapshot's gzip
     # and file write run in a native thread (they release the GIL), its encoding in paced slices.
     from gunicorn.workers.ggevent import GeventWorker
 
-    from registry.runtime.node import start_serving
+    from registry.serving.lifecycle import start_serving
 
     listening = [tuple(sock.getsockname()[:2]) for sock in worker.sockets]
     snapshot_runner = None
@@ -95,7 +95,7 @@ def post_worker_init(worker):
         node.start_loop_watch()
 
     # Ready to answer: accept connections again (pre_fork took the sockets out of LISTEN).
-    from registry.runtime.listening import listen_again
+    from registry.serving.listening import listen_again
 
     listen_again(worker.sockets, worker.cfg.backlog)
 
@@ -103,6 +103,6 @@ def post_worker_init(worker):
 def worker_exit(server, worker):
     # Runs in the worker once it has stopped accepting and finished its requests (a SIGTERM's
     # graceful stop): the node stops its jobs and writes its last warm-restart snapshot.
-    from registry.runtime.node import stop_serving
+    from registry.serving.lifecycle import stop_serving
 
     stop_serving()

@@ -16,7 +16,7 @@ from gunicorn.glogging import Logger
 bind = "0.0.0.0:8780"
 wsgi_app = "eureka_site.reader_wsgi:application"
 workers = int(os.environ.get("WEB_CONCURRENCY") or 2)
-worker_class = "registry.runtime.gunicorn_worker.RegistryWorker"
+worker_class = "registry.serving.gunicorn_worker.RegistryWorker"
 # Eureka clients keep their connection between fetches (30 s): keep them, as the node does.
 worker_connections = 10000
 keepalive = 75

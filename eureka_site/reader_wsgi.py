@@ -15,7 +15,7 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402
 
 from registry.reader.service import check_settings  # noqa: E402
-from registry.runtime.node import forbid_node  # noqa: E402
+from registry.runtime.process import forbid_node  # noqa: E402
 from registry.wire.handlers import ProtocolHandler, body_deadlines  # noqa: E402
 from registry.wire.http import browser_refusal  # noqa: E402
 from registry.wire.request_bodies import (  # noqa: E402

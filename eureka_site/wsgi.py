@@ -27,7 +27,7 @@ if settings.EUREKA.redis.jobs_driver == "celery":
     import eureka_site.celery  # noqa: E402, F401
 
 if settings.EUREKA.process.embedded_scheduler:
-    from registry.runtime.node import get_node
+    from registry.runtime.process import get_node
 
     # Under Celery the thread is a watchdog: it runs only jobs that beat has left overdue.
     get_node().start_scheduler(watchdog=settings.EUREKA.redis.jobs_driver == "celery")

@@ -8,7 +8,8 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 
 START_MS = 1_796_000_000_000
 

@@ -123,8 +123,9 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# The Django app's own wiring (its AppConfig, and the models module Django loads): at the top with the
-# rest of the wiring, since they register the packages' models and signals.
+# The Django app's own wiring (its AppConfig, and the models module Django loads): one package, above
+# the packages whose models and signals it registers and below the admin and the console, which read
+# its models (``LEVELS``).
 APP_SHELL = ("registry.apps", "registry.models")
 # Wire code sits on the domain and the response cache only: everything that speaks HTTP uses it.
 WIRE_MAY_IMPORT = {"registry.domain", "registry.cache"}
@@ -156,10 +157,68 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_no_import_cycle_between_the_projects_packages():
-    """Packages by level: the domain, then the cache and the wire, the packages that use them (cluster,
-    health, webhooks, feed, access), the node (runtime), the views (protocol), the pages (reads,
-    dashboard, admin), the reader; eureka_site wires them. A package never imports one above it."""
+    """Packages by level (``LEVELS``): the domain, the settings (config), then the cache and the wire,
+    the packages that use them (cluster, health, webhooks, feed, access), the node (runtime), the HTTP
+    servers that run it (serving), the views (protocol), the pages (reads, dashboard, admin), the
+    reader; eureka_site wires them. A package never imports one above it."""
     assert cycles(package_graph(import_graph())) == []
+
+
+# The packages by level, lowest first, as docs/architecture.md's Layout lists them: a package imports
+# only packages of a lower level, never one of its own level or above.
+LEVELS: tuple[frozenset[str], ...] = tuple(
+    frozenset(level)
+    for level in (
+        {"registry.domain"},
+        # The settings: the domain's rules and the site's sections, parsed from the environment.
+        {"registry.config"},
+        {"registry.cache"},
+        {"registry.wire"},
+        {"registry.access", "registry.cluster", "registry.health", "registry.webhooks", "registry.feed"},
+        {"registry.runtime"},
+        # The HTTP servers run the node; only the views (/metrics reads their connection counts) and
+        # what is above them import the servers.
+        {"registry.serving"},
+        {"registry.protocol"},
+        # The app's own files: its AppConfig and models, which the admin and the console read.
+        {"registry.console_data", "registry.management", "registry (app)"},
+        {"registry.admin"},
+        {"dashboard", "registry.reader"},
+        {"eureka_site"},
+    )
+)
+
+
+def level_of(package: str) -> int:
+    for level, members in enumerate(LEVELS):
+        if package in members:
+            return level
+    raise AssertionError(f"{package} is in no level: add it to LEVELS in tests/test_layout.py")
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{source} imports {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if level_of(target) >= level_of(source)
+    )
+
+
+def test_no_package_imports_one_of_its_level_or_above():
+    assert upward_arrows(package_graph(import_graph())) == []
+
+
+def test_an_upward_arrow_is_found():
+    graph = {"registry.runtime": {"registry.serving"}, "registry.serving": {"registry.runtime"}}
+    assert upward_arrows(graph) == ["registry.runtime imports registry.serving"]
+
+
+def test_the_servers_run_the_node_and_nothing_below_them_imports_them():
+    graph = package_graph(import_graph())
+    below = {package for package in graph if level_of(package) < level_of("registry.serving")}
+    assert "registry.runtime" in graph["registry.serving"]
+    assert sorted(package for package in below if "registry.serving" in graph[package]) == []
 
 
 def test_a_package_cycle_is_found_even_when_the_modules_form_none():
@@ -278,7 +337,14 @@ def test_the_docs_layout_tree_matches_the_folders():
 
 @pytest.mark.parametrize(
     "package",
-    ["registry", "registry/protocol", "registry/cache", "registry/cluster", "registry/runtime"]
+    [
+        "registry",
+        "registry/protocol",
+        "registry/cache",
+        "registry/cluster",
+        "registry/runtime",
+        "registry/serving",
+    ]
     + [
         "registry/admin",
         "registry/reader",

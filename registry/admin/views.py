@@ -22,7 +22,7 @@ from registry import console_data
 from registry.admin import audit
 from registry.admin.forms import InstanceFilterForm, OverrideForm
 from registry.models import StatusOverrideRecord
-from registry.runtime.node import get_node
+from registry.runtime.process import get_node
 
 OVERRIDE_PERMISSION = "registry.override_instance_status"
 ADMIN_PAGE_SIZE = 100

@@ -75,7 +75,7 @@ def set_pause(pause: Callable[[], None] | None) -> None:
 # loop runs up to 50 callbacks before it polls its sockets again, so a build that pauses every 5 ms
 # would run for a long time between two polls. One turn of the loop (a short timer, which expires only
 # after a poll) is not enough either: the node's worker serves each connection one request per turn
-# (registry/runtime/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
+# (registry/serving/gunicorn_worker.py, connections take turns), so with a slice of 5 ms in every
 # turn the connections get one request each, fewer than the heartbeats arriving, which queue behind
 # a long build. So a paused build resumes once a turn of the loop finds nothing ready (libev's idle
 # watcher: every request that came meanwhile has been served), and after PAUSE_MAX_S at the latest, so

@@ -168,7 +168,7 @@ class AccessConfig:
 class ConnectionsConfig:
     """What one client may hold of a node's connections, and for how long (docs "Security model").
 
-    The gunicorn worker (registry/runtime/gunicorn_worker.py) counts open connections per client
+    The gunicorn worker (registry/serving/gunicorn_worker.py) counts open connections per client
     address and in all, and refuses a new one past either cap with a 503 before reading anything; the
     total stays below gunicorn's ``worker_connections`` so that the worker always accepts, and a
     refused client gets an answer instead of waiting in the kernel's queue. Addresses in
@@ -178,7 +178,7 @@ class ConnectionsConfig:
     ``body_timeout_s``), are given that long and then the connection is closed; so is a connection
     whose client takes no byte of its answer for ``write_timeout_s`` (nginx's ``send_timeout``), and
     the answers clients that stopped reading hold are bounded by ``slow_readers_max_bytes``
-    (registry/runtime/connections.py, SlowReaders). 0 switches one off."""
+    (registry/serving/connections.py, SlowReaders). 0 switches one off."""
 
     max_per_address: int = setting(
         256,
@@ -313,7 +313,7 @@ class DashboardConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """GET /metrics in Prometheus' text format (registry/runtime/metrics.py)."""
+    """GET /metrics in Prometheus' text format (registry/protocol/metrics.py)."""
 
     enabled: bool = setting(
         True, "EUREKA_METRICS_ENABLED", "Serve /metrics and time protocol requests; false: 404."

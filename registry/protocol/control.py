@@ -12,7 +12,8 @@ from django.http import HttpResponse
 from registry.domain.constants import CONTROL_HEADER
 from registry.health.checker import BadResult, ProbeResult
 from registry.protocol.views import EurekaView
-from registry.runtime.node import get_node
+from registry.runtime.process import get_node
+from registry.runtime.watchdog import overdue_jobs
 from registry.wire.http import text
 
 
@@ -156,7 +157,7 @@ class ReadyView(NodeView):
     def get(self, request):
         node = get_node()
         now = node.now()
-        overdue = node.overdue_jobs(now)
+        overdue = overdue_jobs(node, now)
         open_for_reads = node.registry.allows_reads(now)
         jobs = {
             name: {

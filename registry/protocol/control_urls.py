@@ -1,7 +1,6 @@
 from django.urls import path
 
-from registry.protocol import control
-from registry.runtime import metrics
+from registry.protocol import control, metrics
 
 app_name = "ops"
 

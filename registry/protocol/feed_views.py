@@ -22,7 +22,8 @@ from registry.access.drf import BasicAccountAuthentication, RolePermission, Sign
 from registry.domain.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
 from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
-from registry.runtime.node import Node, get_node
+from registry.runtime.node import Node
+from registry.runtime.process import get_node
 from registry.wire.http import PassthroughRenderer
 
 if TYPE_CHECKING:

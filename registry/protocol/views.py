@@ -15,9 +15,9 @@ from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
 from registry.domain import constants as c
 from registry.domain.core import Renew
 from registry.domain.write_rules import LimitExceeded, RegistryFull
+from registry.protocol.metrics import request_timer
 from registry.runtime import operations
-from registry.runtime.metrics import request_timer
-from registry.runtime.node import get_node
+from registry.runtime.process import get_node
 from registry.runtime.status import application_stats, general_stats
 from registry.wire.codecs import (
     JSON,

@@ -1,6 +1,6 @@
 """The reader of this process: its payload source and its forwarder, built from settings once.
 
-The counterpart of ``registry/runtime/node.py`` for reader processes, which must never call
+The counterpart of ``registry/runtime/process.py`` for reader processes, which must never call
 ``get_node()`` (``eureka_site/reader_wsgi.py`` forbids it there).
 """
 
@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from registry.cache.redis_tier import TierReader, connect
 from registry.reader.forwarding import NodeForwarder
 from registry.reader.source import MARKS_PER_EXPIRY, PayloadSource
-from registry.runtime.node import holds_node
+from registry.runtime.process import holds_node
 
 _NODE_URL = re.compile(r"https?://[^/@\s]+(/[^@\s]*)?")
 

@@ -5,6 +5,7 @@ twice, or not at all for a while."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from registry.cache.response_cache import ResponseCache
@@ -77,7 +78,19 @@ def sample_history(node: JobTarget, now: int) -> object:
     return history.record(take_sample(node, now))
 
 
-__all__ = ["JOBS", "LOCAL_JOBS", "Job", "JobTarget"]
+@dataclass
+class JobRecord:
+    """What the node knows about one periodic job's runs, whoever drove them (the embedded scheduler,
+    Celery through the control endpoint, or the watchdog)."""
+
+    last_run: int | None = None
+    last_source: str | None = None
+    runs: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+__all__ = ["JOBS", "LOCAL_JOBS", "Job", "JobRecord", "JobTarget"]
 
 # job name -> function; the interval of each comes from Node.job_intervals() (registry/runtime/schedule.py).
 Job = Callable[[JobTarget, int], object]

@@ -1,7 +1,7 @@
 """The periodic work, as functions of the config: which entries run and how often.
 
 ``node_job_intervals_ms(config)`` is every node job's interval (registry/runtime/jobs.py): the
-embedded scheduler's table (``Node.job_intervals``, which lets the admin's live changes win).
+embedded scheduler's table (``Node.job_intervals``).
 ``periodic_work(config)`` is what Celery beat drives: those jobs (but the process's own, and the
 remote regions' fetch when there are none) and the Celery-only safety nets (peer outboxes, webhook
 deliveries, health-check rounds), each present only when the config needs it; ``beat_schedule``

@@ -19,7 +19,7 @@ is no longer warm: the clients have been re-registering meanwhile anyway) is ref
 node starts empty as before. A failed write is logged once per episode and retried next interval;
 the node serves on.
 
-Plain Python (no Django); the node wires it (``registry/runtime/node.py``).
+Plain Python (no Django); the node wires it (``registry/runtime/composition.py``).
 """
 
 from __future__ import annotations

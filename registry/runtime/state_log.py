@@ -8,7 +8,7 @@ the threshold. Each line carries its facts as ``extra`` fields too (``event``, `
 
 The other transitions are logged where they are found, once each: a peer that becomes unavailable or
 available again (``registry/cluster/peers.py``), the Redis read-only tier lost and back
-(``registry/cache/redis_tier.py``), a job Celery beat left overdue and its return (``node.py``).
+(``registry/cache/redis_tier.py``), a job Celery beat left overdue and its return (``watchdog.py``).
 """
 
 from __future__ import annotations

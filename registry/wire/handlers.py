@@ -45,7 +45,7 @@ _PREFIX = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 # it applies to these too.
 host_logger = logging.getLogger("django.security.DisallowedHost")
 # Requests refused before any view since start, by reason, read by /metrics (eureka_bad_requests_total):
-# a Host not in ALLOWED_HOSTS, and HTTP gunicorn's parser refused (registry/runtime/gunicorn_worker.py).
+# a Host not in ALLOWED_HOSTS, and HTTP gunicorn's parser refused (registry/serving/gunicorn_worker.py).
 BAD_REQUESTS = {"host": 0, "malformed": 0}
 
 
@@ -271,7 +271,7 @@ class RoutingApplication:
         except BodyRefused as refusal:
             return refusal.wsgi_response(start_response)
         finally:
-            # The server's watch of slow bodies lets go of this request (registry/runtime/granian_server.py).
+            # The server's watch of slow bodies lets go of this request (registry/serving/granian_server.py).
             body_received = environ.pop(BODY_RECEIVED, None)
             if body_received is not None:
                 body_received()

@@ -16,7 +16,7 @@ Netflix eureka-client 1.x (Jersey 1) on every registration, and Spring Cloud Eur
 peer replication batch. Reading stops one byte past the limit, so a longer chunked body is refused
 with 413 and the rest of it is never read into memory (the node's gunicorn worker then closes the
 connection rather than read the rest of the body to reach the next request:
-``registry/runtime/gunicorn_worker.py``); a body whose ``Content-Length`` is over the limit is not read
+``registry/serving/gunicorn_worker.py``); a body whose ``Content-Length`` is over the limit is not read
 at all (Django refuses it when a view asks). Broken framing is refused with 400 before any view runs,
 so nothing is half applied.
 """
@@ -35,7 +35,7 @@ from django.core.exceptions import TooManyFieldsSent
 from django.http import QueryDict
 from django.utils.http import parse_header_parameters
 
-# The environ key of a callable the server may set (registry/runtime/granian_server.py): called once the
+# The environ key of a callable the server may set (registry/serving/granian_server.py): called once the
 # request's body has been received, refused, or left unread.
 BODY_RECEIVED = "registry.body_received"
 
@@ -139,7 +139,7 @@ def buffer_body(environ: dict, limit: int, deadlines: BodyDeadlines = NO_DEADLIN
                 size += len(data)
     except BodyTooSlow as slow:
         # Where the next request would start is unknown: the worker closes the connection after
-        # the answer rather than read on (gunicorn's Body.failed, registry/runtime/gunicorn_worker.py).
+        # the answer rather than read on (gunicorn's Body.failed, registry/serving/gunicorn_worker.py).
         if hasattr(stream, "failed"):
             stream.failed = True
         raise BodyRefused(408, f"Request body not received in time: {slow}") from None

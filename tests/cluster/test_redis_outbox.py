@@ -210,7 +210,7 @@ def test_while_redis_is_down_the_node_keeps_items_itself(redis_processes, client
 def test_a_new_node_process_drops_what_an_earlier_one_left_in_redis(redis_processes, client, eureka_options):
     """A restarted node's map starts empty: the previous process's cached registry must not be served."""
     from registry.cache.response_cache import APPS, CacheKey
-    from registry.runtime.node import build_node
+    from registry.runtime.composition import build_node
     from tests.conftest import FakeClock
 
     eureka_options = eureka_options.with_changes(

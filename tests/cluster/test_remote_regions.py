@@ -16,8 +16,9 @@ from bs4 import BeautifulSoup
 
 from registry.cluster.regions import FetchFailed, RemoteRegions, region_limits
 from registry.domain.endpoints import BadRegionConfig, Peer, Whitelist, parse_region_urls, parse_whitelist
+from registry.runtime.composition import build_node
 from registry.runtime.jobs import sync_response_cache
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.process import reset_node
 from tests.factories import instance_body
 from tests.protocol.api_support import (
     body_bytes,
@@ -582,7 +583,7 @@ def test_the_status_page_has_no_region_block_without_regions(node, client):
 
 
 def test_metrics_show_each_region(west_node, west, clock, client):
-    from tests.runtime.test_metrics import scrape, value
+    from tests.protocol.test_metrics import scrape, value
 
     west.failure = "ReadTimeout"
     west_node.remote_regions.fetch_all()

@@ -6,7 +6,8 @@ import pytest
 from bs4 import BeautifulSoup
 from django.test import Client
 
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from tests.factories import instance_body
 
 

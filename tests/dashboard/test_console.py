@@ -17,7 +17,7 @@ from registry.domain.instances import InstanceInfo
 from registry.domain.preservation import SelfPreservation
 from registry.domain.redact import scrub_credentials
 from registry.runtime import status as node_status
-from registry.runtime.node import build_node
+from registry.runtime.composition import build_node
 from registry.wire.codecs import decode_instance
 from tests.factories import instance_body
 

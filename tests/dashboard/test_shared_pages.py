@@ -12,7 +12,7 @@ from dashboard.shared_pages import Busy, Page, SharedPages
 from registry.domain.refusals import RefusalLines
 from tests.conftest import FakeClock
 from tests.dashboard.conftest import register, soup
-from tests.runtime.test_metrics import scrape, value
+from tests.protocol.test_metrics import scrape, value
 
 
 class Renders:

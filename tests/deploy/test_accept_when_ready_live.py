@@ -3,7 +3,7 @@
 gunicorn's master listens about a second before its worker serves; heartbeats sent meanwhile waited
 in the kernel's backlog (290-799 ms in the fault test) instead of being refused and going on to the
 client's next service URL. deploy/gunicorn.conf.py takes the listeners out of LISTEN before each fork
-and the worker listens again once its node has started (registry/runtime/listening.py). Here a real
+and the worker listens again once its node has started (registry/serving/listening.py). Here a real
 node is probed from launch: once the master has bound its port (its "Listening at" line), every
 connection is refused at once until one is answered at once; after a kill -9 of the worker, the same
 until the master's new worker serves.

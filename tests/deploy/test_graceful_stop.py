@@ -2,7 +2,7 @@
 
 Java clients keep their connection to the registry open between heartbeats. gunicorn's gevent worker
 waits for every open connection up to ``graceful_timeout`` (20 s in deploy/gunicorn.conf.py) before
-it stops; the node's worker (registry/runtime/gunicorn_worker.py) closes connections that are only
+it stops; the node's worker (registry/serving/gunicorn_worker.py) closes connections that are only
 waiting for their next request, and still answers a request whose head it has received.
 """
 

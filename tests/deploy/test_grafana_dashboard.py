@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from registry.cache.redis_tier import RedisReadOnlyTier
 from registry.domain.endpoints import parse_peer_urls
+from registry.runtime.composition import build_node
 from registry.runtime.loop_watch import LoopWatch
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.process import reset_node
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "eureka-registry.json"

@@ -1,4 +1,4 @@
-"""A node served by granian (registry/runtime/granian_server.py), live on loopback: what that server
+"""A node served by granian (registry/serving/granian_server.py), live on loopback: what that server
 does differently from gunicorn's worker. The client suites run against it too (``make test`` runs
 tests/interop with ``EUREKA_TEST_SERVER=granian``)."""
 
@@ -53,7 +53,7 @@ def test_the_node_is_served_by_granian_in_one_worker(node):
     import psutil
 
     master = psutil.Process(node.process.pid)
-    assert "registry.runtime.granian_server" in " ".join(master.cmdline())
+    assert "registry.serving.granian_server" in " ".join(master.cmdline())
     assert len(master.children()) == 1
 
 
@@ -262,7 +262,7 @@ def test_connections_are_refused_not_queued_until_the_node_can_answer(tmp_path):
 
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "registry.runtime.granian_server", "--bind", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "registry.serving.granian_server", "--bind", f"127.0.0.1:{port}"],
         cwd=PROJECT_ROOT,
         env=server_env(tmp_path),
         stdout=subprocess.DEVNULL,

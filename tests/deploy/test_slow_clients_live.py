@@ -305,7 +305,7 @@ def test_with_api_accounts_a_chunked_body_without_credentials_is_refused_unread(
         assert time.monotonic() - started < 0.9  # before the 1 s body deadline could have answered
     else:
         # granian reads what the client is still sending first (at most 2 s), then answers and closes:
-        # it cannot close a connection after an answer otherwise (registry/runtime/granian_limits.py).
+        # it cannot close a connection after an answer otherwise (registry/serving/granian_limits.py).
         assert time.monotonic() - started < 3.0
     # The unread body is not read to find the next request: the connection is closed.
     _, closed_after = read_until_closed(sock, within=10)

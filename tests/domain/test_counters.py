@@ -1,5 +1,5 @@
 """Unit tests of the console's counters (registry/domain/counters.py), without a Registry, on the fake clock.
-Which writes bump which count is in test_core.py and tests/runtime/test_metrics.py."""
+Which writes bump which count is in test_core.py and tests/protocol/test_metrics.py."""
 
 from __future__ import annotations
 

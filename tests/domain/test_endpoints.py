@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from registry.domain.endpoints import Peer, parse_peer_urls
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from registry.wire.codecs import build_instance
 from tests.factories import instance_body
 from tests.protocol.api_support import api_both_framings

@@ -168,7 +168,8 @@ def test_an_empty_log_answers_an_empty_page_with_next_at_the_start(api, node):
 
 
 def test_the_feed_switched_off_answers_404(eureka_options, clock, api):
-    from registry.runtime.node import build_node, reset_node
+    from registry.runtime.composition import build_node
+    from registry.runtime.process import reset_node
 
     reset_node(build_node(eureka_options.with_changes(change_feed__enabled=False), clock=clock))
     try:

@@ -7,7 +7,8 @@ import pytest
 from bs4 import BeautifulSoup
 
 from registry.health.config import KEY_KIND, KEY_THRESHOLD
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from tests.factories import instance_body
 
 SECRET = "s3cret-for-health-tests"

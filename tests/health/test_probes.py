@@ -17,7 +17,7 @@ from registry.domain.endpoints import parse_networks
 from registry.health.addresses import CLOUD_METADATA, AddressPolicy, interface_addresses
 from registry.health.checker import BadResult, ProbeResult, ProbeTarget
 from registry.health.probes import ProbePool, Refused, probe, probe_http, probe_tcp, run_round
-from registry.runtime.node import build_node
+from registry.runtime.composition import build_node
 from tests.health.targets import ERROR, SLOW, HttpTarget, TcpTarget, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

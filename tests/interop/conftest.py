@@ -2,7 +2,7 @@
 
 The suites drive real, unmodified Eureka clients over HTTP, so they need a real server process (not
 Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` (or, with
-``EUREKA_TEST_SERVER=granian``, ``python -m registry.runtime.granian_server``) on a free 127.0.0.1
+``EUREKA_TEST_SERVER=granian``, ``python -m registry.serving.granian_server``) on a free 127.0.0.1
 port with one-second jobs and an access log the tests read to count requests.
 
 ``auth_live_server`` is the same node with API accounts on (``EUREKA_API_AUTH=true``): its database is
@@ -43,7 +43,7 @@ SHUTDOWN_TIMEOUT_S = 10.0
 ACCESS_LOG_FORMAT = "\t".join(["%(m)s", "%(U)s", "%(q)s", "%(s)s"])
 
 # The HTTP server of the nodes these suites start: gunicorn (deploy/gunicorn.conf.py, as ``make run``)
-# or granian (registry/runtime/granian_server.py); ``make test`` runs the client suites under both.
+# or granian (registry/serving/granian_server.py); ``make test`` runs the client suites under both.
 SERVER = os.environ.get("EUREKA_TEST_SERVER", "gunicorn")
 if SERVER not in ("gunicorn", "granian"):
     raise ValueError(f"EUREKA_TEST_SERVER must be gunicorn or granian, not {SERVER!r}")
@@ -430,7 +430,7 @@ def _start(
     server_log = workdir / "server.log"
     env = server_env(workdir, extra_env)
     if (server or SERVER) == "granian":
-        serve = [sys.executable, "-m", "registry.runtime.granian_server"]
+        serve = [sys.executable, "-m", "registry.serving.granian_server"]
     else:
         serve = [str(_gunicorn()), "-c", "deploy/gunicorn.conf.py"]
     command = [

@@ -51,7 +51,8 @@ from django.utils.http import parse_header_parameters
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from registry.wire.handlers import RoutingApplication
 from tests.conftest import FakeClock
 from tests.factories import instance_body

@@ -332,7 +332,7 @@ def test_nginx_sends_the_reads_to_the_readers_and_the_rest_to_the_node(registere
 
 def test_the_readers_processes_hold_no_lease_map(registered):
     """After every route above (served, forwarded, missed), in each worker: no node was built (the
-    probe reads registry.runtime.node in that process), and none could be (get_node() is forbidden
+    probe reads registry.runtime.process in that process), and none could be (get_node() is forbidden
     there: any code path reaching it would have answered 500)."""
     stack = registered
     seen: dict[int, dict] = {}

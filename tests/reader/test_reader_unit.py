@@ -30,7 +30,7 @@ from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey,
 from registry.reader.forwarding import VIA, NodeForwarder, passed_back, request_headers
 from registry.reader.service import Reader, check_settings, reset_reader
 from registry.reader.source import MISSING, REDIS_DOWN, SERVED, STALE, PayloadSource
-from registry.runtime.node import forbid_node, get_node, reset_node
+from registry.runtime.process import forbid_node, get_node, reset_node
 from registry.wire.handlers import ProtocolHandler
 from tests.conftest import FakeClock
 
@@ -650,9 +650,9 @@ def _reader_process(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_the_reader_entry_point_forbids_building_a_node_and_refuses_to_start_without_redis():
     code = (
         "import eureka_site.reader_wsgi\n"
-        "from registry.runtime import node\n"
-        "try:\n    node.get_node()\nexcept RuntimeError as exc:\n    print('refused:', exc)\n"
-        "print('holds node:', node.holds_node())\n"
+        "from registry.runtime import process\n"
+        "try:\n    process.get_node()\nexcept RuntimeError as exc:\n    print('refused:', exc)\n"
+        "print('holds node:', process.holds_node())\n"
     )
     started = _reader_process(code, REDIS_URL="redis://127.0.0.1:1/0")
     assert started.returncode == 0, started.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.runtime.node import OVERDUE_INTERVALS
+from registry.runtime.watchdog import OVERDUE_INTERVALS
 from tests.factories import instance_body
 
 SECRET = "s3cret-for-tests"
@@ -56,13 +56,13 @@ def test_healthz_and_readyz_report_job_freshness(api, node, clock):
 def test_watchdog_runs_only_overdue_jobs(node, clock):
     interval = node.job_intervals()["evict"]
     clock.advance(interval)
-    node._watchdog_run("evict", clock.now)
+    node.watchdog.run_if_overdue(node, "evict", clock.now)
     assert node.job_records["evict"].runs == 0, "on time: Celery is expected to run it"
     clock.advance(OVERDUE_INTERVALS * interval)
-    node._watchdog_run("evict", clock.now)
+    node.watchdog.run_if_overdue(node, "evict", clock.now)
     record = node.job_records["evict"]
     assert (record.runs, record.last_source) == (1, "watchdog")
-    node._watchdog_run("evict", clock.now + 1)
+    node.watchdog.run_if_overdue(node, "evict", clock.now + 1)
     assert record.runs == 1, "just ran: no longer overdue"
 
 

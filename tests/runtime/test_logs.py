@@ -25,8 +25,9 @@ from rest_framework.test import APIClient
 from registry.cluster.peers import PeerSet
 from registry.domain.core import EvictionRun
 from registry.domain.endpoints import parse_peer_urls
+from registry.runtime.composition import build_node
 from registry.runtime.logs import RefusalLinesFilter
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.process import reset_node
 from registry.runtime.state_log import LISTED, StateLog
 from tests.conftest import FakeClock
 from tests.factories import instance_body
@@ -290,7 +291,7 @@ def test_a_job_beat_left_overdue_is_logged_when_the_node_takes_it_and_when_beat_
     interval = node.job_intervals()["sync_response_cache"]
     for _ in range(3):
         clock.advance(4 * interval)
-        node._watchdog_run("sync_response_cache", clock())
+        node.watchdog.run_if_overdue(node, "sync_response_cache", clock())
     node.run_job("sync_response_cache", clock.advance(interval), "celery")
     node.run_job("sync_response_cache", clock.advance(interval), "celery")
     assert events(caplog) == ["job_overdue", "job_back"]

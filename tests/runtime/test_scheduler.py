@@ -44,7 +44,8 @@ def test_a_late_scheduler_runs_a_job_once_not_once_per_missed_slot():
 
 
 def test_node_jobs_evict_expired_leases_and_refresh_the_read_only_cache(eureka_options, clock, api):
-    from registry.runtime.node import build_node, reset_node
+    from registry.runtime.composition import build_node
+    from registry.runtime.process import reset_node
 
     eureka_options = eureka_options.with_changes(
         response_cache__use_read_only=True, registry__enable_self_preservation=False

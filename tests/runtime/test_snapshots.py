@@ -23,7 +23,8 @@ from registry.domain.history import History
 from registry.domain.instances import DataCenterInfo, freeze
 from registry.domain.snapshot_format import SNAPSHOT_FORMAT, BadSnapshot
 from registry.runtime import snapshots
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from registry.runtime.sampler import take_sample
 from registry.runtime.snapshots import (
     FILE_NAME,

@@ -16,9 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from registry.access import accounts
 from registry.cache.redis_tier import RedisReadOnlyTier
 from registry.domain.endpoints import Peer, parse_peer_urls
+from registry.protocol import metrics
 from registry.protocol import urls as protocol_urls
-from registry.runtime import metrics
-from registry.runtime.node import build_node, reset_node
+from registry.runtime.composition import build_node
+from registry.runtime.process import reset_node
 from tests.factories import instance_body
 
 ORDERS_ID = "10.0.0.1:orders:8080"
@@ -358,7 +359,7 @@ def test_auth_refusals_are_counted_by_reason(api, node):
 
 
 def test_the_workers_connections_and_refusals_are_exported(api, node, monkeypatch):
-    from registry.runtime import connections
+    from registry.serving import connections
 
     assert value(scrape(api), "eureka_connections_open") is None  # no gunicorn worker here
     admission = connections.ConnectionAdmission(max_per_address=1, max_total=3)
@@ -377,7 +378,7 @@ def test_the_workers_connections_and_refusals_are_exported(api, node, monkeypatc
 
 
 def test_the_slow_readers_closed_are_exported_by_reason(api, node, monkeypatch):
-    from registry.runtime import connections
+    from registry.serving import connections
 
     readers = connections.SlowReaders(timeout_s=20)
     monkeypatch.setattr(connections, "CURRENT", connections.ConnectionAdmission(0, 0))

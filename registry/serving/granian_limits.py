@@ -35,7 +35,7 @@ So, here:
    ``Shares`` too: past a share, 503 at once). A
    client that takes no byte of its answer for EUREKA_WRITE_TIMEOUT_SECONDS is disconnected by the
    kernel: the listening socket's ``TCP_USER_TIMEOUT``, which every accepted connection inherits
-   (``registry/runtime/granian_server.py``; HAProxy's ``tcp-ut`` does the same), ends a connection whose
+   (``registry/serving/granian_server.py``; HAProxy's ``tcp-ut`` does the same), ends a connection whose
    sent bytes stay unacknowledged, or unsent behind a zero window, that long. The writer's thread
    then ends with it.
 
@@ -57,7 +57,7 @@ from collections.abc import Callable
 from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.wire.request_bodies import BodyDeadlines, BodyTooSlow
 
-logger = logging.getLogger("registry.runtime.granian_server")
+logger = logging.getLogger("registry.serving.granian_server")
 
 # A body is read a byte at a time until two reads in a row came at once (the bytes were there
 # already), then in pieces that double while they come at once, up to this; a piece that had to wait
@@ -67,7 +67,7 @@ BODY_PIECE_BYTES = 64 * 1024
 QUICK_READ_S = 0.001
 # What is read of a body the application answered without reading, and for how long, before the
 # answer (more, or longer: the answer goes cut short, and the connection is closed). As gunicorn's
-# worker (registry/runtime/gunicorn_worker.py).
+# worker (registry/serving/gunicorn_worker.py).
 DRAIN_BYTES = 64 * 1024
 DRAIN_S = 2.0
 # How long an answer cut short waits, written but not ended, before it ends (and hyper closes the
@@ -508,7 +508,7 @@ class Gate:
     the longest-waiting request of the next address in rotation. So a client that sends many requests
     at once waits behind its own, and a request of any other address waits for at most one turn per
     address ahead of it. One thread serves the most heartbeats (no GIL handed between threads:
-    registry/runtime/granian_server.py), which is why the threads kept for bodies must not all run
+    registry/serving/granian_server.py), which is why the threads kept for bodies must not all run
     the application."""
 
     def __init__(self, n: int):

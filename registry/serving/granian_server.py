@@ -21,13 +21,13 @@ How requests reach the node here (granian's own WSGI glue is replaced, see ``ser
   changes for minutes (the feed caps how many are open, ``EUREKA_FEED_MAX_STREAMS``). Every other
   answer is handed to granian in one piece.
 
-What one client may hold, and for how long, is ``registry/runtime/granian_limits.py``; the listening
+What one client may hold, and for how long, is ``registry/serving/granian_limits.py``; the listening
 socket's ``TCP_USER_TIMEOUT`` (``listening_socket``) is the send timeout. docs/security.md ("On
 granian") lists these limits and what the gunicorn worker does that this server does not (connection
 caps per address, a 503 past EUREKA_MAX_CONNECTIONS, gunicorn's answers to malformed HTTP,
 ``X-Forwarded-Proto``, a separate keep-alive time, a watch of the event loop).
 
-The node starts and stops as under gunicorn (``registry.runtime.node.start_serving``, which both
+The node starts and stops as under gunicorn (``registry.serving.lifecycle.start_serving``, which both
 servers call); on SIGTERM the open streams end at once, granian finishes the requests under way, and
 the node stops (jobs, replication, last snapshot). Connections are refused until the node can answer
 them: granian's worker opens its own listening socket (``SO_REUSEPORT``) once the node has started,
@@ -47,7 +47,7 @@ import threading
 import time
 from typing import Any
 
-from registry.runtime.granian_limits import (
+from registry.serving.granian_limits import (
     ANSWER_REFUSED,
     BODY_REFUSED,
     STREAM_ABOVE_BYTES,
@@ -231,7 +231,7 @@ def make_runner(
     to ``access_log`` when given.
 
     A request with a body takes a slot of ``bodies`` first (503 unread without one) and its body is
-    read within ``body_limits``, watched by ``deadlines`` (registry/runtime/granian_limits.py); an
+    read within ``body_limits``, watched by ``deadlines`` (registry/serving/granian_limits.py); an
     answer given without reading the body waits until the rest of it is read (``TimedBody.drain``).
     Answers are handed over in one piece, large ones in pieces from a thread of their own (a slot of
     ``writers``, 503 without one), streaming ones from a thread of their own."""
@@ -374,12 +374,11 @@ def make_runner(
 
 def end_streams() -> None:
     """At SIGTERM: the change feed's streams end at once instead of holding the stop."""
-    from registry.runtime.node import holds_node
+    # Here, not at the top: granian's master process runs this module too, and loads no node.
+    from registry.runtime.process import get_node, holds_node
 
     if not holds_node():
         return
-    from registry.runtime.node import get_node
-
     streams = get_node().change_streams
     if streams is not None:
         streams.close()
@@ -418,7 +417,7 @@ def _worker_target():
         from granian._granian import WorkerSignal, WSGIWorker
         from granian.server.common import WORKERS_METHODS, TaskImpl
 
-        from registry.runtime.node import start_serving, stop_serving
+        from registry.serving.lifecycle import start_serving, stop_serving
 
         options = _worker_options()
         start_serving(options["listening"])
@@ -499,7 +498,7 @@ def listening_socket(spec, write_timeout_s: float):
     otherwise hold its connection, and what was written for it, for as long as it likes."""
     import socket
 
-    from registry.runtime.connections import limit_unsent
+    from registry.serving.connections import limit_unsent
 
     holder = spec.build()
     # A second descriptor of the same socket, to set the options with; closing it leaves granian's.
@@ -554,7 +553,7 @@ def refuse_a_taken_port(host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m registry.runtime.granian_server",
+        prog="python -m registry.serving.granian_server",
         description="Serve a registry node on granian (see the module's docstring).",
     )
     parser.add_argument("--bind", type=parse_bind, default=parse_bind(DEFAULT_BIND), help="HOST:PORT")

@@ -1,5 +1,5 @@
-"""Which new connections a node takes (registry/runtime/connections.py) and how long the gunicorn
-worker gives a connection to send a request (registry/runtime/gunicorn_worker.py, the sweeper's limits).
+"""Which new connections a node takes (registry/serving/connections.py) and how long the gunicorn
+worker gives a connection to send a request (registry/serving/gunicorn_worker.py, the sweeper's limits).
 The live behaviour, with real sockets: tests/deploy/test_slow_clients_live.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import gevent
 
-from registry.runtime import gunicorn_worker
-from registry.runtime.connections import (
+from registry.serving import gunicorn_worker
+from registry.serving.connections import (
     HELD_BYTES,
     PER_ADDRESS,
     SHED,

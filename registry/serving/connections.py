@@ -3,7 +3,7 @@
 A registry is the service every other one needs at start-up, so no single client may hold it: one
 address that opens thousands of connections and sends nothing (or a body one byte at a time) would
 otherwise fill gunicorn's ``worker_connections`` and leave the fleet's heartbeats waiting in the
-kernel's accept queue. The gunicorn worker (``registry/runtime/gunicorn_worker.py``) asks
+kernel's accept queue. The gunicorn worker (``registry/serving/gunicorn_worker.py``) asks
 ``ConnectionAdmission.admit`` for every accepted connection before it reads a byte of it, and answers a
 refused one with a short 503 and closes it: the refusal costs an accept and a write, no greenlet
 stays, and the memory the node spends on connections is bounded by the caps times what one costs.

@@ -1,6 +1,6 @@
 """The worker's rule for what is left of a request body after the response.
 
-Subject: registry/runtime/gunicorn_worker.py.
+Subject: registry/serving/gunicorn_worker.py.
 
 These use gunicorn's own body readers over in-memory input; the live behaviour (a refused body that is
 not read to its end, answers that reach clients still sending) is in test_http_framing.py.
@@ -18,9 +18,9 @@ from gunicorn.http.body import Body, ChunkedReader, LengthReader
 from gunicorn.http.unreader import IterUnreader
 
 from registry.domain.refusals import RefusalLines
-from registry.runtime import connections, gunicorn_worker
-from registry.runtime.connections import SHED, WRITE_TIMEOUT, ConnectionAdmission, SlowReaders
-from registry.runtime.gunicorn_worker import DRAIN_BYTES, discard_unread_body
+from registry.serving import connections, gunicorn_worker
+from registry.serving.connections import SHED, WRITE_TIMEOUT, ConnectionAdmission, SlowReaders
+from registry.serving.gunicorn_worker import DRAIN_BYTES, discard_unread_body
 
 
 def length_body(data: bytes, length: int | None = None) -> Body:
@@ -504,7 +504,7 @@ def test_a_large_body_is_sent_in_slices_with_a_turn_of_the_loop_between_them(mon
     assert turns == []
 
 
-# ---- readers that do not read (registry/runtime/connections.py SlowReaders) ----
+# ---- readers that do not read (registry/serving/connections.py SlowReaders) ----
 
 
 @pytest.fixture

@@ -46,8 +46,9 @@ from prometheus_client.registry import Collector
 from registry.access import accounts, roles
 from registry.access.clients import client_address
 from registry.domain import constants as c
-from registry.runtime import connections
-from registry.runtime.node import get_node
+from registry.runtime.process import get_node
+from registry.runtime.watchdog import overdue_jobs
+from registry.serving import connections
 from registry.wire import handlers
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class NodeCollector(Collector):
         yield views
 
     def _connections(self) -> Iterator[Metric]:
-        """The serving worker's connection admission (registry/runtime/connections.py); nothing
+        """The serving worker's connection admission (registry/serving/connections.py); nothing
         outside a gunicorn worker of ours (tests, management commands)."""
         admission = connections.CURRENT
         if admission is None:
@@ -545,7 +546,7 @@ class NodeCollector(Collector):
             labels=["job"],
         )
         interval = GaugeMetricFamily("eureka_job_interval_seconds", "Each job's interval.", labels=["job"])
-        overdue_now = set(node.overdue_jobs(now))
+        overdue_now = set(overdue_jobs(node, now))
         intervals = node.job_intervals()
         for name, record in node.job_records.items():
             runs.add_metric([name], record.runs)

@@ -5,7 +5,7 @@ before it forks; the application itself is loaded in the worker, see ``deploy/gu
 What it changes in gunicorn's gevent worker, and why:
 
 * **No client takes the node off the network by holding connections.** Every accepted connection is
-  admitted or refused before a byte of it is read (``registry/runtime/connections.py``: a cap per client
+  admitted or refused before a byte of it is read (``registry/serving/connections.py``: a cap per client
   address and one in all, below ``worker_connections``; a refused one gets a 503 and is closed). A new
   connection must send its request head within the header timeout (Tomcat's ``connectionTimeout``, 20 s),
   a kept-alive one its next request within the keep-alive time, shortened to the header timeout while most
@@ -180,7 +180,7 @@ SMALL_WRITE = 64 * 1024
 # served, not background work.
 SEND_SLICE = 256 * 1024
 
-# The worker's slow readers (registry/runtime/connections.py ``SlowReaders``), set when it serves: a
+# The worker's slow readers (registry/serving/connections.py ``SlowReaders``), set when it serves: a
 # write the socket does not take at once is noted there, and the sweeper closes it if its reader
 # stops reading. None elsewhere (another worker class, tests): writes then block as gunicorn's do.
 SLOW_READERS = None
@@ -206,7 +206,7 @@ def write_small_at_once(sock, data, chunked=False):
     slow_readers = SLOW_READERS
     sent = 0
     if slow_readers is not None and size > SMALL_WRITE:
-        from registry.runtime.connections import limit_unsent
+        from registry.serving.connections import limit_unsent
 
         limit_unsent(sock)  # before the first send: the kernel takes little more than a window of it
     if size <= SEND_SLICE:
@@ -354,7 +354,7 @@ class _NextRequestWait:
 
 class AdmittingPool(Pool):
     """The pool of a listener's connection greenlets, which admits a connection before it spawns one
-    for it (``registry/runtime/connections.py``): a refused connection costs an accept and a send,
+    for it (``registry/serving/connections.py``): a refused connection costs an accept and a send,
     no greenlet, so a flood of them delays the accept queue, and the heartbeats in it, the least.
 
     gevent's server calls ``spawn(serve, handle, close, (client, address))`` from its accept loop."""
@@ -404,7 +404,7 @@ class RegistryWorker(GeventWorker):
         self.header_timeout_s = 0.0
         # Which refusals get a log line (registry/domain/refusals.py), set with the limits.
         self.refusal_lines = None
-        # Set when the worker runs, as the admission (registry/runtime/connections.py SlowReaders).
+        # Set when the worker runs, as the admission (registry/serving/connections.py SlowReaders).
         self.slow_readers = None
 
     def run(self):
@@ -416,14 +416,14 @@ class RegistryWorker(GeventWorker):
     def use_connection_limits(self) -> None:
         """The caps and the header timeout of EUREKA_MAX_CONNECTIONS(_PER_ADDRESS) and
         EUREKA_HEADER_TIMEOUT_SECONDS, and the slow readers' limits of EUREKA_WRITE_TIMEOUT_SECONDS and
-        EUREKA_SLOW_READERS_MAX_BYTES (registry/runtime/connections.py). Read once the application is
+        EUREKA_SLOW_READERS_MAX_BYTES (registry/serving/connections.py). Read once the application is
         loaded (in the worker: the master loads nothing of the project)."""
         global SLOW_READERS
         from django.conf import settings
 
         from registry.access.clients import is_trusted_proxy
         from registry.domain.refusals import RefusalLines
-        from registry.runtime import connections
+        from registry.serving import connections
 
         self.refusal_lines = RefusalLines(settings.EUREKA.process.refusal_log_interval_seconds)
         limits = settings.EUREKA.connections
@@ -457,7 +457,7 @@ class RegistryWorker(GeventWorker):
         """Answer a refused connection and close it, without reading from it. Called from the accept
         loop (the hub): the answer goes in one non-blocking send, or not at all."""
         from registry.domain.refusals import refusal_fields
-        from registry.runtime.connections import refusal_answer
+        from registry.serving.connections import refusal_answer
 
         try:
             getattr(client, "_sock", client).send(refusal_answer(reason))
@@ -527,7 +527,7 @@ class RegistryWorker(GeventWorker):
         return True
 
     def _close_slow_reader(self, write) -> None:
-        from registry.runtime.connections import reset_on_close
+        from registry.serving.connections import reset_on_close
 
         # From the hub, and only if that greenlet is still in that same write.
         def close() -> None:

@@ -1,4 +1,4 @@
-"""registry/runtime/granian_server.py and granian_limits.py without granian's server: the callback's
+"""registry/serving/granian_server.py and granian_limits.py without granian's server: the callback's
 dispatch (answers in one piece, large ones in pieces and streams from threads of their own, bodies in
 slots per address, the application's turns), the body deadlines on an injected clock and the answers
 they send, the access log, and the listening socket's send timeout."""
@@ -15,8 +15,8 @@ import pytest
 from django.conf import settings
 
 from registry.domain.refusals import RefusalLines
-from registry.runtime.connections import UNSENT_BYTES
-from registry.runtime.granian_limits import (
+from registry.serving.connections import UNSENT_BYTES
+from registry.serving.granian_limits import (
     BODY_LATE,
     BODY_PIECE_BYTES,
     BODY_REFUSED,
@@ -29,7 +29,7 @@ from registry.runtime.granian_limits import (
     Tally,
     TimedBody,
 )
-from registry.runtime.granian_server import (
+from registry.serving.granian_server import (
     AccessLog,
     listening_socket,
     make_runner,
