@@ -176,6 +176,7 @@ def test_failed_sign_ins_are_throttled_and_a_closed_api_closes_the_console(tmp_p
 
 
 def _settings_value(name: str, **env: str) -> str:
+    """``settings.<name>`` (e.g. ``EUREKA.dashboard.login_required``) in a fresh process with ``env``."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("EUREKA_")}
     result = subprocess.run(
         [
@@ -196,17 +197,17 @@ def _settings_value(name: str, **env: str) -> str:
 
 
 def test_the_console_needs_sign_in_by_default_exactly_when_api_accounts_are_on():
-    assert _settings_value("EUREKA_DASHBOARD_LOGIN_REQUIRED") == "False"
-    assert _settings_value("EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_API_AUTH="true") == "True"
+    assert _settings_value("EUREKA.dashboard.login_required") == "False"
+    assert _settings_value("EUREKA.dashboard.login_required", EUREKA_API_AUTH="true") == "True"
     # An explicit value wins either way.
     assert (
         _settings_value(
-            "EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_API_AUTH="true", EUREKA_DASHBOARD_LOGIN_REQUIRED="false"
+            "EUREKA.dashboard.login_required", EUREKA_API_AUTH="true", EUREKA_DASHBOARD_LOGIN_REQUIRED="false"
         )
         == "False"
     )
     assert (
-        _settings_value("EUREKA_DASHBOARD_LOGIN_REQUIRED", EUREKA_DASHBOARD_LOGIN_REQUIRED="true") == "True"
+        _settings_value("EUREKA.dashboard.login_required", EUREKA_DASHBOARD_LOGIN_REQUIRED="true") == "True"
     )
 
 
