@@ -5,31 +5,37 @@ BIN := $(VENV)/bin
 PORT ?= 8761
 JS_DIR := tests/interop/js
 
-.PHONY: run stack test lint check install clean bench system-deps superuser helm-tools kubernetes docs docs-serve
+.PHONY: run stack test test-fast lint check install clean bench system-deps superuser helm-tools kubernetes docs docs-serve
 
+# setuptools tells of every editable install that a folder named like a package may shadow it: true of
+# any editable install, and nothing to act on here.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
 
-# var/staticfiles is where collectstatic writes (Docker, systemd); whitenoise serves it when present.
-var:
-	mkdir -p var/staticfiles
+# Where collectstatic writes (Docker, systemd) and whitenoise looks at start (it warns when the folder is
+# missing). The target is the folder itself, so it is made even where var/ exists already (a test run,
+# `make bench` or `make kubernetes` makes var/ too).
+STATIC := var/staticfiles
+
+$(STATIC):
+	mkdir -p $@
 
 # A node on another port keeps its own database: `PORT=8762 EUREKA_PEER_URLS=... make run` beside a
 # first node is a two-node cluster (docs/clusters.md).
 DATA_DIR ?= $(if $(filter 8761,$(PORT)),var,var/node-$(PORT))
 
-run: install var
+run: install $(STATIC)
 	mkdir -p $(DATA_DIR)
 	EUREKA_DATA_DIR=$(DATA_DIR) $(BIN)/python manage.py migrate --noinput
 	EUREKA_DATA_DIR=$(DATA_DIR) $(BIN)/gunicorn -c deploy/gunicorn.conf.py --bind 0.0.0.0:$(PORT)
 
 # The first admin account (asks for a name and a password; there is no default one).
-superuser: install var
+superuser: install $(STATIC)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py createsuperuser
 
@@ -38,7 +44,7 @@ superuser: install var
 # `make stack READERS=2` adds a reader with 2 workers on READER_PORT (default PORT + 19: 8780).
 READERS ?= $(or $(STACK_READERS),0)
 
-stack: install var
+stack: install $(STATIC)
 	PORT=$(PORT) STACK_READERS=$(READERS) bash deploy/stack.sh
 
 lint: install
@@ -55,7 +61,7 @@ docs: install
 docs-serve: install
 	$(MKDOCS) serve
 
-check: install var
+check: install $(STATIC)
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
@@ -92,11 +98,24 @@ helm-tools: install
 kubernetes: helm-tools
 	$(BIN)/python deploy/helm/tools.py render
 
+# pytest-xdist: the tests run in TEST_WORKERS processes, each taking one test module at a time
+# (tests/conftest.py). Most of a live test's time is spent waiting (heartbeat intervals, clients'
+# fetch timers, JVMs booting), so more processes than cores pay (docs/tests.md). The few tests held
+# to a latency or CPU bound (marked serial) run after the others, alone.
+TEST_WORKERS ?= 4
+
+# Every suite: the real-client suites of tests/interop run against gunicorn and against granian.
 test: install lint check system-deps helm-tools $(JS_DIR)/node_modules/.installed
 	$(MKDOCS) build --strict
-	$(BIN)/pytest
-	# The real-client suites again, against a node served by granian (registry/serving/granian_server.py).
-	EUREKA_TEST_SERVER=granian $(BIN)/pytest tests/interop
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"
+	$(BIN)/pytest -m serial
+
+# The inner loop: unit and API tests, no server process started (docs/tests.md).
+NOT_LIVE = not (live or interop or integration or cluster or browser)
+
+test-fast: install $(STATIC) helm-tools
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "$(NOT_LIVE) and not serial"
+	$(BIN)/pytest -m "$(NOT_LIVE) and serial"
 
 # `make bench` is the heartbeats-and-fetches benchmark on a node it starts; `make bench BENCH=readers
 # BENCH_ARGS="--rounds 1"` runs another (bench/run.py --list names them; bench/README.md).

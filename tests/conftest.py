@@ -3,19 +3,84 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from registry.runtime.composition import build_node
 from registry.runtime.process import reset_node
 
 START_MS = 1_796_000_000_000
 
+# Markers of the tests that start server processes (pyproject.toml lists them).
+LIVE_MARKERS = frozenset({"live", "interop", "integration", "cluster", "browser"})
+# The HTTP server in a tests/interop test's id: ``test_x[gunicorn]``, ``test_x[eureka-client-2.0-granian]``.
+INTEROP_SERVER_ID = re.compile(r"\[(?:.*-)?(gunicorn|granian)(?:-.*)?\]$")
+
 # Nodes the tests start (gunicorn, Celery) inherit this: none restores a warm-restart snapshot left by
 # another test, or by a `make run` node in var/. The warm-restart tests turn it on for their nodes.
 os.environ["EUREKA_WARM_RESTART"] = "false"
+
+
+class ModuleScheduling(LoadScopeScheduling):
+    """pytest-xdist's scheduling (``make test``): each worker takes one test module at a time and runs it
+    whole, so the servers its module-scoped fixtures start are started once. A module of tests/interop
+    is two, one per HTTP server its tests run on, so its gunicorn and granian halves run side by side.
+    Modules go out in collection order, which in a worker puts the live ones first
+    (``pytest_collection_modifyitems``): the longest start early and the short unit modules fill in."""
+
+    def __init__(self, config: pytest.Config, log: Producer) -> None:
+        super().__init__(config, log)
+        # The count of tests in a module says little about its time.
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        module, _, test = nodeid.partition("::")
+        server = INTEROP_SERVER_ID.search(test) if module.startswith("tests/interop/") else None
+        return f"{module}[{server.group(1)}]" if server else module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling:
+    return ModuleScheduling(config, log)
+
+
+def _flushes_the_database(item: pytest.Item) -> bool:
+    """A test on a transactional test database (pytest-django's ``transactional_db``, its in-process
+    ``live_server``), which empties the tables when it ends: the roles the migrations made too, which
+    later tests in the same process read. tests/interop's ``live_server`` is a fixture of its own."""
+    if item.nodeid.startswith("tests/interop/"):
+        return False
+    marker = item.get_closest_marker("django_db")
+    transaction = marker is not None and marker.kwargs.get("transaction", False)
+    return transaction or "transactional_db" in item.fixturenames or "live_server" in item.fixturenames
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker: the modules of tests/interop first, then the other live ones, then the
+    rest, and last the modules with a test that empties the database (pytest-django runs those last
+    too, so that no test after them in the same process misses what the migrations wrote); each
+    module's tests in the order pytest gave them."""
+    if not hasattr(config, "workerinput"):
+        return
+
+    def rank(item: pytest.Item) -> int:
+        if _flushes_the_database(item):
+            return 3
+        if item.nodeid.startswith("tests/interop/"):
+            return 0
+        return 1 if LIVE_MARKERS.intersection(mark.name for mark in item.iter_markers()) else 2
+
+    module_ranks: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.partition("::")[0]
+        module_ranks[module] = max(module_ranks.get(module, 0), rank(item))
+    items.sort(key=lambda item: module_ranks[item.nodeid.partition("::")[0]])
 
 
 class FakeClock:

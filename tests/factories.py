@@ -1,9 +1,12 @@
-"""Builders of registration bodies in the shapes real clients send."""
+"""Builders of registration bodies in the shapes real clients send, and of instances as the registry
+holds them."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from registry.domain.instances import InstanceInfo
 
 
 def instance_body(
@@ -42,6 +45,18 @@ def instance_body(
         body["lastDirtyTimestamp"] = str(last_dirty)
     body.update(copy.deepcopy(extra))
     return {"instance": body}
+
+
+def instance_info(app: str = "ORDERS", n: int = 1, **fields: Any) -> InstanceInfo:
+    """Instance ``n`` of ``app`` as the registry holds it: id ``host{n}:{app}:8080``, host ``host{n}``,
+    address ``10.0.0.{n}``; ``fields`` set the others (or replace these)."""
+    identity = {
+        "instance_id": f"host{n}:{app.lower()}:8080",
+        "app": app,
+        "host_name": f"host{n}",
+        "ip_addr": f"10.0.0.{n}",
+    }
+    return InstanceInfo(**{**identity, **fields})
 
 
 def fleet_member(k: int, apps: int) -> dict[str, Any]:

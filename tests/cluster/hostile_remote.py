@@ -5,8 +5,8 @@ JSON whitespace), with an answer under the size cap that expands into millions o
 gzip, 66 MB of valid JSON: one app holding 22 million empty ``{}`` instances, or a batch answer of 22
 million ``{}``), or trickles its answer a byte at a time.
 
-The bomb and the expanding answers are compressed in 1 MiB slices and kept for the session, so the
-tests never hold their inflated forms themselves.
+The bomb and the expanding answers are compressed in 1 MiB slices when a remote turns to them and kept
+for the session, so the tests never hold their inflated forms themselves.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ class HostileRemote:
         self, mode: str = "fine", trickle_s: float = 0.2, empty: bool = False, large: int = 0
     ) -> None:
         self.large = large
+        if large:
+            large_registry(large)
         self.mode = mode
         self.empty = empty
         self.trickle_s = trickle_s
@@ -185,6 +187,21 @@ class HostileRemote:
         self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/eureka/"
         threading.Thread(target=self.server.serve_forever, name="hostile-remote", daemon=True).start()
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        # Each answer is built before the remote answers with it, not while a client waits: building
+        # one takes seconds of CPU, which on a busy machine would run into the client's read timeout.
+        if mode == "bomb":
+            gzip_bomb()
+        elif mode == "expanding":
+            expanding_answer()
+            expanding_answer(batch=True)
+        self._mode = mode
 
     def close(self) -> None:
         self.server.shutdown()

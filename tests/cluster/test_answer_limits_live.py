@@ -32,7 +32,9 @@ import pytest
 
 from tests.cluster.hostile_remote import REMOTE_INSTANCE_ID, HostileRemote, expanding_answer, gzip_bomb
 from tests.factories import instance_body
-from tests.interop.conftest import LiveServer, running_server
+from tests.interop.conftest import LiveServer, running_server, wait_until
+
+pytestmark = pytest.mark.live
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +51,7 @@ HEARTBEAT_MAX_S = 0.5
 
 
 def wait_for(what: str, check: Callable[[], object], timeout_s: float = DEADLINE_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.1)
+    return wait_until(check, timeout_s, what)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,7 +5,6 @@ through A's ``GET apps?regions=us-west`` and ``apps/delta?regions=us-west``, as 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +13,9 @@ import httpx
 import pytest
 
 from tests.factories import instance_body
-from tests.interop.conftest import LiveServer, free_port, running_server
+from tests.interop.conftest import LiveServer, free_port, running_server, wait_until
+
+pytestmark = pytest.mark.live
 
 JSON = {"Accept": "application/json"}
 DEADLINE_S = 15.0
@@ -72,14 +73,7 @@ def hashcode_over(held) -> str:
 
 
 def wait_for(what: str, check: Callable[[], object]) -> object:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {DEADLINE_S:.0f} s: {what}")
-        time.sleep(0.2)
+    return wait_until(check, DEADLINE_S, what, interval=0.2)
 
 
 def ids(doc: dict) -> set[str]:

@@ -20,6 +20,8 @@ import pytest
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, running_server, wait_until
 
+pytestmark = pytest.mark.live
+
 BATCH_PATH = "/eureka/peerreplication/batch/"
 JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 # Raised from 1,000 (and the body limit from 1 MiB) so that one batch takes long enough to apply for
@@ -150,6 +152,7 @@ def register_beating(server: LiveServer, host: str) -> str:
     return f"/eureka/apps/BEATING/{body['instance']['instanceId']}?status=UP"
 
 
+@pytest.mark.serial  # a latency bound that tests running beside it would break
 def test_heartbeats_are_answered_within_50ms_at_p99_while_two_clients_flood_the_issues_batches(node_server):
     beat_path = register_beating(node_server, "10.8.0.1")
     flood = orjson.dumps({"replicationList": [BAD_CANCEL] * ISSUE_ITEMS})

@@ -15,14 +15,14 @@ from registry.console_data.queries import (
 )
 from registry.domain import constants as c
 from registry.domain.instances import DataCenterInfo, InstanceInfo, freeze
+from tests.factories import instance_info
 
 
 def record(app="ORDERS", n=1, status=c.UP, metadata=None, status_page=None, dc=None) -> InstanceInfo:
-    return InstanceInfo(
-        instance_id=f"host{n}:{app.lower()}:8080",
-        app=app,
+    return instance_info(
+        app,
+        n,
         host_name=f"host{n}.example.org",
-        ip_addr=f"10.0.0.{n}",
         status=status,
         metadata=freeze(metadata),
         status_page_url=status_page,

@@ -31,6 +31,8 @@ from tests.interop.conftest import (
     server_env,
 )
 
+pytestmark = pytest.mark.live
+
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"

@@ -21,6 +21,8 @@ from registry.wire.http import browser_refusal
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, raw_request, running_server
 
+pytestmark = pytest.mark.live
+
 CONTROL_SECRET = "browser-test-control-secret"
 APP = "DRIVEBY"
 

@@ -29,6 +29,8 @@ import pytest
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024

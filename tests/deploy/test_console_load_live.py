@@ -25,6 +25,8 @@ import pytest
 from tests.factories import instance_body, register_item
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 REGISTERED = 10_000
 BATCH = 1_000
 FLEET = 20

@@ -14,8 +14,12 @@ import socket
 import threading
 import time
 
+import pytest
+
 from tests.factories import instance_body
 from tests.interop.conftest import running_server
+
+pytestmark = pytest.mark.live
 
 GRACEFUL_TIMEOUT_S = 20  # deploy/gunicorn.conf.py
 

@@ -1,6 +1,6 @@
 """A node served by granian (registry/serving/granian_server.py), live on loopback: what that server
-does differently from gunicorn's worker. The client suites run against it too (``make test`` runs
-tests/interop with ``EUREKA_TEST_SERVER=granian``)."""
+does differently from gunicorn's worker. The client suites run against it too (each test of
+tests/interop runs on gunicorn and on granian)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest
 
 from tests.factories import instance_body, register_item
 from tests.interop.conftest import running_server
+
+pytestmark = pytest.mark.live
 
 JSON = {"Accept": "application/json", "Content-Type": "application/json"}
 # tests/conftest.py turns warm restart off for every other test's nodes.

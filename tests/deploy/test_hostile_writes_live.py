@@ -16,6 +16,8 @@ import pytest
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 FIVE_MINUTES = 5 * 60_000
 JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 

@@ -20,6 +20,8 @@ import pytest
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 BODY_LIMIT = 2048
 INSTANCE_ID = "10.0.0.1:orders:8080"
 

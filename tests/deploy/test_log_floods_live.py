@@ -22,6 +22,8 @@ import pytest
 
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 INTERVAL_S = 2
 ENV = {"ALLOWED_HOSTS": "127.0.0.1,localhost", "EUREKA_REFUSAL_LOG_INTERVAL_SECONDS": str(INTERVAL_S)}
 PATHS = [

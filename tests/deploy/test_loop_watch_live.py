@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.interop.conftest import running_server
+
+pytestmark = pytest.mark.live
 
 
 def worker_pid(master_pid: int) -> int:

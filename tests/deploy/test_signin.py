@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.factories import instance_body
 from tests.interop.conftest import (
@@ -30,6 +31,8 @@ from tests.interop.conftest import (
     running_server,
     server_env,
 )
+
+pytestmark = pytest.mark.live
 
 STAFF = ("ops", "Staff-Secret-42")
 # Wrong sign-ins posted at once while heartbeats are timed.
@@ -70,6 +73,7 @@ def post_sign_in(client: httpx.Client, token: str, username: str, password: str)
     )
 
 
+@pytest.mark.serial  # a latency bound that tests running beside it would break
 def test_wrong_sign_ins_do_not_stall_heartbeats(tmp_path, api_accounts_database):  # noqa: F811
     database_with_staff(tmp_path, api_accounts_database)
     # The throttle would soon refuse these sign-ins without hashing, which would hide a stall: off here,

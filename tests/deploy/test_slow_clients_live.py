@@ -29,6 +29,8 @@ from tests.interop.conftest import (  # noqa: F401 (api_accounts_database is a f
     running_server,
 )
 
+pytestmark = pytest.mark.live
+
 LIMITS = {
     "EUREKA_HEADER_TIMEOUT_SECONDS": "1",
     "EUREKA_BODY_IDLE_TIMEOUT_SECONDS": "1",

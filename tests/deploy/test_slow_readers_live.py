@@ -27,6 +27,8 @@ import pytest
 from tests.factories import fleet_member, instance_body, register_item
 from tests.interop.conftest import LiveServer, running_server
 
+pytestmark = pytest.mark.live
+
 REGISTERED = 10_000
 BATCH = 500
 WRITE_TIMEOUT_S = 3.0

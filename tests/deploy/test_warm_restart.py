@@ -27,6 +27,8 @@ from registry.runtime.snapshots import FILE_NAME, decode, redis_key
 from tests.factories import instance_body
 from tests.interop.conftest import free_port, require_toolchain, running_server, wait_until
 
+pytestmark = pytest.mark.live
+
 logger = logging.getLogger(__name__)
 
 LEASE_S = 10

@@ -12,6 +12,7 @@ from registry.domain.instances import InstanceInfo
 from registry.domain.lease_map import reconcile_hashcode
 from registry.domain.leases import Lease, MeasuredRate, expired_among, views_of
 from registry.domain.write_rules import LimitExceeded, RegistryFull
+from tests.factories import instance_info
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -19,11 +20,9 @@ MIN = 60 * SEC
 
 
 def inst(app="ORDERS", n=1, status=c.UP, dirty=T0, duration=90, vip=None, **kw) -> InstanceInfo:
-    return InstanceInfo(
-        instance_id=f"host{n}:{app.lower()}:8080",
-        app=app,
-        host_name=f"host{n}",
-        ip_addr=f"10.0.0.{n}",
+    return instance_info(
+        app,
+        n,
         status=status,
         duration_secs=duration,
         last_dirty_timestamp=dirty,

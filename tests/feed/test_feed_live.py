@@ -20,6 +20,8 @@ import pytest
 from tests.factories import instance_body
 from tests.interop.conftest import LiveServer, running_server, wait_until
 
+pytestmark = pytest.mark.live
+
 RETENTION_MS = 6_000
 ENV = {
     "EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS": str(RETENTION_MS),

@@ -31,6 +31,8 @@ from tests.factories import instance_body
 from tests.integration.conftest import _redis_answers, free_port, stop
 from tests.interop.conftest import PROJECT_ROOT, require_toolchain, running_server, wait_until
 
+pytestmark = pytest.mark.live
+
 
 class FakePipeline:
     def __init__(self, client):

@@ -13,6 +13,7 @@ from registry.domain.core import Registry, RegistryRules
 from registry.domain.instances import InstanceInfo, freeze
 from registry.health.checker import ACTOR, CLAIM_GRACE_MS, HealthChecker, ProbeResult
 from registry.health.config import KEY_INTERVAL, KEY_KIND, KEY_RECOVER, KEY_THRESHOLD, CheckDefaults
+from tests.factories import instance_info
 
 T0 = 1_796_000_000_000
 SEC = 1000
@@ -22,11 +23,9 @@ APP = "ORDERS"
 
 
 def instance(n=1, status=c.UP, metadata=None, **fields) -> InstanceInfo:
-    return InstanceInfo(
-        instance_id=f"host{n}:orders:8080",
-        app=APP,
-        host_name=f"host{n}",
-        ip_addr=f"10.0.0.{n}",
+    return instance_info(
+        APP,
+        n,
         status=status,
         health_check_url=f"http://10.0.0.{n}:8080/health",
         metadata=freeze({KEY_KIND: "http"} if metadata is None else metadata),

@@ -23,6 +23,8 @@ from tests.factories import instance_body
 from tests.health.targets import ERROR, OK, SLOW, HttpTarget, TcpTarget
 from tests.interop.conftest import running_server, server_env, wait_until
 
+pytestmark = pytest.mark.live
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Short, so a DOWN takes ~2 s: probes every second, 0.4 s to answer, DOWN after 2, UP after 2.

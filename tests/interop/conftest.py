@@ -1,9 +1,17 @@
-"""Fixtures of the interoperability suites: a live node on loopback and toolchain checks.
+"""Fixtures of the interoperability suites: a live node on loopback, the test's own view of it, and
+toolchain checks.
 
 The suites drive real, unmodified Eureka clients over HTTP, so they need a real server process (not
-Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` (or, with
-``EUREKA_TEST_SERVER=granian``, ``python -m registry.serving.granian_server``) on a free 127.0.0.1
-port with one-second jobs and an access log the tests read to count requests.
+Django's test client): ``live_server`` starts ``gunicorn -c deploy/gunicorn.conf.py`` or ``python -m
+registry.serving.granian_server`` on a free 127.0.0.1 port with one-second jobs and an access log the
+tests read to count requests. Every test of ``tests/interop`` runs once on each of the two servers
+(``http_server``); ``EUREKA_TEST_SERVER=gunicorn`` (or ``granian``) runs it on that one alone.
+
+``admin`` and ``auth_admin`` are the test's own ``RegistryAdmin`` of ``live_server`` and
+``auth_live_server``, through the prefix its module names in ``ADMIN_PREFIX`` (and ``AUTH_ADMIN_PREFIX``
+where the node with API accounts is read through another one): the prefix its client does not use, so
+the access log tells the client's requests from the test's. ``client_factory`` starts a suite's clients
+and closes them all when the test ends.
 
 ``auth_live_server`` is the same node with API accounts on (``EUREKA_API_AUTH=true``): its database is
 migrated and holds one account per role (``API_ACCOUNTS``, made with ``manage.py eureka_account``), and
@@ -22,11 +30,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, Protocol, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -42,11 +52,14 @@ SHUTDOWN_TIMEOUT_S = 10.0
 # One request per line, tab-separated: method, path (percent-decoded, as Django routes it), query, status.
 ACCESS_LOG_FORMAT = "\t".join(["%(m)s", "%(U)s", "%(q)s", "%(s)s"])
 
-# The HTTP server of the nodes these suites start: gunicorn (deploy/gunicorn.conf.py, as ``make run``)
-# or granian (registry/serving/granian_server.py); ``make test`` runs the client suites under both.
+# The HTTP servers of the nodes the tests start: gunicorn (deploy/gunicorn.conf.py, as ``make run``) and
+# granian (registry/serving/granian_server.py). The suites of tests/interop run on both (``http_server``),
+# or on the one EUREKA_TEST_SERVER names; a node started elsewhere runs on SERVER unless its test says.
+SERVERS = ("gunicorn", "granian")
 SERVER = os.environ.get("EUREKA_TEST_SERVER", "gunicorn")
-if SERVER not in ("gunicorn", "granian"):
+if SERVER not in SERVERS:
     raise ValueError(f"EUREKA_TEST_SERVER must be gunicorn or granian, not {SERVER!r}")
+INTEROP_SERVERS = (SERVER,) if "EUREKA_TEST_SERVER" in os.environ else SERVERS
 
 # Jobs every second so a change is visible to readers (read-only cache) within ~1 s. Delta entries
 # live 4 s: several client polls (1 s), yet short enough that a test can wait for an instance to leave
@@ -96,20 +109,109 @@ def require_toolchain(name: str, ok: bool, how_to_install: str) -> None:
     pytest.skip(message)
 
 
-def close_stdin_driven(process: subprocess.Popen, reader, timeout: float) -> None:
-    """Closing stdin tells a client driver to stop its client and exit; kill it if it hangs."""
-    if process.poll() is None:
-        try:
-            assert process.stdin is not None
-            process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-    reader.join(timeout=5)
+class DriverProcess:
+    """A client driver (the JS and Java suites' programs): a process that prints one JSON object a line,
+    its events (other lines come as ``{"event": "output", "line": ...}``, and ``{"event": "eof"}``
+    ends them), collected by a reader thread, and reads commands as JSON lines on stdin. Closing its
+    stdin tells it to stop its client and exit. ``label`` names it in failures ("the JS client")."""
+
+    def __init__(self, command: list[str], cwd: Path, label: str, close_timeout: float):
+        self.label = label
+        self.close_timeout = close_timeout
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+        self._next_id = 0
+        self._reader = threading.Thread(target=self._read, name=label, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            text = line.rstrip("\n")
+            try:
+                event = json.loads(text)
+                if not isinstance(event, dict):
+                    raise ValueError
+            except ValueError:
+                event = {"event": "output", "line": text}
+            with self._cond:
+                self.events.append(event)
+                self._cond.notify_all()
+        with self._cond:
+            self.events.append({"event": "eof"})
+            self._cond.notify_all()
+
+    def mark(self) -> int:
+        with self._cond:
+            return len(self.events)
+
+    def events_since(self, since: int = 0) -> list[dict]:
+        with self._cond:
+            return self.events[since:]
+
+    def named(self, name: str, since: int = 0, **fields) -> list[dict]:
+        """The events called ``name`` after ``since`` whose fields match."""
+        return [
+            e
+            for e in self.events_since(since)
+            if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
+        ]
+
+    def tail(self, lines: int = 30) -> str:
+        with self._cond:
+            return "\n".join(json.dumps(e) for e in self.events[-lines:])
+
+    def wait_for(self, name: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields) -> list:
+        """Wait (bounded) for ``at_least`` events called ``name`` whose fields match, after ``since``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = self.named(name, since, **fields)
+                if len(found) >= at_least:
+                    return found
+                left = deadline - time.monotonic()
+                ended = bool(self.events) and self.events[-1].get("event") == "eof"
+                if left <= 0 or ended:
+                    pytest.fail(
+                        f"no {at_least} x {name!r} {fields or ''} from {self.label} "
+                        f"{'(process ended) ' if ended else ''}within {timeout}s; "
+                        f"last events:\n{self.tail()}",
+                        pytrace=False,
+                    )
+                self._cond.wait(min(left, 0.2))
+
+    def send(self, command: dict) -> int:
+        """Write ``command`` with a new ``id`` (its reply carries it back); that id."""
+        self._next_id += 1
+        command["id"] = self._next_id
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._next_id
+
+    def close(self) -> None:
+        """End of stdin makes the driver stop its client and exit; kill it if it hangs."""
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.process.wait(timeout=self.close_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._reader.join(timeout=5)
 
 
 def wait_until(
@@ -255,8 +357,9 @@ class RegistryAdmin:
 
     ``prefix`` is the protocol prefix the test uses (``eureka/`` or ``eureka/v2/``): pick the one the client
     under test does *not* use, so the access log tells the client's requests from the test's.
-    Instances it registers are cancelled by ``cleanup()``. On a node with API accounts it sends the
-    credentials of the ``role`` account (the peer's unless told: it may do everything).
+    Instances it registers are cancelled by ``cleanup()``, which a ``with`` block calls at its end. On a
+    node with API accounts it sends the credentials of the ``role`` account (the peer's unless told: it
+    may do everything).
     """
 
     def __init__(self, server: LiveServer, prefix: str, role: str = "peer"):
@@ -361,6 +464,12 @@ class RegistryAdmin:
                 pass
         self._registered.clear()
         self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cleanup()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -523,10 +632,17 @@ def running_server(
         _stop(node.process)
 
 
+@pytest.fixture(scope="module", autouse=True, params=INTEROP_SERVERS)
+def http_server(request) -> str:
+    """The HTTP server of the nodes the test starts: each test of tests/interop runs on gunicorn and on
+    granian (module by module), or on the one ``EUREKA_TEST_SERVER`` names."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def live_server(tmp_path_factory) -> Iterator[LiveServer]:
-    """A gunicorn registry node for one test module."""
-    with running_server(tmp_path_factory.mktemp("live_server")) as server:
+def live_server(http_server, tmp_path_factory) -> Iterator[LiveServer]:
+    """A registry node for one test module."""
+    with running_server(tmp_path_factory.mktemp("live_server"), server=http_server) as server:
         yield server
 
 
@@ -566,19 +682,65 @@ def api_accounts_database(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def auth_live_server(tmp_path_factory, api_accounts_database) -> Iterator[LiveServer]:
-    """A gunicorn registry node with API accounts on (``EUREKA_API_AUTH=true``) for one test module.
+def auth_live_server(http_server, tmp_path_factory, api_accounts_database) -> Iterator[LiveServer]:
+    """A registry node with API accounts on (``EUREKA_API_AUTH=true``) for one test module.
 
     Each account reads once before the tests: the node hashes a password the first time it sees it
     (about half a second of CPU, more on a busy machine), then remembers the verdict.
     """
     workdir = tmp_path_factory.mktemp("auth_live_server")
     shutil.copyfile(api_accounts_database, workdir / "db.sqlite3")
-    with running_server(workdir, AUTH_ENV, accounts=API_ACCOUNTS) as server:
+    with running_server(workdir, AUTH_ENV, accounts=API_ACCOUNTS, server=http_server) as server:
         for account in server.accounts.values():
             response = httpx.get(f"{server.url}apps/", auth=account.auth, timeout=60)
             assert response.status_code == 200, f"{account.username}: {response.status_code} {response.text}"
         yield server
+
+
+@pytest.fixture
+def admin(request, live_server) -> Iterator[RegistryAdmin]:
+    """The test's view of ``live_server``, through its module's ``ADMIN_PREFIX``."""
+    with RegistryAdmin(live_server, prefix=request.module.ADMIN_PREFIX) as admin:
+        yield admin
+
+
+@pytest.fixture
+def auth_admin(request, auth_live_server) -> Iterator[RegistryAdmin]:
+    """The test's view of ``auth_live_server`` with the peer account, through its module's
+    ``AUTH_ADMIN_PREFIX`` (``ADMIN_PREFIX`` if it names none)."""
+    prefix = getattr(request.module, "AUTH_ADMIN_PREFIX", request.module.ADMIN_PREFIX)
+    with RegistryAdmin(auth_live_server, prefix=prefix) as admin:
+        yield admin
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+Client = TypeVar("Client", bound=Closeable)
+Arguments = ParamSpec("Arguments")
+
+
+@contextmanager
+def client_factory(
+    make: Callable[Arguments, Client], ready: Callable[[Client], object] | None = None
+) -> Iterator[Callable[Arguments, Client]]:
+    """``start(...)``: a client made by ``make(...)``, then made ready by ``ready(client)`` if given
+    (started, or waited for). Every client it made is closed on exit, one that never got ready too."""
+    clients: list[Client] = []
+
+    def start(*args: Arguments.args, **kwargs: Arguments.kwargs) -> Client:
+        client = make(*args, **kwargs)
+        clients.append(client)
+        if ready is not None:
+            ready(client)
+        return client
+
+    try:
+        yield start
+    finally:
+        for client in clients:
+            client.close()
 
 
 def assert_refused(

@@ -17,7 +17,9 @@ Builds
     ``target/mvn-online.log`` of the project. The build is skipped altogether while
     ``target/build.stamp`` holds the digest of ``sources`` and the JDK's major version
     (``sources_digest``) and the product is there; a build that runs rewrites the stamp only once it
-    has succeeded. When the online attempt fails because Maven could not reach or find an artifact
+    has succeeded. One process builds a project at a time (``target/build.lock``, a file lock): the
+    pytest-xdist workers that need the same build wait for the first one's and then reuse it. When
+    the online attempt fails because Maven could not reach or find an artifact
     (``RESOLUTION_FAILURE`` in its output's tail), the test is skipped through ``require_toolchain``
     ("Maven Central (<needs>)"); any other failure, a timeout (``BUILD_TIMEOUT_S`` per attempt) or a
     build that leaves no usable product fails it.
@@ -55,6 +57,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from tests.interop.conftest import require_toolchain
 
@@ -179,28 +182,32 @@ def build(
     is_complete = complete or product.is_file
     stamp = project / "target" / "build.stamp"
     digest = sources_digest(sources, java)
-    if is_complete() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return product
-
-    mvn = require_mvn()
-    stamp.unlink(missing_ok=True)
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    ok, log = _mvn(mvn, project, goal, offline=True)
-    if not ok:
-        # Not everything is in the local repository yet: resolve it from Maven Central.
-        ok, log = _mvn(mvn, project, goal, offline=False)
-    tail = _tail(log)
-    if not ok:
-        require_toolchain(
-            f"Maven Central ({needs})",
-            not RESOLUTION_FAILURE.search(tail),
-            f"`mvn {goal}` in {project} could not resolve its dependencies; log: {log}\n{tail}",
-        )
-        pytest.fail(f"`mvn {goal}` in {project} failed; log: {log}\n{tail}", pytrace=False)
-    if not is_complete():
-        pytest.fail(f"`mvn {goal}` in {project} left no usable {product}; log: {log}\n{tail}", pytrace=False)
-    stamp.write_text(digest + "\n")
-    return product
+    # Both attempts and the checks around them, at the most.
+    with FileLock(stamp.with_name("build.lock"), timeout=2 * BUILD_TIMEOUT_S + 60):
+        if is_complete() and stamp.is_file() and stamp.read_text().strip() == digest:
+            return product
+
+        mvn = require_mvn()
+        stamp.unlink(missing_ok=True)
+        ok, log = _mvn(mvn, project, goal, offline=True)
+        if not ok:
+            # Not everything is in the local repository yet: resolve it from Maven Central.
+            ok, log = _mvn(mvn, project, goal, offline=False)
+        tail = _tail(log)
+        if not ok:
+            require_toolchain(
+                f"Maven Central ({needs})",
+                not RESOLUTION_FAILURE.search(tail),
+                f"`mvn {goal}` in {project} could not resolve its dependencies; log: {log}\n{tail}",
+            )
+            pytest.fail(f"`mvn {goal}` in {project} failed; log: {log}\n{tail}", pytrace=False)
+        if not is_complete():
+            pytest.fail(
+                f"`mvn {goal}` in {project} left no usable {product}; log: {log}\n{tail}", pytrace=False
+            )
+        stamp.write_text(digest + "\n")
+        return product
 
 
 def build_sce() -> Path:

@@ -22,29 +22,30 @@ or, as its README shows, into each request's options (``requestOpts.auth``) from
 from __future__ import annotations
 
 import json
-import queue
 import re
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.interop.conftest import (
+    DriverProcess,
     LiveServer,
     RegistryAdmin,
     assert_challenge,
     assert_refused,
-    close_stdin_driven,
+    client_factory,
     require_toolchain,
     wait_until,
 )
 
 pytestmark = pytest.mark.interop
+
+# The test's own requests (``admin``) go through /eureka/, the client's through /eureka/v2/.
+ADMIN_PREFIX = "eureka/"
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 DRIVER = JS_DIR / "driver.js"
@@ -85,8 +86,8 @@ def node() -> str:
     return node
 
 
-class JsClient:
-    """One Node process running the client; its JSON lines are collected by a reader thread."""
+class JsClient(DriverProcess):
+    """One Node process running the client (``DriverProcess``)."""
 
     def __init__(
         self,
@@ -120,77 +121,13 @@ class JsClient:
             "1000",
             *args,
         ]
-        self.process = subprocess.Popen(
-            command,
-            cwd=JS_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        self.events: list[dict] = []
-        self._cond = threading.Condition()
-        self._replies: queue.Queue = queue.Queue()
-        self._next_id = 0
-        self._reader = threading.Thread(target=self._read, name=f"js-{app}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                event = {"event": "output", "line": line.rstrip("\n")}
-            with self._cond:
-                self.events.append(event)
-                self._cond.notify_all()
-        with self._cond:
-            self.events.append({"event": "eof"})
-            self._cond.notify_all()
-
-    def mark(self) -> int:
-        with self._cond:
-            return len(self.events)
-
-    def named(self, name: str, since: int = 0) -> list[dict]:
-        with self._cond:
-            return [e for e in self.events[since:] if e.get("event") == name]
-
-    def wait_for(self, name: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields) -> list:
-        """Wait (bounded) for ``at_least`` events called ``name`` whose fields match, after ``since``."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                found = [
-                    e
-                    for e in self.events[since:]
-                    if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
-                ]
-                if len(found) >= at_least:
-                    return found
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.events and self.events[-1].get("event") == "eof"):
-                    tail = "\n".join(json.dumps(e) for e in self.events[-25:])
-                    pytest.fail(
-                        f"no {at_least} x {name!r} {fields or ''} from the JS client within {timeout}s; "
-                        f"last events:\n{tail}",
-                        pytrace=False,
-                    )
-                self._cond.wait(min(left, 0.2))
-
-    def _send(self, command: dict) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
+        super().__init__(command, JS_DIR, f"the JS client {app}", close_timeout=10)
 
     def state(self, apps: tuple[str, ...] = (), vips: tuple[str, ...] = ()) -> dict:
         """The client's caches: ``{"apps": {APP: [instance...]}, "vips": {vip: [...]}, ...}``."""
-        self._next_id += 1
         since = self.mark()
-        self._send({"cmd": "state", "id": self._next_id, "apps": list(apps), "vips": list(vips)})
-        return self.wait_for("state", since=since, timeout=5, id=self._next_id)[0]
+        request_id = self.send({"cmd": "state", "apps": list(apps), "vips": list(vips)})
+        return self.wait_for("state", since=since, timeout=5, id=request_id)[0]
 
     def ids_by_app(self, app: str) -> set[str]:
         return {i["instanceId"] for i in self.state(apps=(app,))["apps"][app]}
@@ -199,59 +136,23 @@ class JsClient:
         return {i["instanceId"] for i in self.state(vips=(vip,))["vips"][vip]}
 
     def stop(self) -> dict:
-        self._next_id += 1
         since = self.mark()
-        self._send({"cmd": "stop", "id": self._next_id})
-        return self.wait_for("stopped", since=since, timeout=10, id=self._next_id)[0]
-
-    def close(self) -> None:
-        """End of stdin makes the driver stop the client (deregister) and exit; kill it if it hangs."""
-        close_stdin_driven(self.process, self._reader, timeout=10)
-
-
-@pytest.fixture
-def admin(live_server):
-    admin = RegistryAdmin(live_server, prefix="eureka/")
-    yield admin
-    admin.cleanup()
-
-
-@contextmanager
-def client_factory(node: str, server: LiveServer) -> Iterator[Callable[..., JsClient]]:
-    """Starts JS clients of ``server`` (on ``url`` if given); each is stopped, its process ended, on exit."""
-    clients: list[JsClient] = []
-
-    def start(app: str, host_name: str, port: int, *args: str, url: str | None = None) -> JsClient:
-        client = JsClient(node, server, app, host_name, port, *args, url=url)
-        clients.append(client)
-        return client
-
-    try:
-        yield start
-    finally:
-        for client in clients:
-            client.close()
+        request_id = self.send({"cmd": "stop"})
+        return self.wait_for("stopped", since=since, timeout=10, id=request_id)[0]
 
 
 @pytest.fixture
 def js_client(node, live_server):
-    """A factory of running JS clients; each is stopped and its process ended when the test ends."""
-    with client_factory(node, live_server) as start:
+    """A factory of running JS clients (on ``url`` if given); each is stopped and its process ended when
+    the test ends."""
+    with client_factory(partial(JsClient, node, live_server)) as start:
         yield start
-
-
-@pytest.fixture
-def auth_admin(auth_live_server):
-    """The test's view of the node with API accounts, with the peer account."""
-    admin = RegistryAdmin(auth_live_server, prefix="eureka/")
-    yield admin
-    admin.cleanup()
 
 
 @pytest.fixture
 def auth_js_client(node, auth_live_server):
     """JS clients of the node with API accounts; pass the service URL (with or without credentials)."""
-    with client_factory(node, auth_live_server) as start:
+    with client_factory(partial(JsClient, node, auth_live_server)) as start:
         yield start
 
 
@@ -521,15 +422,12 @@ def test_with_api_accounts_it_registers_heartbeats_fetches_deltas_and_deregister
     server.wait_for_requests("GET", "/eureka/v2/apps/delta", since=since, status=200, timeout=5)
     assert server.count("GET", "/eureka/v2/apps/", since=since, status=200) >= 1
     # The node lists it, to a reader.
-    reader = RegistryAdmin(server, prefix="eureka/", role="reader")
-    try:
+    with RegistryAdmin(server, prefix="eureka/", role="reader") as reader:
         wait_until(
             lambda: host in reader.listed_ids(app),
             timeout=5,
             message="the full registry never listed the JS instance",
         )
-    finally:
-        reader.cleanup()
     refused = [
         r for r in server.requests(since=since) if r.path.startswith("/eureka/v2/") and r.status >= 400
     ]

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from filelock import FileLock
 
 from tests.interop.conftest import (
     LiveServer,
@@ -55,6 +56,8 @@ BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 60
 # fargo's service URL: the /eureka/v2 prefix its README and tests use, without a trailing slash.
 FARGO_PREFIX = "/eureka/v2"
+# The test's own requests (``admin``) go through /eureka/.
+ADMIN_PREFIX = "eureka/"
 MODES = ("xml", "json")
 
 PORT = 9090  # what the program registers (its -port default); the explicit-id instance gets PORT + 1
@@ -88,29 +91,31 @@ def fargo_binary() -> Path:
     require_toolchain("go", go is not None, how)
     assert go is not None
     require_toolchain(f"go >= {MIN_GO[0]}.{MIN_GO[1]}", _go_version(go) >= MIN_GO, how)
-    newest_source = max(path.stat().st_mtime for path in _sources())
-    if BINARY.exists() and BINARY.stat().st_mtime > newest_source:
-        return BINARY
     BINARY.parent.mkdir(exist_ok=True)
-    partial = BINARY.with_name(f"{BINARY.name}.{os.getpid()}.tmp")
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
-    try:
-        build = subprocess.run(
-            [go, "build", "-buildvcs=false", "-o", str(partial), "."],
-            cwd=GO_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
-        pytest.fail(f"`go build` in {GO_DIR} took more than {BUILD_TIMEOUT_S}s", pytrace=False)
-    if build.returncode != 0:
-        partial.unlink(missing_ok=True)
-        pytest.fail(f"`go build` in {GO_DIR} failed:\n{build.stdout}{build.stderr}", pytrace=False)
-    partial.replace(BINARY)
-    return BINARY
+    # One pytest-xdist worker builds; the others wait for it and find the binary up to date.
+    with FileLock(BINARY.with_name("build.lock"), timeout=BUILD_TIMEOUT_S + 60):
+        newest_source = max(path.stat().st_mtime for path in _sources())
+        if BINARY.exists() and BINARY.stat().st_mtime > newest_source:
+            return BINARY
+        partial = BINARY.with_name(f"{BINARY.name}.{os.getpid()}.tmp")
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+        try:
+            build = subprocess.run(
+                [go, "build", "-buildvcs=false", "-o", str(partial), "."],
+                cwd=GO_DIR,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            partial.unlink(missing_ok=True)
+            pytest.fail(f"`go build` in {GO_DIR} took more than {BUILD_TIMEOUT_S}s", pytrace=False)
+        if build.returncode != 0:
+            partial.unlink(missing_ok=True)
+            pytest.fail(f"`go build` in {GO_DIR} failed:\n{build.stdout}{build.stderr}", pytrace=False)
+        partial.replace(BINARY)
+        return BINARY
 
 
 # ---------------------------------------------------------------------------------------- runs
@@ -212,24 +217,9 @@ def auth_fargo(fargo_binary, auth_live_server) -> Fargo:
     return Fargo(fargo_binary, auth_live_server)
 
 
-@pytest.fixture
-def auth_admin(auth_live_server):
-    """The test's view of the node with API accounts, with the peer account."""
-    admin = RegistryAdmin(auth_live_server, prefix="eureka/")
-    yield admin
-    admin.cleanup()
-
-
 @pytest.fixture(params=MODES)
 def mode(request) -> str:
     return request.param
-
-
-@pytest.fixture
-def admin(live_server):
-    admin = RegistryAdmin(live_server, prefix="eureka/")
-    yield admin
-    admin.cleanup()
 
 
 def fargo_path(app: str, *parts: str) -> str:
@@ -671,16 +661,13 @@ def test_with_api_accounts_every_scenario_runs(auth_live_server, auth_fargo, mod
     assert [r.status for r in deletes] == [200, 404], deletes
     # The node lists what the "register" scenario left registered, to a reader.
     kept = names["register"]
-    reader = RegistryAdmin(server, prefix="eureka/", role="reader")
-    try:
+    with RegistryAdmin(server, prefix="eureka/", role="reader") as reader:
         wait_until(
             lambda: reader.listed_ids(kept["app"]) == {kept["id"], kept["explicit_id"]},
             timeout=5,
             message="the full registry never listed fargo's instances",
         )
         assert reader.instance(gone["app"], gone["id"]) is None
-    finally:
-        reader.cleanup()
 
 
 def test_with_api_accounts_a_client_without_credentials_is_refused(

@@ -47,12 +47,9 @@ from __future__ import annotations
 import base64
 import json
 import re
-import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -62,15 +59,21 @@ import pytest
 from tests.interop import maven
 from tests.interop.conftest import (
     DELTA_RETENTION_MS,
+    DriverProcess,
     LiveServer,
     RegistryAdmin,
     assert_challenge,
     assert_refused,
-    close_stdin_driven,
+    client_factory,
     wait_until,
 )
 
 pytestmark = pytest.mark.interop
+
+# The test's own requests (``admin``) go through /eureka/ beside the services, never through the
+# consumers' /eureka/v2/; on the node with API accounts only services run, so it reads through /eureka/v2/.
+ADMIN_PREFIX = "eureka/"
+AUTH_ADMIN_PREFIX = "eureka/v2/"
 
 INTEROP_DIR = Path(__file__).resolve().parent
 SHARED_DIR = INTEROP_DIR / "java-shared"
@@ -199,8 +202,8 @@ def jersey1_classpath() -> JavaBuild:
 # --- the Java client process -------------------------------------------------------------------
 
 
-class JavaClient:
-    """One JVM running interop.EurekaInterop; a reader thread collects its JSON lines as events."""
+class JavaClient(DriverProcess):
+    """One JVM running interop.EurekaInterop (``DriverProcess``)."""
 
     def __init__(
         self,
@@ -209,7 +212,7 @@ class JavaClient:
         role: str,
         app: str,
         port: int,
-        vip: str,
+        vip: str | None = None,
         credentials: str | None = None,
         system_properties: dict[str, str] | None = None,
     ):
@@ -219,7 +222,7 @@ class JavaClient:
         self.role = role
         self.app = app.upper()
         self.port = port
-        self.vip = vip
+        self.vip = vip or f"{app.lower()}.vip"
         # The instance id the program configures (eureka.instanceId), Spring's host:app:port shape.
         self.instance_id = f"127.0.0.1:{app.lower()}:{port}"
         prefix = SERVICE_PREFIX if role == "service" else CONSUMER_PREFIX
@@ -239,51 +242,9 @@ class JavaClient:
             self.service_url,
             app,
             str(port),
-            vip,
+            self.vip,
         ]
-        self.process = subprocess.Popen(
-            command,
-            cwd=build.generation.project,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        self.events: list[dict] = []
-        self._cond = threading.Condition()
-        self._next_id = 0
-        self._reader = threading.Thread(target=self._read, name=f"java-{role}-{app}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            text = line.rstrip("\n")
-            try:
-                event = json.loads(text)
-                if not isinstance(event, dict):
-                    raise ValueError
-            except ValueError:
-                event = {"event": "output", "line": text}
-            with self._cond:
-                self.events.append(event)
-                self._cond.notify_all()
-        with self._cond:
-            self.events.append({"event": "eof"})
-            self._cond.notify_all()
-
-    def mark(self) -> int:
-        with self._cond:
-            return len(self.events)
-
-    def named(self, name: str, since: int = 0, **fields) -> list[dict]:
-        with self._cond:
-            return [
-                e
-                for e in self.events[since:]
-                if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
-            ]
+        super().__init__(command, build.generation.project, f"the Java {role} {app}", close_timeout=15)
 
     def http(self, op: str, since: int = 0, **fields) -> list[dict]:
         """The client's ``op`` calls (Register, SendHeartBeat, Cancel, GetApplications, GetDelta...)."""
@@ -306,45 +267,14 @@ class JavaClient:
                 found.append(record)
         return found
 
-    def tail(self, lines: int = 30) -> str:
-        with self._cond:
-            return "\n".join(json.dumps(e) for e in self.events[-lines:])
-
-    def wait_for(self, name: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields) -> list:
-        """Wait (bounded) for ``at_least`` events called ``name`` whose fields match, after ``since``."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                found = [
-                    e
-                    for e in self.events[since:]
-                    if e.get("event") == name and all(e.get(k) == v for k, v in fields.items())
-                ]
-                if len(found) >= at_least:
-                    return found
-                left = deadline - time.monotonic()
-                ended = bool(self.events) and self.events[-1].get("event") == "eof"
-                if left <= 0 or ended:
-                    pytest.fail(
-                        f"no {at_least} x {name!r} {fields or ''} from the Java {self.role} "
-                        f"{'(process ended) ' if ended else ''}within {timeout}s; "
-                        f"last events:\n{self.tail()}",
-                        pytrace=False,
-                    )
-                self._cond.wait(min(left, 0.2))
+    def wait_ready(self) -> None:
+        """Wait for the ``ready`` line: its DiscoveryClient is built (a service's instance set UP)."""
+        self.ready = self.wait_for("ready", timeout=60)[0]
 
     def wait_for_http(
         self, op: str, since: int = 0, at_least: int = 1, timeout: float = 10.0, **fields
     ) -> list:
         return self.wait_for("http", since=since, at_least=at_least, timeout=timeout, op=op, **fields)
-
-    def _send(self, command: dict) -> int:
-        self._next_id += 1
-        command["id"] = self._next_id
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        return self._next_id
 
     def state(
         self,
@@ -365,7 +295,7 @@ class JavaClient:
         command = {"cmd": "state", "apps": list(apps), "vips": list(vips), "picks": picks}
         if region is not None:
             command["region"] = region
-        request_id = self._send(command)
+        request_id = self.send(command)
         return self.wait_for("state", since=since, timeout=5, id=request_id)[0]
 
     def ids_by_app(self, app: str) -> dict[str, dict]:
@@ -373,12 +303,12 @@ class JavaClient:
 
     def register_metadata(self, entries: dict[str, str]) -> None:
         since = self.mark()
-        request_id = self._send({"cmd": "metadata", "entries": entries})
+        request_id = self.send({"cmd": "metadata", "entries": entries})
         self.wait_for("done", since=since, timeout=5, id=request_id)
 
     def shutdown(self) -> None:
         since = self.mark()
-        request_id = self._send({"cmd": "shutdown"})
+        request_id = self.send({"cmd": "shutdown"})
         self.wait_for("stopped", since=since, timeout=15, id=request_id)
         self.process.wait(timeout=10)
 
@@ -393,15 +323,10 @@ class JavaClient:
         ]
         return logged + [json.dumps(e) for e in self.named("error", since)]
 
-    def close(self) -> None:
-        """End of stdin makes the program shut the client down (cancel) and exit; kill it if it hangs."""
-        close_stdin_driven(self.process, self._reader, timeout=15)
-
 
 def fetch_pairs(client: JavaClient, since: int) -> list[tuple[dict, dict | None]]:
     """Each registry fetch after ``since`` with the ``cacheRefreshed`` that followed it (None if none yet)."""
-    with client._cond:
-        events = list(client.events[since:])
+    events = client.events_since(since)
     pairs = []
     for index, event in enumerate(events):
         if event.get("event") == "http" and event.get("op") in ("GetDelta", "GetApplications"):
@@ -420,66 +345,30 @@ def fetch_pairs(client: JavaClient, since: int) -> list[tuple[dict, dict | None]
     return pairs
 
 
-@pytest.fixture
-def admin(live_server):
-    admin = RegistryAdmin(live_server, prefix="eureka/")
-    yield admin
-    admin.cleanup()
-
-
-@contextmanager
-def client_factory(build: JavaBuild, server: LiveServer) -> Iterator[Callable[..., JavaClient]]:
-    """Starts Java clients of ``build`` (each ready); all are shut down (cancelled) on exit."""
-    clients: list[JavaClient] = []
-
-    def start(
-        role: str,
-        app: str,
-        port: int,
-        vip: str | None = None,
-        credentials: str | None = None,
-        system_properties: dict[str, str] | None = None,
-    ) -> JavaClient:
-        client = JavaClient(
-            build, server, role, app, port, vip or f"{app.lower()}.vip", credentials, system_properties
-        )
-        clients.append(client)
-        client.ready = client.wait_for("ready", timeout=60)[0]
-        return client
-
-    try:
-        yield start
-    finally:
-        for client in clients:
-            client.close()
+def java_clients(build: JavaBuild, server: LiveServer):
+    """A ``client_factory`` of Java clients of ``build`` against ``server``, each ready when started; all
+    are shut down (cancelled) when it closes."""
+    return client_factory(partial(JavaClient, build, server), JavaClient.wait_ready)
 
 
 @pytest.fixture
 def java_client(java_classpath, live_server):
     """A factory of running Java clients of the generation under test."""
-    with client_factory(java_classpath, live_server) as start:
+    with java_clients(java_classpath, live_server) as start:
         yield start
 
 
 @pytest.fixture
 def auth_java_client(java_classpath, auth_live_server):
     """Java clients of the generation under test against the node with API accounts."""
-    with client_factory(java_classpath, auth_live_server) as start:
+    with java_clients(java_classpath, auth_live_server) as start:
         yield start
-
-
-@pytest.fixture
-def auth_admin(auth_live_server):
-    """The test's view of the node with API accounts (peer account), through ``/eureka/v2/``."""
-    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
-    yield admin
-    admin.cleanup()
 
 
 @pytest.fixture
 def jersey1_client(jersey1_classpath, live_server):
     """A factory of running eureka-client 1.x clients (Jersey 1), whatever the generation under test."""
-    with client_factory(jersey1_classpath, live_server) as start:
+    with java_clients(jersey1_classpath, live_server) as start:
         yield start
 
 
@@ -955,15 +844,12 @@ def test_with_api_accounts_it_registers_heartbeats_fetches_and_cancels(
     fetches = client.http("GetApplications") + client.http("GetDelta")
     assert fetches and all(f["status"] == 200 for f in fetches), fetches
     # The node lists it, to a reader.
-    reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
-    try:
+    with RegistryAdmin(server, prefix="eureka/v2/", role="reader") as reader:
         wait_until(
             lambda: client.instance_id in reader.listed_ids("JAVAAUTH"),
             timeout=5,
             message="the full registry never listed the instance",
         )
-    finally:
-        reader.cleanup()
     # Preemptive Basic: the credentials went with the first request already, nothing was ever refused.
     assert [r for r in service_requests(server, since) if r.status >= 400] == []
     if client.generation.records_wire:

@@ -23,8 +23,7 @@ import asyncio
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from functools import partial
 from importlib.metadata import version
 
 import httpx
@@ -38,6 +37,7 @@ from tests.interop.conftest import (
     RegistryAdmin,
     assert_challenge,
     assert_refused,
+    client_factory,
     wait_until,
 )
 
@@ -47,6 +47,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning"),
 ]
 
+# The test's own requests (``admin``) go through /eureka/v2/, the client's through /eureka/.
+ADMIN_PREFIX = "eureka/v2/"
 RENEWAL_SECS = 1
 # A client that has a registry switches to deltas; one more GET apps/ means it gave up on them.
 FULL_FETCH = re.compile(r"/eureka/apps/?")
@@ -151,49 +153,17 @@ class PyClient:
 
 
 @pytest.fixture
-def admin(live_server):
-    admin = RegistryAdmin(live_server, prefix="eureka/v2/")
-    yield admin
-    admin.cleanup()
-
-
-@contextmanager
-def client_factory(server: LiveServer) -> Iterator[Callable[..., PyClient]]:
-    """Starts clients of ``server`` (on ``service_url`` if given); all are stopped (deregistered) on exit."""
-    clients: list[PyClient] = []
-
-    def start(app: str, port: int, service_url: str | None = None) -> PyClient:
-        client = PyClient(server, app, port, service_url)
-        clients.append(client)
-        client.start()
-        return client
-
-    try:
-        yield start
-    finally:
-        for client in clients:
-            client.close()
-
-
-@pytest.fixture
 def py_client(live_server):
-    """A factory of started clients; every client is stopped (deregistered) when the test ends."""
-    with client_factory(live_server) as start:
+    """A factory of started clients (on ``service_url`` if given); every client is stopped (deregistered)
+    when the test ends."""
+    with client_factory(partial(PyClient, live_server), PyClient.start) as start:
         yield start
-
-
-@pytest.fixture
-def auth_admin(auth_live_server):
-    """The test's view of the node with API accounts, with the peer account."""
-    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
-    yield admin
-    admin.cleanup()
 
 
 @pytest.fixture
 def auth_py_client(auth_live_server):
     """Clients of the node with API accounts; pass the service URL (with or without credentials)."""
-    with client_factory(auth_live_server) as start:
+    with client_factory(partial(PyClient, auth_live_server), PyClient.start) as start:
         yield start
 
 
@@ -469,15 +439,12 @@ def test_with_api_accounts_it_registers_heartbeats_fetches_and_cancels(
     server.wait_for_requests("GET", FULL_FETCH, since=since, status=200, timeout=5)
     server.wait_for_requests("GET", DELTA, since=since, status=200, timeout=5)
     # The node lists it, to a reader.
-    reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
-    try:
+    with RegistryAdmin(server, prefix="eureka/v2/", role="reader") as reader:
         wait_until(
             lambda: client.instance_id in reader.listed_ids("PYAUTH"),
             timeout=5,
             message="the full registry never listed the instance",
         )
-    finally:
-        reader.cleanup()
     refused = [r for r in own_requests(server, since) if r.status in (401, 403)]
     assert refused == [] and client.errors == [], (refused, client.errors)
 

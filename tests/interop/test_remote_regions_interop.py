@@ -48,8 +48,8 @@ from tests.interop import maven
 from tests.interop.conftest import LiveServer, free_port, running_server, wait_until
 from tests.interop.test_java_eureka_client import (  # noqa: F401 (pytest fixture)
     CONSUMER_PREFIX,
-    client_factory,
     java_classpath,
+    java_clients,
     wait_for_consumer_on_deltas,
 )
 
@@ -286,7 +286,7 @@ class SceRegion:
 
 
 @pytest.fixture(scope="module")
-def sce_region(sce_jar, tmp_path_factory) -> Iterator[SceRegion]:
+def sce_region(sce_jar, http_server, tmp_path_factory) -> Iterator[SceRegion]:
     """A standalone SCE, and a node whose region us-west is that SCE, merging only ``LISTED_APP``."""
     workdir = tmp_path_factory.mktemp("sce_region")
     sce = Sce(maven.require_java(), sce_jar, workdir, [])
@@ -295,7 +295,7 @@ def sce_region(sce_jar, tmp_path_factory) -> Iterator[SceRegion]:
         sce.wait_ready()
         (workdir / "node").mkdir()
         env = region_env(f"{sce.base_url}/eureka/", whitelist=f"{REGION}:{LISTED_APP}")
-        with running_server(workdir / "node", env) as node:
+        with running_server(workdir / "node", env, server=http_server) as node:
             yield SceRegion(sce, node)
     finally:
         sce.stop()
@@ -320,7 +320,7 @@ class NodePair:
 
 
 @pytest.fixture(scope="module")
-def node_pair(tmp_path_factory) -> Iterator[NodePair]:
+def node_pair(http_server, tmp_path_factory) -> Iterator[NodePair]:
     """Two nodes of ours: ``home``, whose region us-west is ``west`` (no whitelist). Changes stay
     15 s in their deltas (the suite's 4 s elsewhere): a Java client that misses a change in every
     delta it reads would reconcile with a full fetch, which the client test counts as a failure."""
@@ -329,8 +329,8 @@ def node_pair(tmp_path_factory) -> Iterator[NodePair]:
     (workdir / "home").mkdir()
     env = {"EUREKA_RETENTION_TIME_IN_DELTA_QUEUE_MS": str(DELTA_RETENTION_S * 1000)}
     with (
-        running_server(workdir / "west", env) as west,
-        running_server(workdir / "home", {**env, **region_env(west.url)}) as home,
+        running_server(workdir / "west", env, server=http_server) as west,
+        running_server(workdir / "home", {**env, **region_env(west.url)}, server=http_server) as home,
     ):
         yield NodePair(west, home)
 
@@ -463,11 +463,12 @@ def test_an_unknown_region_is_the_local_registry_and_region_names_ignore_case(sc
     assert nowhere["apps__hashcode"] == reconcile_hash(nowhere)
 
 
-def test_a_node_whose_region_never_answered_refuses_region_requests(tmp_path):
+def test_a_node_whose_region_never_answered_refuses_region_requests(http_server, tmp_path):
     """As SCE: until every region was fetched once, a request that asks for regions (any) gets 403,
     while the local views answer."""
     nothing_listens = free_port()
-    with running_server(tmp_path, region_env(f"http://127.0.0.1:{nothing_listens}/eureka/")) as server:
+    env = region_env(f"http://127.0.0.1:{nothing_listens}/eureka/")
+    with running_server(tmp_path, env, server=http_server) as server:
         node = Eureka("node", server.base_url)
         try:
             assert node.get("apps").status_code == 200
@@ -501,7 +502,7 @@ def test_a_node_serves_another_nodes_registry_as_its_region(west_and_home):
 @pytest.fixture
 def java_at_home(java_classpath, node_pair):  # noqa: F811 (the imported fixture, by name)
     """Java clients (each generation in turn) whose service URL is the home node."""
-    with client_factory(java_classpath, node_pair.home) as start:
+    with java_clients(java_classpath, node_pair.home) as start:
         yield start
 
 
@@ -557,13 +558,13 @@ def test_a_java_client_asking_for_the_region_gets_it_and_follows_it_by_delta(
 # ------------------------------------------------------------------------ our node as SCE's region
 
 
-def test_sce_with_a_node_as_its_region_lists_the_nodes_instances(sce_jar, tmp_path):
+def test_sce_with_a_node_as_its_region_lists_the_nodes_instances(sce_jar, http_server, tmp_path):
     """SCE's RemoteRegionRegistry reads what the node serves: the node's instances show in SCE's
     ``apps?regions=us-west``, follow a registration and a cancel, and SCE keeps fetching deltas (a
     delta whose hashcode did not match would make it fetch the node's registry in full again). This
     one needs no remote-region support of the node: it checks the node's wire as SCE reads it."""
     (tmp_path / "node").mkdir()
-    with running_server(tmp_path / "node") as server:
+    with running_server(tmp_path / "node", server=http_server) as server:
         node = Eureka("node", server.base_url)
         first = node.register("NODEAPP")
         sce_process = Sce(

@@ -380,7 +380,7 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(java, sce_jar, tmp_path_factory) -> Iterator[Cluster]:
+def cluster(java, sce_jar, http_server, tmp_path_factory) -> Iterator[Cluster]:
     """SCE on 127.0.0.2 and a node on 127.0.0.3, each the other's only peer, for the whole module.
 
     The node registers itself with SCE under SCE's app name (EUREKA_SELF_APP_NAME) and does not sync at
@@ -401,7 +401,9 @@ def cluster(java, sce_jar, tmp_path_factory) -> Iterator[Cluster]:
     sce_server.start()
     try:
         env = node_env(node_url, [sce_url], EUREKA_SELF_APP_NAME=SCE_APP, EUREKA_REGISTRY_SYNC_RETRIES="0")
-        with running_server(workdir / "node", env, host=NODE_HOST, port=node_port) as node_server:
+        with running_server(
+            workdir / "node", env, host=NODE_HOST, port=node_port, server=http_server
+        ) as node_server:
             sce = Side("SCE", sce_server.base_url)
             node = Side("node", node_server.base_url)
             try:
@@ -765,7 +767,7 @@ def test_sce_lists_the_node_as_an_available_replica(cluster):
     assert _replica_lists(page)["available-replicas"] == [node_url], _replica_lists(page)
 
 
-def test_a_node_started_later_syncs_the_registry_from_sce(cluster, registrations, tmp_path):
+def test_a_node_started_later_syncs_the_registry_from_sce(cluster, registrations, http_server, tmp_path):
     at_sce = registrations(cluster.sce, new_instance("sync-sce", renewal_s=RENEWAL_S, duration_s=120))
     at_node = registrations(cluster.node, new_instance("sync-node"))
     cancelled = registrations(cluster.sce, new_instance("sync-cancelled"))
@@ -811,7 +813,7 @@ def test_a_node_started_later_syncs_the_registry_from_sce(cluster, registrations
         EUREKA_REGISTRY_SYNC_RETRIES=str(SYNC_RETRIES),
         EUREKA_REGISTRY_SYNC_RETRY_WAIT_MS=str(SYNC_RETRY_WAIT_MS),
     )
-    with running_server(tmp_path, env, host=LATE_NODE_HOST, port=port) as late_server:
+    with running_server(tmp_path, env, host=LATE_NODE_HOST, port=port, server=http_server) as late_server:
         late = Side("late node", late_server.base_url)
         try:
             wait_until(

@@ -136,7 +136,7 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[Servers]:
+def servers(http_server, tmp_path_factory) -> Iterator[Servers]:
     """SCE alone on 127.0.0.2 and a node on 127.0.0.1, for the module; SCE is stopped at the end."""
     java = maven.require_java()
     jar: Path = maven.build_sce()
@@ -152,7 +152,7 @@ def servers(tmp_path_factory) -> Iterator[Servers]:
     sce = SceServer(java, jar, sce_port, [f"http://{SCE_HOST}:{sce_port}/eureka/"], workdir)
     sce.start()
     try:
-        with running_server(workdir / "node", NODE_ENV) as node:
+        with running_server(workdir / "node", NODE_ENV, server=http_server) as node:
             sce.wait_ready()
             yield Servers(sce, node)
     finally:

@@ -57,6 +57,8 @@ from tests.interop.conftest import (
 
 pytestmark = pytest.mark.interop
 
+# The test's own requests (``admin``) go through /eureka/v2/, the apps' through /eureka/.
+ADMIN_PREFIX = "eureka/v2/"
 SPRING_DIR = Path(__file__).resolve().parent / "spring"
 # Eight JVMs started one after the other on a 2-core machine that also runs the server.
 APP_START_TIMEOUT_S = 120.0
@@ -336,13 +338,6 @@ def spring_apps(request, java, spring_jars, live_server, tmp_path_factory) -> It
             app.stop()
 
 
-@pytest.fixture
-def admin(live_server) -> Iterator[RegistryAdmin]:
-    admin = RegistryAdmin(live_server, prefix="eureka/v2/")
-    yield admin
-    admin.cleanup()
-
-
 def status_overrides(admin: RegistryAdmin) -> dict[str, str]:
     response = admin.http.get("serverinfo/statusoverrides")
     assert response.status_code == 200, response.text
@@ -430,14 +425,6 @@ def auth_apps(request, java, spring_jars, auth_live_server, tmp_path_factory) ->
         apps.without_credentials.stop()
 
 
-@pytest.fixture
-def auth_admin(auth_live_server) -> Iterator[RegistryAdmin]:
-    """The test's view of the node with API accounts, with the peer account."""
-    admin = RegistryAdmin(auth_live_server, prefix="eureka/v2/")
-    yield admin
-    admin.cleanup()
-
-
 class TestWithApiAccounts:
     def test_a_client_with_credentials_registers_heartbeats_fetches_and_cancels(
         self, auth_apps, auth_live_server, auth_admin
@@ -459,11 +446,8 @@ class TestWithApiAccounts:
         )
         assert app.registry_status() == {"status": "UP", "overriddenStatus": "UNKNOWN"}
         # The node lists it, to a reader.
-        reader = RegistryAdmin(server, prefix="eureka/v2/", role="reader")
-        try:
+        with RegistryAdmin(server, prefix="eureka/v2/", role="reader") as reader:
             assert app.instance_id in reader.listed_ids(app.app)
-        finally:
-            reader.cleanup()
         # Nothing it sent was refused: the credentials went with each request, the first one too.
         own = [r for r in server.requests() if r.path.startswith(app.app_path)]
         assert own and all(r.status < 400 for r in own), own

@@ -10,6 +10,7 @@ import sys
 import time
 
 import gevent
+import pytest
 
 from registry.runtime.loop_watch import LoopWatch, Stall, Usage, frame_stack, start_gevent_watch
 
@@ -157,6 +158,7 @@ def _hold_the_loop(seconds: float) -> None:
         pass
 
 
+@pytest.mark.serial  # the CPU time it measures is the share of a core its process gets
 def test_a_real_gevent_loop_held_by_a_greenlet_is_reported_with_that_greenlets_code():
     watch = LoopWatch(0.05)
     reported: list[Stall] = []

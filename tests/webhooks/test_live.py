@@ -16,6 +16,8 @@ from tests.interop.conftest import running_server, server_env, wait_until
 from .live import deliveries, prepare_database, signed_correctly
 from .receiver import Receiver
 
+pytestmark = pytest.mark.live
+
 WEBHOOK_ENV = {
     "EUREKA_WEBHOOK_TIMEOUT_MS": "1500",
     "EUREKA_WEBHOOK_RETRY_BASE_MS": "200",
