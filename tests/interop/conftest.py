@@ -7,16 +7,16 @@ registry.serving.granian_server`` on a free 127.0.0.1 port with one-second jobs 
 tests read to count requests. Every test of ``tests/interop`` runs once on each of the two servers
 (``http_server``); ``EUREKA_TEST_SERVER=gunicorn`` (or ``granian``) runs it on that one alone.
 
-``admin`` and ``auth_admin`` are the test's own ``RegistryAdmin`` of ``live_server`` and
-``auth_live_server``, through the prefix its module names in ``ADMIN_PREFIX`` (and ``AUTH_ADMIN_PREFIX``
-where the node with API accounts is read through another one): the prefix its client does not use, so
-the access log tells the client's requests from the test's. ``client_factory`` starts a suite's clients
-and closes them all when the test ends.
-
 ``auth_live_server`` is the same node with API accounts on (``EUREKA_API_AUTH=true``): its database is
 migrated and holds one account per role (``API_ACCOUNTS``, made with ``manage.py eureka_account``), and
 ``LiveServer.service_url(role)`` is the service URL with that account's credentials in it, as a client's
 users configure it. ``RegistryAdmin`` speaks to such a node with the peer account.
+
+``admin`` and ``auth_admin`` are the test's own ``RegistryAdmin`` of ``live_server`` and
+``auth_live_server``, through the prefix its module names in ``ADMIN_PREFIX`` (and ``AUTH_ADMIN_PREFIX``
+where the node with API accounts is read through another one): the prefix its client does not use, so
+the access log tells the client's requests from the test's. ``client_factory`` starts a suite's clients
+and closes them all when the test ends; ``DriverProcess`` is a client program driven through JSON lines.
 """
 
 from __future__ import annotations
