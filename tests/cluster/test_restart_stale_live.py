@@ -98,6 +98,7 @@ class StalePeer(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.serial  # its sync and restart deadlines do not hold with other live tests beside it
 def test_a_restarted_node_serves_nothing_before_its_sync_and_nothing_cancelled_or_expired_after(tmp_path):
     port_a, port_b = free_port(HOST), free_port(HOST)
     stale = ThreadingHTTPServer((HOST, 0), StalePeer)

@@ -240,6 +240,7 @@ def stop_gracefully(process: subprocess.Popen) -> None:
 # ---------------------------------------------------------------------------------- SIGTERM
 
 
+@pytest.mark.serial  # 1,000 instances re-listed within a deadline that tests running beside it would break
 def test_a_node_restarted_under_1000_heartbeating_instances_loses_none_and_still_expires_the_dead(tmp_path):
     port = free_port()
     instances = fleet(1000)
