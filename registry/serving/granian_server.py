@@ -18,7 +18,7 @@ How requests reach the node here (granian's own WSGI glue is replaced, see ``ser
 - **Large and streaming answers** (over ``STREAM_ABOVE_BYTES``, and the change feed's Server-Sent
   Events) are written from threads of their own, a piece at a time: granian writes an answer from
   the thread that hands it over and waits while the client does not read, and a stream waits for
-  changes for minutes (the feed caps how many are open, ``EUREKA_FEED_MAX_STREAMS``). Every other
+  changes for minutes (the feed caps how many are open, ``EUREKA_CHANGE_STREAMS_MAX``). Every other
   answer is handed to granian in one piece.
 
 What one client may hold, and for how long, is ``registry/serving/granian_limits.py``; the listening
