@@ -20,7 +20,8 @@ import pytest
 from tests.browser.conftest import SCREENSHOTS, launched
 from tests.dashboard.scripted_hour import live_through_an_hour
 from tests.factories import instance_body
-from tests.interop.conftest import free_port, running_server, wait_until
+from tests.interop.conftest import running_server, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ from collections import Counter
 from dnslib import AAAA, QTYPE, RCODE, RR, SRV, TXT, A, DNSRecord
 from dnslib.server import BaseResolver, DNSServer
 
-from tests.integration.conftest import free_port
+from tests.ports import free_port
 
 TTL = 1
 

@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from tests.factories import instance_body
-from tests.integration.conftest import CONTROL_SECRET, Processes, free_port
+from tests.integration.conftest import CONTROL_SECRET, Processes
 from tests.interop.conftest import (
     API_ACCOUNTS,
     LiveServer,
@@ -48,6 +48,7 @@ from tests.interop.conftest import (
     running_server,
     server_env,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

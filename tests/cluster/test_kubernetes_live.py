@@ -67,7 +67,8 @@ import pytest
 
 from tests.cluster.dns_server import DnsServer
 from tests.factories import instance_body
-from tests.interop.conftest import LiveServer, free_port, require_toolchain, running_server
+from tests.interop.conftest import LiveServer, require_toolchain, running_server
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -17,8 +17,9 @@ from redis import Redis
 
 from tests.cluster.dns_server import DnsServer
 from tests.cluster.test_cluster_live import Cluster, listed, poll, unique_app
-from tests.integration.conftest import Processes, free_port
+from tests.integration.conftest import Processes
 from tests.interop.conftest import api_accounts_database, require_toolchain  # noqa: F401
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

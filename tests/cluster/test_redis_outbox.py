@@ -14,8 +14,9 @@ from registry.cluster.redis_outbox import NodeOutbox, RedisQueue, drain, queue_k
 from registry.cluster.replicator import PROBE_INTERVAL_MS
 from registry.cluster.transport import PeerRefused, PeerUnreachable
 from registry.domain.endpoints import Peer
-from tests.integration.conftest import Processes, free_port
+from tests.integration.conftest import Processes
 from tests.interop.conftest import require_toolchain
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

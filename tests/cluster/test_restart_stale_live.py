@@ -30,11 +30,11 @@ from tests.interop.conftest import (
     PROJECT_ROOT,
     _gunicorn,
     _stop,
-    free_port,
     running_server,
     server_env,
     wait_until,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

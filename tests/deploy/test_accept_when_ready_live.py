@@ -26,10 +26,10 @@ from tests.interop.conftest import (
     STARTUP_TIMEOUT_S,
     _gunicorn,
     _stop,
-    free_port,
     require_toolchain,
     server_env,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.live
 

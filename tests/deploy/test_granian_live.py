@@ -260,7 +260,8 @@ def test_connections_are_refused_not_queued_until_the_node_can_answer(tmp_path):
     import subprocess
     import sys
 
-    from tests.interop.conftest import PROJECT_ROOT, free_port, server_env
+    from tests.interop.conftest import PROJECT_ROOT, server_env
+    from tests.ports import free_port
 
     port = free_port()
     process = subprocess.Popen(

@@ -25,7 +25,8 @@ import pytest
 
 from registry.runtime.snapshots import FILE_NAME, decode, redis_key
 from tests.factories import instance_body
-from tests.interop.conftest import free_port, require_toolchain, running_server, wait_until
+from tests.interop.conftest import require_toolchain, running_server, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.live
 

@@ -194,7 +194,7 @@ def test_readyz_is_degraded_while_replication_falls_back_from_redis(client, eure
 
     from registry.cluster.member import ClusterMember
     from registry.cluster.peers import PeerSet
-    from tests.integration.conftest import free_port
+    from tests.ports import free_port
 
     eureka_options = eureka_options.with_changes(
         cluster__peers=tuple(parse_peer_urls(["http://node-b:8761/eureka/"]))

@@ -28,8 +28,9 @@ from registry.feed.redis_feed import (
 from tests.conftest import FakeClock
 from tests.domain.test_core import T0, inst, make_registry
 from tests.factories import instance_body
-from tests.integration.conftest import _redis_answers, free_port, stop
+from tests.integration.conftest import _redis_answers, stop
 from tests.interop.conftest import PROJECT_ROOT, require_toolchain, running_server, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.live
 

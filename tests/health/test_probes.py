@@ -18,7 +18,8 @@ from registry.health.addresses import CLOUD_METADATA, AddressPolicy, interface_a
 from registry.health.checker import BadResult, ProbeResult, ProbeTarget
 from registry.health.probes import ProbePool, Refused, probe, probe_http, probe_tcp, run_round
 from registry.runtime.composition import build_node
-from tests.health.targets import ERROR, SLOW, HttpTarget, TcpTarget, free_port
+from tests.health.targets import ERROR, SLOW, HttpTarget, TcpTarget
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ import httpx
 import pytest
 
 from tests.factories import instance_body
+from tests.ports import free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -470,13 +470,6 @@ class RegistryAdmin:
 
     def __exit__(self, *exc_info: object) -> None:
         self.cleanup()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` at this moment (another process may take it before it is bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def raw_request(

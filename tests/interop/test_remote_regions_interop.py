@@ -45,13 +45,14 @@ import pytest
 
 from tests.factories import instance_body
 from tests.interop import maven
-from tests.interop.conftest import LiveServer, free_port, running_server, wait_until
+from tests.interop.conftest import LiveServer, running_server, wait_until
 from tests.interop.test_java_eureka_client import (  # noqa: F401 (pytest fixture)
     CONSUMER_PREFIX,
     java_classpath,
     java_clients,
     wait_for_consumer_on_deltas,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.interop
 

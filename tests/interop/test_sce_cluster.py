@@ -43,7 +43,8 @@ import pytest
 from py_eureka_client.eureka_client import EurekaClient, WalkNodeException
 
 from tests.interop import maven
-from tests.interop.conftest import LiveServer, free_port, require_toolchain, running_server, wait_until
+from tests.interop.conftest import LiveServer, require_toolchain, running_server, wait_until
+from tests.ports import free_port
 
 logger = logging.getLogger(__name__)
 

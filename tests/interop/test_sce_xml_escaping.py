@@ -26,8 +26,9 @@ import httpx
 import pytest
 
 from tests.interop import maven
-from tests.interop.conftest import LiveServer, free_port, require_toolchain, running_server, wait_until
+from tests.interop.conftest import LiveServer, require_toolchain, running_server, wait_until
 from tests.interop.test_sce_cluster import SCE_HOST, SceServer
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.interop]
 

@@ -51,9 +51,9 @@ from tests.interop.conftest import (
     RegistryAdmin,
     assert_challenge,
     assert_refused,
-    free_port,
     wait_until,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.interop
 

@@ -19,10 +19,10 @@ from tests.integration.conftest import (
     ROOT,
     Processes,
     _answers,
-    free_port,
     stop,
 )
 from tests.interop.conftest import require_toolchain, wait_until
+from tests.ports import free_port
 
 SYNC_MS = 1000
 MAX_STALENESS_MS = 3000

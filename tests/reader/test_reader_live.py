@@ -18,8 +18,9 @@ import pytest
 from redis import Redis
 
 from tests.factories import instance_body
-from tests.integration.conftest import ROOT, _answers, free_port, stop
+from tests.integration.conftest import ROOT, _answers, stop
 from tests.interop.conftest import require_toolchain, wait_until
+from tests.ports import free_port
 from tests.reader.conftest import JSON, ReaderStack
 
 pytestmark = pytest.mark.integration

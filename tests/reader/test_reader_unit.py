@@ -397,7 +397,7 @@ def test_the_nodes_answer_comes_back_as_it_is_with_via():
 
 
 def test_an_unreachable_node_is_a_503_that_says_so(rf):
-    from tests.integration.conftest import free_port
+    from tests.ports import free_port
 
     forwarder = NodeForwarder(f"http://127.0.0.1:{free_port()}", timeout_ms=2000)
     try:
@@ -563,7 +563,7 @@ def test_the_views_never_reach_for_a_node(reader):
 
 
 def test_a_node_outage_is_logged_once_not_per_request(published, caplog):
-    from tests.integration.conftest import free_port
+    from tests.ports import free_port
 
     _, _, source, _ = published
     forwarder = NodeForwarder(f"http://127.0.0.1:{free_port()}", timeout_ms=2000)

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from registry.runtime.process import reset_node
 from registry.runtime.state_log import LISTED, StateLog
 from tests.conftest import FakeClock
 from tests.factories import instance_body
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).with_name("gunicorn")
@@ -50,13 +50,6 @@ SECRETS = [
 SEC = 1000
 INSTANCES = 20
 DEAD = ("10.0.0.18:orders:8080", "10.0.0.19:orders:8080")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (until a test starts something there)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FakePeer(BaseHTTPRequestHandler):
