@@ -10,7 +10,8 @@ How requests reach the node here (granian's own WSGI glue is replaced, see ``ser
 - **The application runs on ``THREADS`` threads at once** (``Gate``): few, because every thread more
   hands the GIL between threads once a request. Turns go round the client addresses, and one address
   has at most ``TURNS_PER_ADDRESS`` requests under way (more: 503 at once), so a client that sends
-  many requests at once delays its own, not everyone's.
+  many requests at once delays its own, not everyone's. Replication batches, whose views run long,
+  take at most ``THREADS - 1`` of the threads, so a heartbeat never waits for a batch to end.
 - **Bodies.** granian reads a request's body on the thread that runs the request, so a client that
   sends its body slowly holds that thread until its deadline. The pool has ``BODY_THREADS`` more for
   that, a share of them per client address, and a request gives up its turn of the application while
@@ -215,6 +216,15 @@ class AccessLog:
             self.stream.write(line)
 
 
+# Requests whose view runs long: a replication batch registers, renews or cancels up to a thousand
+# instances in one request.
+HEAVY_PATH_ENDS = ("/peerreplication/batch", "/peerreplication/batch/")
+
+
+def _is_heavy(environ) -> bool:
+    return environ.get("PATH_INFO", "").endswith(HEAVY_PATH_ENDS)
+
+
 def make_runner(
     application,
     threads: int,
@@ -246,6 +256,9 @@ def make_runner(
         "wsgi.version": (1, 0),
     }
     gate = Gate(threads)
+    # Long requests (replication batches) run on at most threads - 1 of the threads, so one is always
+    # left for short ones: a heartbeat then shares the GIL with a batch instead of waiting for it.
+    heavy = Gate(max(1, threads - 1))
     turns = turns or Shares(1 << 30, TURNS_PER_ADDRESS)
     bodies = bodies or Shares(BODY_THREADS, max(1, BODY_THREADS // BODY_SHARES))
     writers = writers or Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS)
@@ -306,7 +319,19 @@ def make_runner(
                 bodies.done(slot.pop())
             body.settle()
 
-        environ[BODY_RECEIVED] = received
+        def received_heavy() -> None:
+            received()
+            # Its turn of the application is given up while it waits for the heavy lane, so a
+            # heartbeat never waits behind a batch that waits behind another.
+            gate.release()
+            try:
+                heavy.acquire(address)
+                in_heavy.append(True)
+            finally:
+                gate.acquire(address)
+
+        in_heavy: list[bool] = []
+        environ[BODY_RECEIVED] = received_heavy if _is_heavy(environ) else received
         try:
             gate.acquire(address)
             try:
@@ -319,6 +344,9 @@ def make_runner(
                 try:
                     status, headers, content, stream = call(environ)
                 finally:
+                    if in_heavy:
+                        in_heavy.pop()
+                        heavy.release()
                     body.settle()
                     body.gate = None
             finally:

@@ -541,6 +541,44 @@ def test_the_application_releases_the_body_slot_once_the_body_is_in():
     assert run.bodies.held == 0
 
 
+def test_replication_batches_run_on_one_thread_of_two_and_heartbeats_on_the_other():
+    """A batch's view runs long: with two application threads, a second batch waits for the first
+    (without holding a turn of the application) and a heartbeat runs beside the first."""
+    inside, entered, finish = [], threading.Semaphore(0), threading.Event()
+
+    def application(environ, start_response):
+        if environ["PATH_INFO"].endswith("/peerreplication/batch"):
+            environ.pop(BODY_RECEIVED)()
+            inside.append(environ["REMOTE_ADDR"])
+            entered.release()
+            finish.wait(10)
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    run = make_runner(application, threads=2)
+    batches = [
+        threading.Thread(
+            target=run,
+            args=(FakeProto(), scope("POST", "/eureka/peerreplication/batch", b"{}", address=f"10.0.0.{n}")),
+        )
+        for n in (1, 2)
+    ]
+    for batch in batches:
+        batch.start()
+    assert entered.acquire(timeout=5)
+    assert not entered.acquire(timeout=0.5), "two batches ran at once"
+    heartbeat = FakeProto()
+    beating = threading.Thread(
+        target=run, args=(heartbeat, scope("PUT", "/eureka/apps/A/i-1", address="10.0.0.3"))
+    )
+    beating.start()
+    assert heartbeat.answered.wait(5) and heartbeat.status == 200
+    finish.set()
+    for batch in batches:
+        batch.join(5)
+    assert len(inside) == 2 and run.bodies.held == 0
+
+
 def test_the_routing_application_says_when_the_body_is_in(node):
     released = []
     body = json.dumps(instance_body()).encode()
