@@ -189,30 +189,46 @@ class Pieces:
 class WriterThreads:
     """Threads that write large answers (``Pieces``), started as needed and kept for the next: a write
     is handed to an idle one (no thread started per answer), or to a new one when none is idle. The
-    writers' ``Shares`` bound how many write at once, and so how many there are."""
+    writers' ``Shares`` bound how many write at once, and so how many there are. A thread idle for
+    ``idle_s`` ends, so that a burst of slow readers leaves no threads behind."""
 
-    def __init__(self):
+    def __init__(self, idle_s: float = 30.0):
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.lock = threading.Lock()
+        self.idle_s = idle_s
         self.idle = 0
         self.started = 0
+        self.running = 0
 
     def submit(self, write: Callable, *args) -> None:
         with self.lock:
             if self.idle:
+                # An idle thread is promised this job: it will not end before taking it.
                 self.idle -= 1
             else:
                 self.started += 1
+                self.running += 1
                 threading.Thread(target=self._serve, name="answer", daemon=True).start()
         self.jobs.put((write, args))
 
     def _serve(self) -> None:
         while True:
-            write, args = self.jobs.get()
+            try:
+                write, args = self.jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self.lock:
+                    if self.idle:
+                        self.idle -= 1
+                        self.running -= 1
+                        return
+                # A job was promised to this thread as it timed out: take it.
+                continue
             try:
                 write(*args)
             except Exception:  # a write that failed must not take the thread with it
                 logger.exception("writing an answer failed")
+            # An idle thread must not keep its last answer (and its connection) alive.
+            del write, args
             with self.lock:
                 self.idle += 1
 

@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+import weakref
 
 import pytest
 from django.conf import settings
@@ -28,6 +29,7 @@ from registry.serving.granian_limits import (
     Shares,
     Tally,
     TimedBody,
+    WriterThreads,
 )
 from registry.serving.granian_server import (
     AccessLog,
@@ -435,6 +437,43 @@ def test_a_large_answer_is_written_in_pieces_from_a_thread_of_its_own():
     proto = FakeProto()
     make_runner(application, threads=1)(proto, scope())
     assert proto.chunks == [] and proto.body == content
+
+
+class Answer:
+    """An answer that a test can hold a weak reference to (bytes cannot be)."""
+
+
+def test_an_idle_writer_keeps_nothing_of_its_last_answer_and_ends_after_its_idle_time():
+    writers = WriterThreads(idle_s=0.3)
+    written = threading.Event()
+    content = Answer()
+    kept = weakref.ref(content)
+    writers.submit(lambda answer: written.set(), content)
+    assert written.wait(5)
+    del content
+    deadline = time.monotonic() + 5
+    while kept() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kept() is None, "an idle writer thread still holds its last answer"
+    assert writers.running == 1
+    while writers.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writers.running == 0 and writers.idle == 0
+    # A later answer gets a thread again.
+    written.clear()
+    writers.submit(lambda: written.set())
+    assert written.wait(5) and writers.started == 2
+
+
+def test_a_writer_promised_a_job_as_its_idle_time_ends_takes_it():
+    writers = WriterThreads(idle_s=0.05)
+    done = []
+    for round_ in range(50):
+        finished = threading.Event()
+        writers.submit(lambda n=round_, event=finished: (done.append(n), event.set()))
+        assert finished.wait(5), f"answer {round_} was never written"
+        time.sleep(0.04 + (round_ % 3) * 0.01)
+    assert done == list(range(50))
 
 
 def test_large_answers_past_an_addresses_share_of_writers_are_refused_at_once():
