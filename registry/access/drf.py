@@ -153,8 +153,9 @@ class _EnvironRequest:
 
 def credentials_open_the_api(environ: dict) -> bool | EarlyAnswer:
     """Asked before a protocol request's body is read (``registry/wire/handlers.py``): False when API
-    accounts are on and the request's credentials open nothing — wrong, or from an address or for a
-    name that failed too often. That body is then never read: the view refuses the request (401,
+    accounts are on and the request's credentials (Basic, a client certificate: ``identify``) open
+    nothing — wrong, a certificate naming no account, or from an address or for a name that failed
+    too often. That body is then never read: the view refuses the request (401,
     429) on its credentials alone, so an anonymous client cannot make the node buffer bodies. The
     verdict is the credential cache's, so the view's own check that follows costs a lookup.
 

@@ -401,3 +401,17 @@ def test_the_headers_name_is_a_setting_and_empty_turns_it_off(api, node, ca, cap
     assert named.status_code == (204 if name else 401)
     assert default.status_code == 401
     assert "certificate header" not in caplog.text
+
+
+@pytest.mark.parametrize("conf", ["nginx.conf.example", "nginx-compose.conf"])
+def test_deploys_nginx_configurations_never_pass_on_a_clients_certificate_header(conf):
+    """nginx passes request headers on by default, and the node trusts its proxies' header: each
+    location that proxies to the node sets it (empty: nginx then drops it)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / conf).read_text()
+    active = [line.strip() for line in text.splitlines() if not line.lstrip().startswith("#")]
+    assert active.count("proxy_pass http://$eureka_backend;") >= 1
+    assert active.count('proxy_set_header X-Forwarded-Client-Cert "";') == active.count(
+        "proxy_pass http://$eureka_backend;"
+    )
