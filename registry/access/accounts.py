@@ -223,18 +223,24 @@ def _account(**lookup) -> _Account | None:
 
 def _accounts_holding(names: tuple[str, ...]) -> tuple[_Account | None, str]:
     """The account whose certificate names hold the first of ``names`` any account holds, and that
-    name; ``(None, "")`` when none does. Read on a connection closed afterwards (see ``_account``)."""
+    name; ``(None, "")`` when none does. A name two accounts hold (the admin and the command refuse
+    that, a direct database edit may not) names neither: ``Refused``. Read on a connection closed
+    afterwards (see ``_account``)."""
     from registry.access.models import ApiAccess
 
     try:
-        holders: dict[str, ApiAccess] = {}
+        holders: dict[str, list[ApiAccess]] = {}
         for access in ApiAccess.objects.exclude(certificate_names="").select_related("user"):
             for held in access.names():
-                holders.setdefault(normalise_name(held), access)
+                holders.setdefault(normalise_name(held), []).append(access)
         for name in names:
-            access = holders.get(normalise_name(name))
-            if access is not None:
-                return _read_account(access.user), normalise_name(name)
+            found = holders.get(normalise_name(name))
+            if found is None:
+                continue
+            if len(found) > 1:
+                who = ", ".join(sorted(repr(access.user.get_username()) for access in found))
+                raise Refused(f"the client certificate name {name!r} is held by several accounts: {who}")
+            return _read_account(found[0].user), normalise_name(name)
         return None, ""
     finally:
         if not connection.in_atomic_block:
@@ -354,7 +360,11 @@ def authenticate_certificate(certificate: ClientCertificate) -> Principal:
     principal = _remembered(cache, key, cache.clock(), _certificate_name_holds, UNKNOWN_CERTIFICATE)
     if principal is not None:
         return principal
-    account, name = _accounts_holding(certificate.names)
+    try:
+        account, name = _accounts_holding(certificate.names)
+    except Refused:
+        cache.remember(key, None, "", cache.clock())
+        raise
     now = cache.clock()
     if account is None or not account.is_active:
         cache.remember(key, None, "", now)

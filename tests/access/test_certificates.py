@@ -217,6 +217,19 @@ def test_a_name_removed_elsewhere_is_refused_after_the_recheck(api, node, ca, au
 
 
 @pytest.mark.usefixtures("auth_on")
+def test_a_name_two_accounts_hold_names_neither(api, node, ca, caplog):
+    holder("orders", "orders.example")
+    twin = holder("twin", "elsewhere.example")
+    # A direct database edit (the admin and the command refuse it).
+    ApiAccess.objects.filter(user=twin).update(certificate_names="ORDERS.example")
+    accounts.reset_refusal_lines()
+    with caplog.at_level("WARNING", logger="registry.access"):
+        assert register(api, tls(leaf(ca, dns=["orders.example"]))).status_code == 401
+    assert "held by several accounts: 'orders', 'twin'" in caplog.text
+    assert listed(node) == set()
+
+
+@pytest.mark.usefixtures("auth_on")
 def test_a_certificate_is_parsed_once_and_its_account_looked_up_once(api, node, ca, monkeypatch):
     holder("orders", "orders.example")
     der = leaf(ca, dns=["orders.example"])
