@@ -48,6 +48,7 @@ import threading
 import time
 from typing import Any
 
+from registry.runtime import memory
 from registry.serving.granian_limits import (
     ANSWER_REFUSED,
     BODY_REFUSED,
@@ -580,6 +581,10 @@ def refuse_a_taken_port(host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The allocator's arena cap, set before granian starts a thread: the worker is forked from this
+    # process and inherits its arenas, and threads that allocate before the node starts would each
+    # have made one of their own (registry/runtime/memory.py).
+    memory.tune()
     parser = argparse.ArgumentParser(
         prog="python -m registry.serving.granian_server",
         description="Serve a registry node on granian (see the module's docstring).",
