@@ -5,7 +5,8 @@ second, divergent map. Concurrency comes from gevent: its requests do not hand t
 threads, so it serves more heartbeats than gthread, and with a shorter tail. The worker is gunicorn's
 gevent worker with a graceful close (``registry/serving/gunicorn_worker.py``: error answers reach
 clients still sending) and a prompt stop (idle kept-alive connections are closed when a SIGTERM comes,
-requests under way finish within ``graceful_timeout``). Override on the command line or with
+requests under way finish within ``graceful_timeout``). HTTPS is the worker's own (EUREKA_TLS_*,
+docs/tls.md), not gunicorn's ``certfile``/``keyfile``. Override on the command line or with
 GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 

@@ -15,6 +15,13 @@ What it changes in gunicorn's gevent worker, and why:
   nothing of its answer for the write timeout, sheds the readers blocked longest near the connection cap
   and bounds what such readers hold; at the cap, a new connection is admitted in place of the reader
   blocked longest. docs/security.md lists these limits.
+* **HTTPS with one context, after admission.** With EUREKA_TLS_CERT_FILE every listener but
+  EUREKA_TLS_PLAIN_PORT's speaks TLS (``use_tls``). gunicorn's own TLS builds a context, reading the
+  files, for every connection, and shakes hands before anything else; here an admitted connection is
+  wrapped with the context of ``registry/serving/tls.py`` (loaded again when its files change), and
+  its handshake must be over within the header timeout. Plain HTTP on the HTTPS port is answered
+  400, a failed handshake closed, each kind logged once an interval. A TLS request's environ says
+  ``wsgi.url_scheme`` https and holds the verified client certificate (DER) as ``eureka.client_cert``.
 * **Error answers arrive.** gunicorn's gevent worker closes a connection at once after an error answer
   (an over-long request line, bad chunk framing) or a response that ends the connection. A client
   still sending its request (a Java client writes the request line, the headers and the body before
