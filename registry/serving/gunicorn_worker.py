@@ -442,6 +442,8 @@ class RegistryWorker(GeventWorker):
         self.tls = None
         self.tls_listeners: frozenset[int] = frozenset()
         self.tls_connections: dict = {}
+        # Greenlets of connections whose handshake is under way: a stop ends them as it ends the waits.
+        self.handshaking: set = set()
 
     def run(self):
         self.use_connection_limits()
@@ -551,6 +553,11 @@ class RegistryWorker(GeventWorker):
         limit = self.wait_limits()[0]
         timer = gevent.Timeout(limit) if limit else None
         sock = client
+        greenlet = gevent.getcurrent()
+        if not self.alive:
+            util.close(client)
+            return None
+        self.handshaking.add(greenlet)
         if timer is not None:
             timer.start()
         try:
@@ -579,10 +586,11 @@ class RegistryWorker(GeventWorker):
             detail = getattr(error, "reason", None) if kind == tls.HANDSHAKE_FAILED else None
             self._log_tls_refusal(kind, addr, detail)
             return None
-        except OSError:  # reset or closed during the handshake
+        except (OSError, NextRequestNotComing):  # reset or closed during the handshake, or a stop
             util.close(sock)
             return None
         finally:
+            self.handshaking.discard(greenlet)
             if timer is not None:
                 timer.close()
         cert = None
@@ -731,6 +739,13 @@ class RegistryWorker(GeventWorker):
 
         gevent.get_hub().loop.run_callback(end)
 
+    def _end_handshake(self, greenlet) -> None:
+        def end() -> None:
+            if greenlet in self.handshaking:
+                greenlet.throw(NextRequestNotComing())
+
+        gevent.get_hub().loop.run_callback(end)
+
     def handle_exit(self, sig, frame):
         super().handle_exit(sig, frame)
         # Out of the signal handler, as gunicorn does for SIGQUIT.
@@ -739,6 +754,9 @@ class RegistryWorker(GeventWorker):
     def _end_waits(self) -> None:
         for greenlet, since in list(self.waiting.items()):
             self._end_wait(greenlet, since)
+        # Nor for handshakes under way.
+        for greenlet in list(self.handshaking):
+            self._end_handshake(greenlet)
         # Nor for clients that are not reading their answers (the sweeper stops with the worker).
         if self.slow_readers is not None:
             for write in self.slow_readers.stalled():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import re
+import signal
 import socket
 import ssl
 import threading
@@ -332,3 +333,26 @@ def test_stalled_handshakes_from_one_address_do_not_stop_heartbeats_from_another
         assert [status for status, _ in beats] == [200] * len(beats) and len(beats) == 16
         assert max(seconds for _, seconds in beats) < 2.0, beats
         assert log_lines(server, "handshake not finished within the header timeout")
+
+
+def test_a_stop_does_not_wait_for_handshakes_under_way(certs, tmp_path):
+    """SIGTERM ends handshakes under way as it ends idle waits: the node stops in seconds, not at the
+    header timeout (20 s by default) nor gunicorn's graceful timeout."""
+    context = certs.client_context()
+    with running_server(node_dir(tmp_path), certs.env(), server="gunicorn", tls=context) as server:
+        stalled = []
+        for _ in range(3):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+            stalled.append(sock)
+        kept = tls_connect(server.port, server.verify)
+        assert b" 200 " in get_over(kept)
+        time.sleep(0.5)  # the handshakes have begun
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=30)
+        took = time.monotonic() - started
+        for sock in stalled:
+            sock.close()
+        kept.close()
+    assert took < 5.0, f"the stop waited {took:.1f} s for handshakes"
