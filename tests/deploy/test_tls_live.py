@@ -19,6 +19,8 @@ import re
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -356,3 +358,23 @@ def test_a_stop_does_not_wait_for_handshakes_under_way(certs, tmp_path):
             sock.close()
         kept.close()
     assert took < 5.0, f"the stop waited {took:.1f} s for handshakes"
+
+
+def test_gunicorn_does_not_start_with_a_key_that_does_not_match_and_says_which_variable(certs, tmp_path):
+    from tests.interop.conftest import PROJECT_ROOT, server_env
+    from tests.serving.tls_files import write_leaf
+
+    other_key = write_leaf(certs.ca.issue_cert("localhost"), tmp_path, "other")[1]
+    env = server_env(node_dir(tmp_path), certs.env() | {"EUREKA_TLS_KEY_FILE": str(other_key)})
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    port = free_port("127.0.0.1")
+    started = subprocess.run(
+        [str(gunicorn), "-c", "deploy/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode != 0
+    assert "EUREKA_TLS_KEY_FILE: the key does not match" in started.stdout + started.stderr
