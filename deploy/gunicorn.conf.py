@@ -5,7 +5,8 @@ second, divergent map. Concurrency comes from gevent: its requests do not hand t
 threads, so it serves more heartbeats than gthread, and with a shorter tail. The worker is gunicorn's
 gevent worker with a graceful close (``registry/serving/gunicorn_worker.py``: error answers reach
 clients still sending) and a prompt stop (idle kept-alive connections are closed when a SIGTERM comes,
-requests under way finish within ``graceful_timeout``). Override on the command line or with
+requests under way finish within ``graceful_timeout``). HTTPS is the worker's own (EUREKA_TLS_*,
+docs/tls.md), not gunicorn's ``certfile``/``keyfile``. Override on the command line or with
 GUNICORN_CMD_ARGS, e.g. ``--worker-class gthread --threads 16``.
 """
 
@@ -51,6 +52,16 @@ def on_starting(server):
             f"eureka registry: refusing to start with workers={server.cfg.workers}. "
             "One node is one process (the lease map is in memory); scale with threads or more nodes."
         )
+    # With EUREKA_TLS_CERT_FILE the worker speaks HTTPS on --bind (registry/serving/gunicorn_worker.py
+    # use_tls); EUREKA_TLS_PLAIN_PORT adds a plain-HTTP listener on the first bound host. The settings
+    # were read (and their files checked) when the logger was set up.
+    from django.conf import settings
+
+    from registry.serving.tls import plain_bind
+
+    extra = plain_bind(server.cfg.bind, settings.EUREKA.tls)
+    if extra:
+        server.cfg.set("bind", [*server.cfg.bind, extra])
 
 
 def pre_fork(server, worker):

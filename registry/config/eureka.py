@@ -33,6 +33,7 @@ from registry.config.site import (
     MetricsConfig,
     ProcessConfig,
     SecurityConfig,
+    TlsConfig,
 )
 from registry.domain.config import (
     PROFILES,
@@ -65,6 +66,7 @@ class EurekaConfig:
     identity: IdentityConfig = IdentityConfig()
     access: AccessConfig = AccessConfig()
     connections: ConnectionsConfig = ConnectionsConfig()
+    tls: TlsConfig = TlsConfig()
     security: SecurityConfig = SecurityConfig()
     dashboard: DashboardConfig = DashboardConfig()
     metrics: MetricsConfig = MetricsConfig()

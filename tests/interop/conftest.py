@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -270,6 +271,9 @@ class LiveServer:
     process: subprocess.Popen
     # The API accounts of a node with EUREKA_API_AUTH on, by role (empty: the open API).
     accounts: dict[str, Account] = field(default_factory=dict)
+    # httpx's ``verify=`` for this node: a node serving HTTPS (EUREKA_TLS_CERT_FILE) is reached with the
+    # client context its test gave ``running_server`` (the test CA trusted, a client certificate maybe).
+    verify: ssl.SSLContext | bool = True
 
     def service_url(
         self, role: str | None = None, prefix: str = "/eureka/", password: str | None = None
@@ -280,8 +284,8 @@ class LiveServer:
             return f"{self.base_url}{prefix}"
         account = self.accounts[role]
         secret = account.password if password is None else password
-        host = self.base_url.removeprefix("http://")
-        return f"http://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
+        scheme, _, host = self.base_url.partition("://")
+        return f"{scheme}://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
 
     def records(self) -> list[AccessRecord]:
         """Every request the server logged so far, in order."""
@@ -371,6 +375,7 @@ class RegistryAdmin:
             headers={"Accept": "application/json"},
             timeout=5.0,
             auth=account.auth if account else None,
+            verify=server.verify,
         )
         self._registered: list[tuple[str, str]] = []
 
@@ -526,6 +531,7 @@ def _start(
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
     server: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> LiveServer:
     port = port or free_port(host)
     access_log = workdir / "access.log"
@@ -548,7 +554,9 @@ def _start(
         process = subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-    base_url = f"http://{host}:{port}"
+    https = bool((extra_env or {}).get("EUREKA_TLS_CERT_FILE"))
+    base_url = f"{'https' if https else 'http'}://{host}:{port}"
+    verify: ssl.SSLContext | bool = tls if https and tls is not None else True
     server = LiveServer(
         url=f"{base_url}/eureka/",
         base_url=base_url,
@@ -557,6 +565,7 @@ def _start(
         server_log_path=server_log,
         process=process,
         accounts=dict(accounts or {}),
+        verify=verify,
     )
     # With API accounts on, the readiness probe reads with the reader's credentials.
     probe_auth = server.accounts["reader"].auth if server.accounts else None
@@ -567,7 +576,8 @@ def _start(
                 f"the node exited with {process.returncode} before answering:\n{server.server_log_tail()}"
             )
         try:
-            if httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth).status_code == 200:
+            answer = httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth, verify=verify)
+            if answer.status_code == 200:
                 return server
         except httpx.TransportError:
             pass
@@ -600,6 +610,7 @@ def running_server(
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
     server: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[LiveServer]:
     """A node with its files in ``workdir``, stopped (TERM, then KILL) on exit: gunicorn, or granian
     with ``server="granian"`` (unless given: ``EUREKA_TEST_SERVER``, gunicorn by default).
@@ -607,16 +618,19 @@ def running_server(
     It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
     server tell each other apart by host) and on ``port``, a free one unless given. ``accounts``: the API
     accounts its database holds (see ``auth_live_server``), for the readiness probe and the tests.
+    A node whose ``extra_env`` sets EUREKA_TLS_CERT_FILE serves HTTPS: its URLs are https://, and the
+    readiness probe (and ``RegistryAdmin``, through ``LiveServer.verify``) reach it with ``tls``, a
+    client context that trusts its certificate (tests/serving/tls_files.py makes both).
     """
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
     try:
-        node = _start(workdir, extra_env, host, port, accounts, server)
+        node = _start(workdir, extra_env, host, port, accounts, server, tls)
     except RuntimeError as first_error:
         # The free port may have been taken between probing and binding: one more try (on a new port
         # unless the caller chose it).
         try:
-            node = _start(workdir, extra_env, host, port, accounts, server)
+            node = _start(workdir, extra_env, host, port, accounts, server, tls)
         except RuntimeError as second_error:
             pytest.fail(f"could not start the node: {first_error}\n---\n{second_error}", pytrace=False)
     try:
