@@ -65,7 +65,8 @@ from registry.serving.granian_limits import (
 )
 from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
 
-logger = logging.getLogger(__name__)
+# Named, not __name__: the module runs as __main__ (python -m).
+logger = logging.getLogger("registry.serving.granian_server")
 
 DEFAULT_BIND = "0.0.0.0:8761"
 GRACEFUL_TIMEOUT_S = 20
@@ -483,19 +484,10 @@ def _worker_target():
             writers=Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS, exempt=is_trusted_proxy),
             body_limits=options["body_limits"],
         )
-        listeners = [(sock, ssl_ctx)]
-        if options["plain_port"]:
-            # The plain-HTTP port beside the HTTPS one: a second granian worker in this process, on
-            # the same application callback (and so the same turns, shares and deadlines).
-            host = options["listening"][0][0]
-            plain = ListenerSpec(host, options["plain_port"], options["backlog"])
-            listeners.append(((plain, None), PLAIN_SSL_CONTEXT))
-            logger.info("Listening at: http://%s:%d (plain HTTP beside HTTPS)", host, options["plain_port"])
-        signals = []
-        drained = []
-        for listener, listener_ssl in listeners:
-            if listener[0] is not None and not listener[0].is_uds():
-                listener = (None, listening_socket(listener[0], options["write_timeout_s"]))
+
+        def start_worker(listener, listener_ssl):
+            """A granian worker serving ``listener`` (``(None, SocketHolder)``) with ``listener_ssl``
+            (granian's ``ssl_ctx``), started; its stop signal and the event set once it has stopped."""
             worker = WSGIWorker(
                 worker_id,
                 listener,
@@ -518,26 +510,51 @@ def _worker_target():
             stopped = threading.Event()
             # granian calls this once it has stopped accepting and finished the requests under way.
             shutdown.add_cb(stopped.set)
-            signals.append(shutdown)
-            drained.append(stopped)
             serve = getattr(worker, WORKERS_METHODS[runtime_mode][(listener[0] or listener[1]).is_uds()])
             scheduler = _new_cbscheduler(loop, runner, impl_asyncio=task_impl == TaskImpl.asyncio)
             serve(scheduler, loop, shutdown)
+            return worker, shutdown, stopped
+
+        listeners = Listeners(start_worker)
+        if sock[0] is not None and not sock[0].is_uds():
+            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
+        plain = None
+        if options["plain_port"]:
+            # The plain-HTTP port beside the HTTPS one: another granian worker in this process, on
+            # the same application callback (and so the same turns, shares and deadlines). Bound
+            # before either starts, so that a port taken stops the node before it serves.
+            host = options["listening"][0][0]
+            try:
+                spec = ListenerSpec(host, options["plain_port"], options["backlog"])
+                plain = (None, listening_socket(spec, options["write_timeout_s"]))
+            except RuntimeError as error:
+                raise SystemExit(
+                    f"eureka registry: cannot listen on {host}:{options['plain_port']} "
+                    f"(EUREKA_TLS_PLAIN_PORT): {error}"
+                ) from None
+        if ssl_ctx[0]:
+            # HTTPS: the worker is replaced by one with the new certificate when its files change,
+            # on the same listening socket, which this process keeps open meanwhile.
+            first = listeners.start(listeners.share(sock[1], options["backlog"]), ssl_ctx)
+            watch = CertificateWatch(listeners, sock[1], options["backlog"], ssl_ctx, first)
+            threading.Thread(target=watch.run, name="certificate watch", daemon=True).start()
+        else:
+            listeners.start(sock, ssl_ctx)
+        if plain is not None:
+            listeners.start(plain, PLAIN_SSL_CONTEXT)
+            logger.info("Listening at: http://%s:%d (plain HTTP beside HTTPS)", host, options["plain_port"])
 
         def begin_stop(signum, frame):
             # The streams first: granian waits for every open connection, and a stream is open for
             # minutes.
             end_streams()
-            for shutdown in signals:
-                shutdown.set()
+            listeners.stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, begin_stop)
         try:
             # A timed wait, so that the signal handler runs in this (the main) thread promptly.
-            for stopped in drained:
-                while not stopped.wait(0.5):
-                    pass
+            listeners.wait_stopped()
         finally:
             stop_serving()
 
@@ -619,40 +636,206 @@ def tls_settings(config, port: int) -> Tls | None:
 
 
 def _check_tls_files(config) -> None:
-    """Load the chain, the key and the CA bundle as granian will, or stop saying which one failed."""
-    import ssl
-
-    def refuse(problem: str):
+    """Stop with a message when the chain, key or CA bundle would not load in granian."""
+    ca_file = config.client_ca_file if config.client_auth == "required" else None
+    problem = tls_files_problem(config.cert_file, config.key_file, config.key_password, ca_file)
+    if problem:
         raise SystemExit(f"eureka registry: {problem}")
 
+
+def tls_files_problem(
+    cert_file: str, key_file: str, key_password: str | None, ca_file: str | None
+) -> str | None:
+    """Why the chain, key and CA bundle (None: none) would not load as granian loads them; None when
+    they do."""
+    import ssl
+
     try:
-        with open(config.key_file, "rb") as key:
+        with open(key_file, "rb") as key:
             pem = key.read()
     except OSError as error:
-        refuse(f"EUREKA_TLS_KEY_FILE: cannot read {config.key_file}: {error.strerror}")
+        return f"EUREKA_TLS_KEY_FILE: cannot read {key_file}: {error.strerror}"
     encrypted = b"ENCRYPTED" in pem
     # granian decrypts a PKCS#8 key only ("BEGIN ENCRYPTED PRIVATE KEY"), not OpenSSL's older form.
     if encrypted and b"-----BEGIN ENCRYPTED PRIVATE KEY-----" not in pem:
-        refuse(
+        return (
             "EUREKA_TLS_KEY_FILE is encrypted in OpenSSL's legacy form, which granian cannot read: "
             "convert it with `openssl pkcs8 -topk8 -in OLD -out NEW` (and a password)"
         )
-    if encrypted and not config.key_password:
-        refuse("EUREKA_TLS_KEY_FILE is encrypted: set EUREKA_TLS_KEY_PASSWORD")
+    if encrypted and not key_password:
+        return "EUREKA_TLS_KEY_FILE is encrypted: set EUREKA_TLS_KEY_PASSWORD"
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         # A password even for a plain key: without one, OpenSSL would ask for it on the terminal.
-        context.load_cert_chain(config.cert_file, config.key_file, password=config.key_password or "")
+        context.load_cert_chain(cert_file, key_file, password=key_password or "")
     except OSError as error:
-        refuse(
+        return (
             "cannot load EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE "
-            f"({config.cert_file}, {config.key_file}): {error.strerror or error}"
+            f"({cert_file}, {key_file}): {error.strerror or error}"
         )
-    if config.client_auth == "required":
+    if ca_file:
         try:
-            context.load_verify_locations(cafile=config.client_ca_file)
+            context.load_verify_locations(cafile=ca_file)
         except (OSError, ssl.SSLError) as error:
-            refuse(f"cannot load EUREKA_TLS_CLIENT_CA_FILE ({config.client_ca_file}): {error}")
+            return f"cannot load EUREKA_TLS_CLIENT_CA_FILE ({ca_file}): {error}"
+    return None
+
+
+class Listeners:
+    """The granian workers of this process, one per listening socket, and those being retired (a
+    worker replaced by one with a new certificate finishes its requests under way first).
+
+    A socket a worker listens on is closed by granian when the worker stops, through the descriptor
+    it was given, and its holder would close that number again when collected: each worker gets a
+    descriptor of its own (``share``), and the holders are kept for as long as the process lives."""
+
+    def __init__(self, start_worker: Any):
+        self.start_worker = start_worker
+        self.lock = threading.Lock()
+        # Per worker: [its stop signal, the event set once stopped, whether it was signalled].
+        self.workers: list[list] = []
+        self.kept: list[Any] = []
+        self.stopping = False
+
+    def share(self, holder, backlog: int):
+        """``(None, SocketHolder)`` of a new descriptor of ``holder``'s listening socket."""
+        from granian._granian import SocketHolder
+
+        return (None, SocketHolder(os.dup(holder.get_fd()), holder.is_uds(), backlog))
+
+    def start(self, listener, listener_ssl) -> list | None:
+        """Start a worker on ``listener``; None once the process is stopping."""
+        with self.lock:
+            self.kept.append(listener)
+            if self.stopping:
+                return None
+            worker, shutdown, stopped = self.start_worker(listener, listener_ssl)
+            self.kept.append(worker)
+            entry = [shutdown, stopped, False]
+            self.workers.append(entry)
+            return entry
+
+    def retire(self, entry: list) -> None:
+        """Stop one worker: it stops accepting, finishes the requests under way, and closes its
+        connections as they become idle."""
+        with self.lock:
+            if not entry[2]:
+                entry[2] = True
+                entry[0].set()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for entry in self.workers:
+                if not entry[2]:
+                    entry[2] = True
+                    entry[0].set()
+
+    def wait_stopped(self) -> None:
+        """Return once ``stop`` was called and every worker has stopped; wakes twice a second, so
+        that signal handlers run in the calling (main) thread promptly."""
+        while True:
+            with self.lock:
+                waiting = [entry[1] for entry in self.workers] if self.stopping else None
+            if waiting is not None and all(stopped.is_set() for stopped in waiting):
+                return
+            time.sleep(0.5)
+
+
+# How often the certificate files are read for a change: new connections get a new certificate within
+# this (and its check).
+TLS_RELOAD_POLL_S = 2.0
+
+
+class CertificateWatch:
+    """Reloads the HTTPS certificate without a restart: the chain, key and client CA files are read
+    every ``TLS_RELOAD_POLL_S``; when they changed and load (``tls_files_problem``), a new granian
+    worker with them starts on the same listening socket and the old one is retired. Connections
+    queued on the socket are taken by the new worker; the old one finishes the requests under way on
+    the old certificate and closes its connections as they become idle (a client's next request opens
+    a new connection). Files that do not load are logged once, and the old certificate stays.
+
+    granian reads the files when its worker starts: it gets a copy of what was checked, in memory
+    (``memfd``), so a file rewritten meanwhile cannot make it fail."""
+
+    def __init__(self, listeners: Listeners, holder, backlog: int, ssl_ctx: tuple, first: list | None):
+        self.listeners = listeners
+        self.holder = holder
+        self.backlog = backlog
+        self.ssl_ctx = ssl_ctx
+        self.paths = (ssl_ctx[1], ssl_ctx[2], ssl_ctx[5])
+        self.current = first
+        self.contents = self.read()
+        self.refused: tuple | None = None
+
+    def read(self) -> tuple | None:
+        contents = []
+        for path in self.paths:
+            if path is None:
+                contents.append(None)
+                continue
+            try:
+                with open(path, "rb") as file:
+                    contents.append(file.read())
+            except OSError:
+                return None
+        return tuple(contents)
+
+    def run(self) -> None:
+        while not self.listeners.stopping:
+            time.sleep(TLS_RELOAD_POLL_S)
+            try:
+                self.check()
+            except Exception:  # the watch goes on: the next change may load
+                logger.exception("reloading the TLS certificate failed")
+
+    def check(self) -> bool:
+        """Reload when the files changed and load; whether a new worker took over."""
+        contents = self.read()
+        if contents is None or contents == self.contents or contents == self.refused:
+            return False
+        copies = [_in_memory(content) if content is not None else None for content in contents]
+        try:
+            paths = [f"/proc/self/fd/{fd}" if fd is not None else None for fd in copies]
+            problem = tls_files_problem(paths[0], paths[1], self.ssl_ctx[3], paths[2])
+            if problem:
+                self.refused = contents
+                for copy, path in zip(paths, self.paths, strict=True):
+                    if copy is not None:
+                        problem = problem.replace(copy, path)
+                logger.error(
+                    "the TLS certificate files changed, but %s; still serving the previous ones", problem
+                )
+                return False
+            ssl_ctx = (True, paths[0], paths[1], *self.ssl_ctx[3:5], paths[2], *self.ssl_ctx[6:])
+            try:
+                entry = self.listeners.start(self.listeners.share(self.holder, self.backlog), ssl_ctx)
+            except BaseException as error:  # granian's worker panics on what it cannot load
+                self.refused = contents
+                logger.error(
+                    "granian could not load the new TLS certificate files (%s); still serving the "
+                    "previous ones",
+                    error,
+                )
+                return False
+        finally:
+            for fd in copies:
+                if fd is not None:
+                    os.close(fd)
+        if entry is None:
+            return False
+        if self.current is not None:
+            self.listeners.retire(self.current)
+        self.current, self.contents = entry, contents
+        logger.info("TLS certificate reloaded from %s: new connections get it", self.paths[0])
+        return True
+
+
+def _in_memory(content: bytes) -> int:
+    """A descriptor of an anonymous in-memory file holding ``content``."""
+    fd = os.memfd_create("eureka-tls", os.MFD_CLOEXEC)
+    os.write(fd, content)
+    return fd
 
 
 _OPTIONS: dict[str, Any] = {}

@@ -13,6 +13,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,6 +104,19 @@ def start(workdir: Path, env: dict[str, str], port: int) -> subprocess.Popen:
 def tls_node(
     workdir: Path, certs: Certificates, extra_env: dict[str, str] | None = None
 ) -> Iterator[TlsNode]:
+    """A node serving HTTPS with required client certificates, and plain HTTP on a port beside."""
+    try:
+        node = _start_tls(workdir, certs, extra_env)
+    except RuntimeError:
+        # A port taken between probing and binding: once more, on others.
+        node = _start_tls(workdir, certs, extra_env)
+    try:
+        yield node
+    finally:
+        _stop(node.process)
+
+
+def _start_tls(workdir: Path, certs: Certificates, extra_env: dict[str, str] | None) -> TlsNode:
     port, plain_port = free_port(), free_port()
     env = {
         "EUREKA_TLS_CERT_FILE": certs.chain,
@@ -114,21 +128,22 @@ def tls_node(
     }
     process = start(workdir, env, port)
     node = TlsNode(process, port, plain_port, workdir / "server.log", certs)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        with node.client() as client:
-            while True:
-                assert process.poll() is None, f"the node exited:\n{node.log_text()[-3000:]}"
-                try:
-                    if client.get("/eureka/apps").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"no answer over HTTPS:\n{node.log_text()[-3000:]}"
-                time.sleep(0.1)
-        yield node
-    finally:
-        _stop(process)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    with node.client() as client:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the node exited:\n{node.log_text()[-3000:]}")
+            try:
+                answered = client.get("/eureka/apps").status_code
+                plain = httpx.get(f"http://127.0.0.1:{plain_port}/eureka/apps", timeout=1).status_code
+                if answered == plain == 200:
+                    return node
+            except httpx.TransportError:
+                pass
+            if time.monotonic() >= deadline:
+                _stop(process)
+                raise AssertionError(f"no answer over HTTPS:\n{node.log_text()[-3000:]}")
+            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -335,3 +350,90 @@ def test_optional_client_certificates_stop_the_node_at_start_saying_what_to_use(
     said = (tmp_path / "server.log").read_text()
     assert "EUREKA_TLS_CLIENT_AUTH=optional cannot be served by granian" in said
     assert "gunicorn" in said and "EUREKA_CLIENT_CERT_HEADER" in said
+
+
+def served_certificate(node: TlsNode) -> bytes:
+    """The certificate a new connection to the node's HTTPS port gets (DER)."""
+    context = node.certs.context(node.certs.client)
+    with (
+        socket.create_connection(("127.0.0.1", node.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        return tls.getpeercert(binary_form=True)
+
+
+def replace_file(path: str, content: bytes) -> None:
+    """As cert-manager and Vault's agent do: the new file whole, under the old name at once."""
+    temporary = Path(f"{path}.new")
+    temporary.write_bytes(content)
+    temporary.replace(path)
+
+
+def test_new_certificate_files_are_served_without_a_restart_while_a_client_heartbeats(tmp_path):
+    """The chain and key are replaced under a client heartbeating on a kept-alive connection: no
+    heartbeat fails, new connections get the new certificate within seconds, the node is the same
+    process with the same registry; files that do not load leave the old certificate in place."""
+    certs = Certificates(tmp_path)
+    with tls_node(tmp_path, certs, {"LOG_LEVEL": "INFO"}) as node:
+        first = served_certificate(node)
+        pid = node.process.pid
+        with node.client() as client:
+            assert register(client, "ROTATED", "10.8.3.1") == 204
+        failures: list[str] = []
+        beats = [0]
+        stop = threading.Event()
+
+        def heartbeat():
+            with node.client() as client:
+                while not stop.is_set():
+                    try:
+                        status = client.put("/eureka/apps/ROTATED/10.8.3.1:rotated:8080").status_code
+                        if status != 200:
+                            failures.append(f"status {status}")
+                    except httpx.TransportError as error:
+                        failures.append(repr(error))
+                    beats[0] += 1
+                    time.sleep(0.02)
+
+        beating = threading.Thread(target=heartbeat, daemon=True)
+        beating.start()
+        try:
+            time.sleep(1)
+            renewed = certs.ca.issue_cert(
+                "127.0.0.1", "localhost", "rotated.example", key_type=trustme.KeyType.RSA
+            )
+            replace_file(certs.key, renewed.private_key_pem.bytes())
+            replace_file(certs.chain, b"".join(pem.bytes() for pem in renewed.cert_chain_pems))
+            deadline = time.monotonic() + 10
+            while served_certificate(node) == first:
+                assert time.monotonic() < deadline, "new connections still get the old certificate"
+                time.sleep(0.2)
+            assert served_certificate(node) == ssl.PEM_cert_to_DER_cert(
+                renewed.cert_chain_pems[0].bytes().decode()
+            )
+            assert "TLS certificate reloaded" in wait_for_line(node, "reloaded")
+            # A new client CA: its clients are let in once the bundle names it.
+            other_ca = trustme.CA()
+            newcomer = certs.leaf("newcomer.pem", other_ca.issue_cert("payments.example"))
+            assert refused(node, newcomer)
+            replace_file(certs.ca_file, certs.ca.cert_pem.bytes() + other_ca.cert_pem.bytes())
+            deadline = time.monotonic() + 10
+            while refused(node, newcomer):
+                assert time.monotonic() < deadline, "a client of the new CA is still refused"
+                time.sleep(0.2)
+            time.sleep(1)
+            # A key that is not the certificate's: refused, logged, the new certificate stays.
+            served = served_certificate(node)
+            replace_file(certs.key, trustme.CA().issue_cert("127.0.0.1").private_key_pem.bytes())
+            line = wait_for_line(node, "still serving the previous ones", timeout_s=10)
+            assert certs.key in line and "/proc/" not in line
+            assert served_certificate(node) == served
+            time.sleep(1)
+        finally:
+            stop.set()
+            beating.join(timeout=10)
+        assert beats[0] > 50
+        assert failures == [], failures
+        assert node.process.pid == pid and node.process.poll() is None
+        with node.client() as client:
+            assert client.get("/eureka/apps/ROTATED").status_code == 200
