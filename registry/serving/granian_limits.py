@@ -40,7 +40,7 @@ So, here:
    then ends with it.
 
 Refusals and late answers are counted and logged as every refusal is: at most one line a minute per
-kind, with a count (``Tally``).
+kind, with a count (``Tally``); so are the TLS handshakes granian's worker refuses (``TlsRefusals``).
 """
 
 from __future__ import annotations

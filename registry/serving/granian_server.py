@@ -28,6 +28,14 @@ granian") lists these limits and what the gunicorn worker does that this server 
 caps per address, a 503 past EUREKA_MAX_CONNECTIONS, gunicorn's answers to malformed HTTP,
 ``X-Forwarded-Proto``, a separate keep-alive time, a watch of the event loop).
 
+**HTTPS** (``EUREKA_TLS_*``, read by ``tls_settings``): rustls in granian's worker, TLS 1.2 and 1.3.
+granian verifies a client certificate but hands the application nothing of it, so a certificate
+identifies no account here and ``EUREKA_TLS_CLIENT_AUTH=optional`` is refused at start. The plain port
+beside it (``EUREKA_TLS_PLAIN_PORT``) is a second granian worker in this process (``Listeners``), and
+new certificate files are taken by a new worker on the same listening socket (``CertificateWatch``).
+Refused handshakes, which granian logs one line each, become the node's refusal lines
+(``granian_limits.TlsRefusals``). docs/tls.md ("On granian") has the details.
+
 The node starts and stops as under gunicorn (``registry.serving.lifecycle.start_serving``, which both
 servers call); on SIGTERM the open streams end at once, granian finishes the requests under way, and
 the node stops (jobs, replication, last snapshot). Connections are refused until the node can answer
