@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import resource
+import shutil
 import socket
 import ssl
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 import trustme
 
 from tests.factories import instance_body
-from tests.interop.conftest import PROJECT_ROOT, STARTUP_TIMEOUT_S, _stop, server_env
+from tests.interop.conftest import PROJECT_ROOT, STARTUP_TIMEOUT_S, _stop, require_toolchain, server_env
 from tests.ports import free_port
 
 pytestmark = pytest.mark.live
@@ -272,6 +273,41 @@ def test_tls_1_2_offers_aead_suites_with_ecdhe_only(node, cipher, served):
         else:
             with pytest.raises(ssl.SSLError):
                 context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_a_renegotiation_is_never_carried_out(node):
+    """OpenSSL's client asks for a second handshake on a TLS 1.2 connection ("R" on s_client's
+    input); the node never answers it with a ServerHello."""
+    openssl = shutil.which("openssl")
+    require_toolchain("openssl", openssl is not None, "apt-get install openssl")
+    session = subprocess.Popen(
+        [
+            openssl,
+            "s_client",
+            "-msg",
+            "-tls1_2",
+            "-connect",
+            f"127.0.0.1:{node.port}",
+            "-CAfile",
+            node.certs.ca_file,
+            "-cert",
+            node.certs.client,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        time.sleep(1)
+        session.stdin.write(b"R\n")
+        session.stdin.flush()
+        time.sleep(2)
+    finally:
+        session.kill()
+    output = session.communicate(timeout=10)[0].decode(errors="replace")
+    first, found, after = output.partition("RENEGOTIATING")
+    assert "ServerHello" in first and found, output[-2000:]
+    assert "ClientHello" in after and "ServerHello" not in after, after[-2000:]
 
 
 @pytest.mark.parametrize(
