@@ -6,6 +6,7 @@ granian_limits.py; the live tests are in test_granian_tls_live.py)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import trustme
@@ -14,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from registry.config.site import TlsConfig
 from registry.domain.refusals import RefusalLines
 from registry.serving.granian_limits import TLS_CLOSED, Tally, TlsRefusals, tls_refusal_kind
-from registry.serving.granian_server import tls_settings
+from registry.serving.granian_server import CertificateWatch, tls_settings
 
 PORT = 8761
 
@@ -204,3 +205,70 @@ def test_granians_other_lines_go_on_to_its_own_logger():
     handler.emit(granian_record("Stopping worker-1", logging.INFO))
     handler.emit(granian_record("some debug detail"))
     assert [record.getMessage() for record in seen] == ["Stopping worker-1"]
+
+
+class FakeListeners:
+    """``Listeners`` without granian: records the workers started (what their files held) and retired."""
+
+    def __init__(self):
+        self.stopping = False
+        self.started: list[tuple] = []
+        self.retired: list[list] = []
+
+    def share(self, holder, backlog):
+        return (None, holder)
+
+    def start(self, listener, listener_ssl):
+        # granian reads the files while its worker starts: so does this.
+        with open(listener_ssl[1], "rb") as chain, open(listener_ssl[2], "rb") as key:
+            self.started.append((chain.read(), key.read(), listener_ssl[5]))
+        entry = [None, None, False]
+        return entry
+
+    def retire(self, entry):
+        self.retired.append(entry)
+
+
+def watch_of(tmp_path, files, ca: bool = False) -> tuple[CertificateWatch, FakeListeners, list]:
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_bytes(Path(files["chain"]).read_bytes())
+    key.write_bytes(Path(files["key"]).read_bytes())
+    ca_path = files["ca"] if ca else None
+    listeners = FakeListeners()
+    first = [None, None, False]
+    ssl_ctx = (True, str(chain), str(key), None, "tls1.2", ca_path, [], bool(ca_path))
+    return CertificateWatch(listeners, "holder", 128, ssl_ctx, first), listeners, first
+
+
+def test_unchanged_certificate_files_start_no_worker(tmp_path, files):
+    watch, listeners, _ = watch_of(tmp_path, files)
+    assert watch.check() is False and listeners.started == []
+
+
+def test_new_certificate_files_start_a_worker_with_them_and_retire_the_old_one(tmp_path, files):
+    watch, listeners, first = watch_of(tmp_path, files, ca=True)
+    renewed = trustme.CA().issue_cert("127.0.0.1")
+    new_chain = b"".join(pem.bytes() for pem in renewed.cert_chain_pems)
+    (tmp_path / "key.pem").write_bytes(renewed.private_key_pem.bytes())
+    (tmp_path / "chain.pem").write_bytes(new_chain)
+    assert watch.check() is True
+    (chain, key, ca_path) = listeners.started[0]
+    assert chain == new_chain and key == renewed.private_key_pem.bytes()
+    # granian was given a copy in memory of what was checked, not the files' names.
+    assert ca_path.startswith("/proc/self/fd/")
+    assert listeners.retired == [first]
+    assert watch.check() is False and len(listeners.started) == 1
+
+
+def test_files_that_do_not_load_keep_the_old_certificate_and_are_reported_once(tmp_path, files, caplog):
+    watch, listeners, _ = watch_of(tmp_path, files)
+    (tmp_path / "key.pem").write_bytes(Path(files["other"]).read_bytes())
+    caplog.set_level(logging.ERROR, "registry.serving.granian_server")
+    assert watch.check() is False and watch.check() is False
+    assert listeners.started == [] and listeners.retired == []
+    [line] = [record.getMessage() for record in caplog.records]
+    assert "still serving the previous ones" in line and str(tmp_path / "key.pem") in line
+    # Put right: taken at the next read.
+    (tmp_path / "key.pem").write_bytes(Path(files["key"]).read_bytes())
+    (tmp_path / "chain.pem").write_bytes(Path(files["chain"]).read_bytes() + b"\n")
+    assert watch.check() is True
