@@ -590,7 +590,6 @@ class Tls:
 
     cert_file: str
     key_file: str
-    key_password: str | None
     ca_file: str | None
     plain_port: int
 
@@ -603,7 +602,8 @@ class Tls:
         return {
             "ssl_cert": Path(self.cert_file),
             "ssl_key": Path(self.key_file),
-            "ssl_key_password": self.key_password,
+            # None: granian would try to decrypt the key (tls_files_problem refuses encrypted ones).
+            "ssl_key_password": None,
             "ssl_protocol_min": SSLProtocols(TLS_PROTOCOL_MIN),
             "ssl_ca": Path(self.ca_file) if self.ca_file else None,
             "ssl_client_verify": bool(self.ca_file),
@@ -637,7 +637,6 @@ def tls_settings(config, port: int) -> Tls | None:
     return Tls(
         cert_file=config.cert_file,
         key_file=config.key_file,
-        key_password=config.key_password or None,
         ca_file=config.client_ca_file if config.client_auth == "required" else None,
         plain_port=config.plain_port,
     )
@@ -646,14 +645,12 @@ def tls_settings(config, port: int) -> Tls | None:
 def _check_tls_files(config) -> None:
     """Stop with a message when the chain, key or CA bundle would not load in granian."""
     ca_file = config.client_ca_file if config.client_auth == "required" else None
-    problem = tls_files_problem(config.cert_file, config.key_file, config.key_password, ca_file)
+    problem = tls_files_problem(config.cert_file, config.key_file, ca_file)
     if problem:
         raise SystemExit(f"eureka registry: {problem}")
 
 
-def tls_files_problem(
-    cert_file: str, key_file: str, key_password: str | None, ca_file: str | None
-) -> str | None:
+def tls_files_problem(cert_file: str, key_file: str, ca_file: str | None) -> str | None:
     """Why the chain, key and CA bundle (None: none) would not load as granian loads them; None when
     they do."""
     import ssl
@@ -663,19 +660,17 @@ def tls_files_problem(
             pem = key.read()
     except OSError as error:
         return f"EUREKA_TLS_KEY_FILE: cannot read {key_file}: {error.strerror}"
-    encrypted = b"ENCRYPTED" in pem
-    # granian decrypts a PKCS#8 key only ("BEGIN ENCRYPTED PRIVATE KEY"), not OpenSSL's older form.
-    if encrypted and b"-----BEGIN ENCRYPTED PRIVATE KEY-----" not in pem:
+    if b"ENCRYPTED" in pem:
+        # granian takes a password, but its worker fails on every encrypted key OpenSSL writes.
         return (
-            "EUREKA_TLS_KEY_FILE is encrypted in OpenSSL's legacy form, which granian cannot read: "
-            "convert it with `openssl pkcs8 -topk8 -in OLD -out NEW` (and a password)"
+            "EUREKA_TLS_KEY_FILE is encrypted, and granian cannot decrypt it: give it the key "
+            "unencrypted, in a file only the node can read (a Kubernetes Secret, mode 0600), "
+            "or serve with gunicorn (deploy/gunicorn.conf.py)"
         )
-    if encrypted and not key_password:
-        return "EUREKA_TLS_KEY_FILE is encrypted: set EUREKA_TLS_KEY_PASSWORD"
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        # A password even for a plain key: without one, OpenSSL would ask for it on the terminal.
-        context.load_cert_chain(cert_file, key_file, password=key_password or "")
+        # A password all the same: without one, OpenSSL would ask for it on the terminal.
+        context.load_cert_chain(cert_file, key_file, password="")
     except OSError as error:
         return (
             "cannot load EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE "
@@ -805,7 +800,7 @@ class CertificateWatch:
         copies = [_in_memory(content) if content is not None else None for content in contents]
         try:
             paths = [f"/proc/self/fd/{fd}" if fd is not None else None for fd in copies]
-            problem = tls_files_problem(paths[0], paths[1], self.ssl_ctx[3], paths[2])
+            problem = tls_files_problem(paths[0], paths[1], paths[2])
             if problem:
                 self.refused = contents
                 for copy, path in zip(paths, self.paths, strict=True):
