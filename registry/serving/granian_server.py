@@ -28,6 +28,14 @@ granian") lists these limits and what the gunicorn worker does that this server 
 caps per address, a 503 past EUREKA_MAX_CONNECTIONS, gunicorn's answers to malformed HTTP,
 ``X-Forwarded-Proto``, a separate keep-alive time, a watch of the event loop).
 
+**HTTPS** (``EUREKA_TLS_*``, read by ``tls_settings``): rustls in granian's worker, TLS 1.2 and 1.3.
+granian verifies a client certificate but hands the application nothing of it, so a certificate
+identifies no account here and ``EUREKA_TLS_CLIENT_AUTH=optional`` is refused at start. The plain port
+beside it (``EUREKA_TLS_PLAIN_PORT``) is a second granian worker in this process (``Listeners``), and
+new certificate files are taken by a new worker on the same listening socket (``CertificateWatch``).
+Refused handshakes, which granian logs one line each, become the node's refusal lines
+(``granian_limits.TlsRefusals``). docs/tls.md ("On granian") has the details.
+
 The node starts and stops as under gunicorn (``registry.serving.lifecycle.start_serving``, which both
 servers call); on SIGTERM the open streams end at once, granian finishes the requests under way, and
 the node stops (jobs, replication, last snapshot). Connections are refused until the node can answer
@@ -46,6 +54,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from registry.runtime import memory
@@ -60,11 +69,13 @@ from registry.serving.granian_limits import (
     Shares,
     Tally,
     TimedBody,
+    TlsRefusals,
     WriterThreads,
 )
 from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
 
-logger = logging.getLogger(__name__)
+# Named, not __name__: the module runs as __main__ (python -m).
+logger = logging.getLogger("registry.serving.granian_server")
 
 DEFAULT_BIND = "0.0.0.0:8761"
 GRACEFUL_TIMEOUT_S = 20
@@ -455,64 +466,380 @@ def _worker_target():
             access_log = AccessLog(
                 options["access_log"], options["access_log_format"] or AccessLog.DEFAULT_FORMAT
             )
+        from granian._granian import ListenerSpec
+
         from registry.access.clients import is_trusted_proxy
         from registry.domain.refusals import RefusalLines
 
         body_threads = options["body_threads"]
+        tally = Tally(RefusalLines(options["refusal_log_interval_s"]))
+        if ssl_ctx[0]:
+            # Refused handshakes are refusals like the others: a line a minute per kind, with a count.
+            TlsRefusals.install(tally)
+        if ssl_ctx[7]:
+            logger.info(
+                "client certificates are required and verified against %s; granian does not pass them "
+                "to the application, so callers are told apart by their Basic credentials only "
+                "(docs/tls.md)",
+                ssl_ctx[5],
+            )
         runner = make_runner(
             callback,
             options["threads"],
             access_log=access_log,
             bodies=Shares(body_threads, max(1, body_threads // BODY_SHARES), exempt=is_trusted_proxy),
             turns=Shares(1 << 30, TURNS_PER_ADDRESS, exempt=is_trusted_proxy),
-            deadlines=Deadlines(tally=Tally(RefusalLines(options["refusal_log_interval_s"]))),
+            deadlines=Deadlines(tally=tally),
             writers=Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS, exempt=is_trusted_proxy),
             body_limits=options["body_limits"],
         )
-        shutdown = WorkerSignal()
-        drained = threading.Event()
-        # granian calls this once it has stopped accepting and finished the requests under way.
-        shutdown.add_cb(drained.set)
+
+        def start_worker(listener, listener_ssl):
+            """A granian worker serving ``listener`` (``(None, SocketHolder)``) with ``listener_ssl``
+            (granian's ``ssl_ctx``), started; its stop signal and the event set once it has stopped."""
+            worker = WSGIWorker(
+                worker_id,
+                listener,
+                ipc,
+                runtime_threads,
+                runtime_blocking_threads,
+                # Request threads: those running the application (the Gate lets that many at once)
+                # and those receiving bodies.
+                options["threads"] + body_threads,
+                blocking_threads_idle_timeout,
+                backpressure,
+                http_mode,
+                http1_settings,
+                http2_settings,
+                static_path,
+                *listener_ssl,
+                metrics,
+            )
+            shutdown = WorkerSignal()
+            stopped = threading.Event()
+            # granian calls this once it has stopped accepting and finished the requests under way.
+            shutdown.add_cb(stopped.set)
+            serve = getattr(worker, WORKERS_METHODS[runtime_mode][(listener[0] or listener[1]).is_uds()])
+            scheduler = _new_cbscheduler(loop, runner, impl_asyncio=task_impl == TaskImpl.asyncio)
+            serve(scheduler, loop, shutdown)
+            return worker, shutdown, stopped
+
+        listeners = Listeners(start_worker)
+        if sock[0] is not None and not sock[0].is_uds():
+            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
+        plain = None
+        if options["plain_port"]:
+            # The plain-HTTP port beside the HTTPS one: another granian worker in this process, on
+            # the same application callback (and so the same turns, shares and deadlines). Bound
+            # before either starts, so that a port taken stops the node before it serves.
+            host = options["listening"][0][0]
+            try:
+                spec = ListenerSpec(host, options["plain_port"], options["backlog"])
+                plain = (None, listening_socket(spec, options["write_timeout_s"]))
+            except RuntimeError as error:
+                raise SystemExit(
+                    f"eureka registry: cannot listen on {host}:{options['plain_port']} "
+                    f"(EUREKA_TLS_PLAIN_PORT): {error}"
+                ) from None
+        if ssl_ctx[0]:
+            # HTTPS: the worker is replaced by one with the new certificate when its files change,
+            # on the same listening socket, which this process keeps open meanwhile.
+            first = listeners.start(listeners.share(sock[1], options["backlog"]), ssl_ctx)
+            watch = CertificateWatch(listeners, sock[1], options["backlog"], ssl_ctx, first)
+            threading.Thread(target=watch.run, name="certificate watch", daemon=True).start()
+        else:
+            listeners.start(sock, ssl_ctx)
+        if plain is not None:
+            listeners.start(plain, PLAIN_SSL_CONTEXT)
+            logger.info("Listening at: http://%s:%d (plain HTTP beside HTTPS)", host, options["plain_port"])
 
         def begin_stop(signum, frame):
             # The streams first: granian waits for every open connection, and a stream is open for
             # minutes.
             end_streams()
-            shutdown.set()
+            listeners.stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, begin_stop)
-        if sock[0] is not None and not sock[0].is_uds():
-            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
-        worker = WSGIWorker(
-            worker_id,
-            sock,
-            ipc,
-            runtime_threads,
-            runtime_blocking_threads,
-            # Request threads: those running the application (the Gate lets that many at once) and
-            # those receiving bodies.
-            options["threads"] + body_threads,
-            blocking_threads_idle_timeout,
-            backpressure,
-            http_mode,
-            http1_settings,
-            http2_settings,
-            static_path,
-            *ssl_ctx,
-            metrics,
-        )
-        serve = getattr(worker, WORKERS_METHODS[runtime_mode][(sock[0] or sock[1]).is_uds()])
-        scheduler = _new_cbscheduler(loop, runner, impl_asyncio=task_impl == TaskImpl.asyncio)
-        serve(scheduler, loop, shutdown)
         try:
             # A timed wait, so that the signal handler runs in this (the main) thread promptly.
-            while not drained.wait(0.5):
-                pass
+            listeners.wait_stopped()
         finally:
             stop_serving()
 
     return serve_registry
+
+
+# rustls, in granian's worker: TLS 1.2 and 1.3 only, AEAD suites with ECDHE only, no renegotiation.
+TLS_PROTOCOL_MIN = "tls1.2"
+# What granian's worker takes for a plain-HTTP listener (``ssl_ctx``, as granian builds it).
+PLAIN_SSL_CONTEXT = (False, None, None, None, TLS_PROTOCOL_MIN, None, [], False)
+_OPTIONAL_ON_GRANIAN = (
+    "EUREKA_TLS_CLIENT_AUTH=optional cannot be served by granian: it verifies a client certificate "
+    "but cannot hand it to the application, so a certificate would identify no one and a client "
+    "without one would pass unnoticed. Use EUREKA_TLS_CLIENT_AUTH=required (every client needs a "
+    "certificate from EUREKA_TLS_CLIENT_CA_FILE; accounts are still told apart by Basic credentials), "
+    "serve with gunicorn (deploy/gunicorn.conf.py), which maps certificates to accounts, or terminate "
+    "TLS in a proxy that passes the certificate in EUREKA_CLIENT_CERT_HEADER (docs/tls.md)"
+)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """HTTPS on the node's port as granian serves it (``tls_settings``); ``ca_file`` set: every client
+    must present a certificate that chains to it."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None
+    plain_port: int
+
+    def server_options(self) -> dict[str, Any]:
+        """granian's ``ssl_*`` options (``MPServer``); its worker gets them as ``ssl_ctx``."""
+        from pathlib import Path
+
+        from granian.constants import SSLProtocols
+
+        return {
+            "ssl_cert": Path(self.cert_file),
+            "ssl_key": Path(self.key_file),
+            # None: granian would try to decrypt the key (tls_files_problem refuses encrypted ones).
+            "ssl_key_password": None,
+            "ssl_protocol_min": SSLProtocols(TLS_PROTOCOL_MIN),
+            "ssl_ca": Path(self.ca_file) if self.ca_file else None,
+            "ssl_client_verify": bool(self.ca_file),
+        }
+
+
+def tls_settings(config, port: int) -> Tls | None:
+    """HTTPS from the ``EUREKA_TLS_*`` settings (``config``: ``settings.EUREKA.tls``) for a node on
+    ``port``: None for plain HTTP. Stops with a message for what granian cannot serve, and for files
+    it could not load (granian's worker would fail on them without saying why)."""
+
+    def refuse(problem: str):
+        raise SystemExit(f"eureka registry: {problem}")
+
+    if bool(config.cert_file) != bool(config.key_file):
+        refuse("HTTPS needs both EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE")
+    if not config.cert_file:
+        if config.client_auth != "none" or config.plain_port:
+            refuse(
+                "EUREKA_TLS_CLIENT_AUTH and EUREKA_TLS_PLAIN_PORT need HTTPS: "
+                "set EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE"
+            )
+        return None
+    if config.client_auth == "optional":
+        refuse(_OPTIONAL_ON_GRANIAN)
+    if config.client_auth == "required" and not config.client_ca_file:
+        refuse("EUREKA_TLS_CLIENT_AUTH=required needs EUREKA_TLS_CLIENT_CA_FILE")
+    if config.plain_port == port:
+        refuse(f"EUREKA_TLS_PLAIN_PORT is the HTTPS port ({port}); give it another")
+    _check_tls_files(config)
+    return Tls(
+        cert_file=config.cert_file,
+        key_file=config.key_file,
+        ca_file=config.client_ca_file if config.client_auth == "required" else None,
+        plain_port=config.plain_port,
+    )
+
+
+def _check_tls_files(config) -> None:
+    """Stop with a message when the chain, key or CA bundle would not load in granian."""
+    ca_file = config.client_ca_file if config.client_auth == "required" else None
+    problem = tls_files_problem(config.cert_file, config.key_file, ca_file)
+    if problem:
+        raise SystemExit(f"eureka registry: {problem}")
+
+
+def tls_files_problem(cert_file: str, key_file: str, ca_file: str | None) -> str | None:
+    """Why the chain, key and CA bundle (None: none) would not load as granian loads them; None when
+    they do."""
+    import ssl
+
+    try:
+        with open(key_file, "rb") as key:
+            pem = key.read()
+    except OSError as error:
+        return f"EUREKA_TLS_KEY_FILE: cannot read {key_file}: {error.strerror}"
+    if b"ENCRYPTED" in pem:
+        # granian takes a password, but its worker fails on every encrypted key OpenSSL writes.
+        return (
+            "EUREKA_TLS_KEY_FILE is encrypted, and granian cannot decrypt it: give it the key "
+            "unencrypted, in a file only the node can read (a Kubernetes Secret, mode 0600), "
+            "or serve with gunicorn (deploy/gunicorn.conf.py)"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # A password all the same: without one, OpenSSL would ask for it on the terminal.
+        context.load_cert_chain(cert_file, key_file, password="")
+    except OSError as error:
+        return (
+            "cannot load EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE "
+            f"({cert_file}, {key_file}): {error.strerror or error}"
+        )
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as error:
+            return f"cannot load EUREKA_TLS_CLIENT_CA_FILE ({ca_file}): {error}"
+    return None
+
+
+class Listeners:
+    """The granian workers of this process, one per listening socket, and those being retired (a
+    worker replaced by one with a new certificate finishes its requests under way first).
+
+    A socket a worker listens on is closed by granian when the worker stops, through the descriptor
+    it was given, and its holder would close that number again when collected: each worker gets a
+    descriptor of its own (``share``), and the holders are kept for as long as the process lives."""
+
+    def __init__(self, start_worker: Any):
+        self.start_worker = start_worker
+        self.lock = threading.Lock()
+        # Per worker: [its stop signal, the event set once stopped, whether it was signalled].
+        self.workers: list[list] = []
+        self.kept: list[Any] = []
+        self.stopping = False
+
+    def share(self, holder, backlog: int):
+        """``(None, SocketHolder)`` of a new descriptor of ``holder``'s listening socket."""
+        from granian._granian import SocketHolder
+
+        return (None, SocketHolder(os.dup(holder.get_fd()), holder.is_uds(), backlog))
+
+    def start(self, listener, listener_ssl) -> list | None:
+        """Start a worker on ``listener``; None once the process is stopping."""
+        with self.lock:
+            self.kept.append(listener)
+            if self.stopping:
+                return None
+            worker, shutdown, stopped = self.start_worker(listener, listener_ssl)
+            self.kept.append(worker)
+            entry = [shutdown, stopped, False]
+            self.workers.append(entry)
+            return entry
+
+    def retire(self, entry: list) -> None:
+        """Stop one worker: it stops accepting, finishes the requests under way, and closes its
+        connections as they become idle."""
+        with self.lock:
+            if not entry[2]:
+                entry[2] = True
+                entry[0].set()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for entry in self.workers:
+                if not entry[2]:
+                    entry[2] = True
+                    entry[0].set()
+
+    def wait_stopped(self) -> None:
+        """Return once ``stop`` was called and every worker has stopped; wakes twice a second, so
+        that signal handlers run in the calling (main) thread promptly."""
+        while True:
+            with self.lock:
+                waiting = [entry[1] for entry in self.workers] if self.stopping else None
+            if waiting is not None and all(stopped.is_set() for stopped in waiting):
+                return
+            time.sleep(0.5)
+
+
+# How often the certificate files are read for a change: new connections get a new certificate within
+# this (and its check).
+TLS_RELOAD_POLL_S = 2.0
+
+
+class CertificateWatch:
+    """Reloads the HTTPS certificate without a restart: the chain, key and client CA files are read
+    every ``TLS_RELOAD_POLL_S``; when they changed and load (``tls_files_problem``), a new granian
+    worker with them starts on the same listening socket and the old one is retired. Connections
+    queued on the socket are taken by the new worker; the old one finishes the requests under way on
+    the old certificate and closes its connections as they become idle (a client's next request opens
+    a new connection). Files that do not load are logged once, and the old certificate stays.
+
+    granian reads the files when its worker starts: it gets a copy of what was checked, in memory
+    (``memfd``), so a file rewritten meanwhile cannot make it fail."""
+
+    def __init__(self, listeners: Listeners, holder, backlog: int, ssl_ctx: tuple, first: list | None):
+        self.listeners = listeners
+        self.holder = holder
+        self.backlog = backlog
+        self.ssl_ctx = ssl_ctx
+        self.paths = (ssl_ctx[1], ssl_ctx[2], ssl_ctx[5])
+        self.current = first
+        self.contents = self.read()
+        self.refused: tuple | None = None
+
+    def read(self) -> tuple | None:
+        contents = []
+        for path in self.paths:
+            if path is None:
+                contents.append(None)
+                continue
+            try:
+                with open(path, "rb") as file:
+                    contents.append(file.read())
+            except OSError:
+                return None
+        return tuple(contents)
+
+    def run(self) -> None:
+        while not self.listeners.stopping:
+            time.sleep(TLS_RELOAD_POLL_S)
+            try:
+                self.check()
+            except Exception:  # the watch goes on: the next change may load
+                logger.exception("reloading the TLS certificate failed")
+
+    def check(self) -> bool:
+        """Reload when the files changed and load; whether a new worker took over."""
+        contents = self.read()
+        if contents is None or contents == self.contents or contents == self.refused:
+            return False
+        copies = [_in_memory(content) if content is not None else None for content in contents]
+        try:
+            paths = [f"/proc/self/fd/{fd}" if fd is not None else None for fd in copies]
+            problem = tls_files_problem(paths[0], paths[1], paths[2])
+            if problem:
+                self.refused = contents
+                for copy, path in zip(paths, self.paths, strict=True):
+                    if copy is not None:
+                        problem = problem.replace(copy, path)
+                logger.error(
+                    "the TLS certificate files changed, but %s; still serving the previous ones", problem
+                )
+                return False
+            ssl_ctx = (True, paths[0], paths[1], *self.ssl_ctx[3:5], paths[2], *self.ssl_ctx[6:])
+            try:
+                entry = self.listeners.start(self.listeners.share(self.holder, self.backlog), ssl_ctx)
+            except BaseException as error:  # granian's worker panics on what it cannot load
+                self.refused = contents
+                logger.error(
+                    "granian could not load the new TLS certificate files (%s); still serving the "
+                    "previous ones",
+                    error,
+                )
+                return False
+        finally:
+            for fd in copies:
+                if fd is not None:
+                    os.close(fd)
+        if entry is None:
+            return False
+        if self.current is not None:
+            self.listeners.retire(self.current)
+        self.current, self.contents = entry, contents
+        logger.info("TLS certificate reloaded from %s: new connections get it", self.paths[0])
+        return True
+
+
+def _in_memory(content: bytes) -> int:
+    """A descriptor of an anonymous in-memory file holding ``content``."""
+    fd = os.memfd_create("eureka-tls", os.MFD_CLOEXEC)
+    os.write(fd, content)
+    return fd
 
 
 _OPTIONS: dict[str, Any] = {}
@@ -624,8 +951,14 @@ def main(argv: list[str] | None = None) -> None:
     }
     limits = settings.EUREKA.connections
     header_timeout_s = limits.header_timeout_s if args.header_timeout is None else args.header_timeout
+    tls = tls_settings(settings.EUREKA.tls, port)
+    plain_port = tls.plain_port if tls is not None else 0
+    if plain_port:
+        refuse_a_taken_port(host, plain_port)
     _OPTIONS.update(
-        listening=[(host, port)],
+        listening=[(host, port)] + ([(host, plain_port)] if plain_port else []),
+        plain_port=plain_port,
+        backlog=args.backlog,
         threads=max(1, args.threads),
         body_threads=max(1, args.body_threads),
         body_limits=BodyDeadlines(limits.body_idle_timeout_s, limits.body_timeout_s),
@@ -660,6 +993,7 @@ def main(argv: list[str] | None = None) -> None:
         log_dictconfig=log_config,
         workers_kill_timeout=args.graceful_timeout,
         working_dir=None,
+        **(tls.server_options() if tls is not None else {}),
     )
     server.serve(spawn_target=_worker_target())
 
