@@ -104,12 +104,12 @@ _tls_lines = RefusalLines()
 
 
 def log_tls_refusal(what: str, where: str, reason: str) -> None:
-    """A peer's or region's certificate did not verify (or it refused this node's): nothing was sent."""
+    """A peer's or region's certificate did not verify (nothing was sent), or it refused this node's."""
     kind = f"{what} TLS"
     count = _tls_lines.note(f"{kind} {where}")
     if count:
         logger.warning(
-            "%s %s: TLS handshake failed, nothing sent: %s%s",
+            "%s %s: TLS handshake failed: %s%s",
             what,
             where,
             reason.removeprefix(TLS_PREFIX),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import datetime
 import logging
+import ssl
 import time
 
 import pytest
@@ -140,6 +141,25 @@ def test_a_peer_whose_certificate_another_ca_signed_is_sent_nothing_and_shown_fa
     assert len(lines) == 1
     assert "certificate verify failed: unable to get local issuer certificate" in lines[0].getMessage()
     assert REFUSAL_LOG_INTERVAL_S == 60
+
+
+@pytest.mark.parametrize("with_certificate", [True, False])
+def test_a_peer_that_refuses_this_nodes_certificate_is_shown_failing_with_what_it_answered(
+    tmp_path, ca, other_ca, servers, with_certificate
+):
+    peer_server = servers(ca, client_ca=other_ca)
+    peer_server.context.verify_mode = ssl.CERT_REQUIRED
+    ca_file = write_pem(tmp_path, "ca.pem", ca.cert_pem.bytes())
+    tls = (
+        OutboundTls(ca_file, *node_files(tmp_path, ca, "node-a"))
+        if with_certificate
+        else OutboundTls(ca_file)
+    )
+    expected = "TLS: tlsv1 alert unknown ca" if with_certificate else "TLS: tlsv13 alert certificate required"
+    with pytest.raises(PeerUnreachable) as failed:
+        transport(tls).post_batch(Peer(peer_server.url()), [{"action": "Heartbeat"}])
+    assert str(failed.value) == expected
+    assert peer_server.requests == []
 
 
 def test_a_peer_whose_certificate_names_another_host_is_sent_nothing(tls, ca, servers):
