@@ -9,7 +9,7 @@ registry/wire/outbound.py): their certificate verified, the node's own presented
 fails sends nothing: the request and its body go only on a verified connection, and the failure is a
 ``PeerUnreachable`` like any other, tried again later over TLS, never over anything else. Its reason
 (``TLS: certificate verify failed: ...``) is what the console and /readyz show, and a line in the log
-at most once a minute per peer, with a count (``tls_refused``).
+at most once a minute per peer, with a count (``log_tls_refusal``).
 
 Every answer, a peer's or a remote region's (region_transport.py), is read through ``read_answer``:
 inflated in bounded steps, refused past a size cap and past a deadline for the whole exchange

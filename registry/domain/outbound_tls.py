@@ -205,6 +205,28 @@ class OutboundTls:
     def context(self, client_cert: bool = False) -> ssl.SSLContext:
         return self.current(client_cert)[1]
 
+    def health_check_context(self) -> tuple[ssl.SSLContext, bool]:
+        """What an https:// health check connects with, and whether it verifies: with a CA file named,
+        ``context()`` (no client certificate); without one, a context that checks nothing (a probe
+        asks whether the target answers, not who it is)."""
+        if self.ca_file:
+            return self.context(client_cert=False), True
+        return _unverified(), False
+
+
+_unverified_context: ssl.SSLContext | None = None
+
+
+def _unverified() -> ssl.SSLContext:
+    global _unverified_context
+    if _unverified_context is None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        _unverified_context = context
+    return _unverified_context
+
 
 _shared: dict[tuple[str, str, str], OutboundTls] = {}
 _shared_lock = threading.Lock()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from registry.domain.outbound_tls import OutboundTls, tls_failure
+from registry.domain.outbound_tls import OutboundTls, shared, tls_failure
 from registry.health.addresses import Address, AddressPolicy, parse_address
 from registry.health.checker import ProbeResult, ProbeTarget
 from registry.health.config import HTTP
@@ -85,12 +85,11 @@ def probe_http(
         sock = _connect(host, port, deadline, timeout_s, policy)
         try:
             if secure:
+                context, verifies = (tls or shared()).health_check_context()
+                # A verified certificate must name the URL's host (or IP address); SNI takes names only.
+                name = host if verifies or not _is_ip(host) else None
                 sock.settimeout(_left(deadline))
-                if tls is not None and tls.ca_file:
-                    # The host name (or IP address) of the URL is what the certificate must name.
-                    sock = tls.context(client_cert=False).wrap_socket(sock, server_hostname=host)
-                else:
-                    sock = _unverified_tls().wrap_socket(sock, server_hostname=None if _is_ip(host) else host)
+                sock = context.wrap_socket(sock, server_hostname=name)
             sock.settimeout(_left(deadline))
             sock.sendall(request)
             head = b""
@@ -275,19 +274,6 @@ def _socket_reason(exc: OSError, timeout_s: float) -> str:
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {tls_failure(exc) or type(exc).__name__}"
     return f"{type(exc).__name__}: {exc.strerror or exc}"[:120]
-
-
-_tls_context: ssl.SSLContext | None = None
-
-
-def _unverified_tls() -> ssl.SSLContext:
-    global _tls_context
-    if _tls_context is None:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        _tls_context = context
-    return _tls_context
 
 
 def _gevent_patched() -> bool:
