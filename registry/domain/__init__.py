@@ -9,6 +9,7 @@ pieces), ``delta.py`` (the delta queue), ``preservation.py`` (the self-preservat
 ``counters.py`` (the console's counts) and ``snapshot_format.py`` (the warm-restart format);
 ``history.py`` keeps the console's last hour. ``instances.py``, ``leases.py``, ``changes.py``,
 ``constants.py`` and ``endpoints.py`` are the values they pass around; ``config.py`` is every
-setting's one home. Everything here runs on an injected clock and imports nothing from the packages
-around it (tests/test_layout.py checks both).
+setting's one home; ``outbound_tls.py`` builds the TLS context of the requests the node sends.
+Everything here runs on an injected clock and imports nothing from the packages around it
+(tests/test_layout.py checks both).
 """
