@@ -542,6 +542,7 @@ def test_without_tls_nothing_changes(rendered, variant):
         env = env_of(container)
         assert not set(TLS_ENV) & set(env), container["name"]
         assert env["EUREKA_CONTROL_URL"]["value"] == "http://127.0.0.1:8761"
+        assert env["EUREKA_HTTPS"]["value"] == "false"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             if probe in container:
                 assert "scheme" not in container[probe]["httpGet"], (container["name"], probe)
@@ -572,6 +573,7 @@ def test_tls_from_a_secret_mounts_it_read_only_and_names_its_files(rendered):
         assert env["EUREKA_OUTBOUND_KEY_FILE"] == env["EUREKA_TLS_KEY_FILE"]
         assert env["EUREKA_OUTBOUND_CA_FILE"] == f"{TLS_DIR}/ca.crt"
         assert env["EUREKA_CONTROL_URL"] == "https://127.0.0.1:8761"
+        assert env["EUREKA_HTTPS"] == "true", "Secure cookies, HSTS"
     (reader,) = [c for c in pod["containers"] if c["name"] == "reader"]
     assert env_of(reader)["EUREKA_READER_NODE_URL"]["value"] == "https://127.0.0.1:8761"
     no_ca = statefulset(

@@ -184,7 +184,7 @@ export REDIS_URL="${EUREKA_REDIS_BASE_URL%/}/$(( ordinal + {{ int .Values.redis.
 - name: EUREKA_EMBEDDED
   value: "false"
 - name: EUREKA_HTTPS
-  value: {{ .Values.https | quote }}
+  value: {{ or .Values.https .Values.tls.enabled | quote }}
 - name: EUREKA_DATA_DIR
   value: /data
 - name: SECRET_KEY
