@@ -12,7 +12,8 @@ our node (``EUREKA_TLS_CERT_FILE``, ``EUREKA_TLS_KEY_FILE``) and the same key an
 store for SCE (``server.ssl.key-store``, Spring Boot's own HTTPS). Four servers per HTTP server of ours
 run side by side (bench/nodes.py starts them all): ours over HTTPS, ours over plain HTTP, SCE over HTTPS,
 SCE over plain HTTP, each its own process with the same settings otherwise; ``--n`` instances are
-registered on each.
+registered on each. Neither side evicts during the run (its eviction timer set to an hour): each
+server's leases go unrenewed for minutes while the others are measured.
 
 SCE's JIT needs load before it is at its best (bench/README.md, "Side by side"), so each SCE gets
 ``--warm-up`` seconds (60) of the same load first, kept-alive renews then renews on new connections,
@@ -54,6 +55,9 @@ from nodes import HOST, HTTP_SERVERS, LOADGEN, ROOT, Node, Server, build_loadgen
 from nodes import spring_eureka as sce_process
 
 PHASES = ("keep-alive", "new-conn")
+# Eviction off on both sides (its timer an hour): each server's leases go unrenewed for minutes while
+# the others are measured, and a renew of an evicted instance is a 404, not the renew measured here.
+EVICTION_INTERVAL_MS = 3_600_000
 KEYSTORE_PASSWORD = "bench-keystore"
 START_TIMEOUT_S = {"sce": 240.0, "ours": 90.0}
 
@@ -143,7 +147,10 @@ class Target:
 
 
 def start_ours(workdir: Path, http_server: str, certificates: Certificates | None, ssl_context) -> Target:
-    env = {"LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING")}
+    env = {
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+        "EUREKA_EVICTION_INTERVAL_MS": str(EVICTION_INTERVAL_MS),
+    }
     scheme = "http"
     if certificates is not None:
         scheme = "https"
@@ -161,6 +168,7 @@ def start_sce(workdir: Path, jar: Path, heap: str, certificates: Certificates | 
     folder = workdir / f"sce-{scheme}"
     folder.mkdir(parents=True, exist_ok=True)
     server = sce_process(jar, folder, heap)
+    server.command.append(f"--eureka.server.eviction-interval-timer-in-ms={EVICTION_INTERVAL_MS}")
     if certificates is not None:
         # Spring Boot's HTTPS, as SCE users configure it: a PKCS12 key store; its own URL over https.
         server.command = [
