@@ -605,6 +605,11 @@ def test_with_tls_peers_are_found_by_srv_and_called_over_https(rendered, variant
 
 
 def test_with_tls_the_probes_use_https(rendered):
+    pod = statefulset(rendered[TLS_SECRET])["spec"]["template"]["spec"]
+    (reader,) = [c for c in pod["containers"] if c["name"] == "reader"]
+    assert reader["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "reader", "scheme": "HTTPS"}, (
+        "a reader serves HTTPS with the same settings"
+    )
     registry = registry_container(rendered[TLS_SECRET])
     for probe, path in (
         ("startupProbe", "/healthz"),

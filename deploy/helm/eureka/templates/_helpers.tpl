@@ -108,7 +108,8 @@ records instead (_http._tcp.NAME): each peer is then called by its pod's DNS nam
 {{- end }}
 
 {{/*
-One probe of the registry container: GET path on the node's port, over HTTPS when TLS is on. With
+One probe of the registry or a reader container: GET path on its port (list: root, path, port name,
+port number), over HTTPS when TLS is on (the readers serve it too). With
 tls.clientAuth=required the kubelet, which presents no certificate, could not finish a handshake, so
 the probe runs a small Python client in the container that presents the node's own certificate (the
 kubelet does not verify the server either).
@@ -116,6 +117,8 @@ kubelet does not verify the server either).
 {{- define "eureka.probe" -}}
 {{- $root := index . 0 }}
 {{- $path := index . 1 }}
+{{- $portName := index . 2 }}
+{{- $portNumber := index . 3 }}
 {{- if and $root.Values.tls.enabled (eq $root.Values.tls.clientAuth "required") }}
 exec:
   command:
@@ -128,13 +131,13 @@ exec:
       context.check_hostname = False
       context.verify_mode = ssl.CERT_NONE
       context.load_cert_chain("{{ include "eureka.tlsDir" $root }}/tls.crt", "{{ include "eureka.tlsDir" $root }}/tls.key")
-      connection = http.client.HTTPSConnection("127.0.0.1", {{ include "eureka.nodePort" $root }}, context=context, timeout=5)
+      connection = http.client.HTTPSConnection("127.0.0.1", {{ $portNumber }}, context=context, timeout=5)
       connection.request("GET", "{{ $path }}")
       sys.exit(0 if connection.getresponse().status == 200 else 1)
 {{- else }}
 httpGet:
   path: {{ $path }}
-  port: http
+  port: {{ $portName }}
   {{- if $root.Values.tls.enabled }}
   scheme: HTTPS
   {{- end }}
