@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "slow_clients": ("slow_clients.py", "Slow clients"),
     "attacks": ("attacks.py", "Attacks, round two"),
     "soak": ("soak.py", "Soak"),
+    "tls": ("tls.py", "What TLS costs"),
     "stack_eviction": ("stack_eviction.py", "Eviction on a running stack"),
     "warm_restart": ("warm_restart.py", "Warm restart"),
 }

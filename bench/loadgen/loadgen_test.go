@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -179,5 +183,50 @@ func TestSlowRequestsGroupIntoEpisodesByGap(t *testing.T) {
 	}
 	if none := slowEpisodes(nil, time.Second, 10); len(none) != 0 {
 		t.Errorf("no slow request: %v", none)
+	}
+}
+
+func TestHTTPSWithTheCAFileAndANewConnectionPerRequest(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, block, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics := func(args ...string) (int, map[string]string) {
+		o, err := parseFlags(append([]string{"-url", srv.URL + "/eureka/", "-n", "20", "-apps", "2",
+			"-duration", "0.3", "-warmup", "0", "-c", "2", "-mode", "renew"}, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		code := runPhases(context.Background(), o, &out)
+		got := map[string]string{}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] != "#" {
+				got[f[1]] = f[2]
+			}
+		}
+		return code, got
+	}
+	code, kept := metrics("-ca-file", caFile)
+	if code != 0 || kept["errors"] != "0" || kept["connections_opened"] != "2" {
+		t.Fatalf("kept-alive over https: exit %d, %v", code, kept)
+	}
+	code, fresh := metrics("-ca-file", caFile, "-new-conn")
+	requests, _ := strconv.Atoi(fresh["requests"])
+	opened, _ := strconv.Atoi(fresh["connections_opened"])
+	if code != 0 || fresh["errors"] != "0" || requests < 2 || opened < requests {
+		t.Fatalf("a new connection per request: exit %d, %v", code, fresh)
+	}
+	if code, unknown := metrics(); code == 0 || unknown["errors"] == "0" {
+		t.Fatalf("a certificate of an unknown CA must fail: exit %d, %v", code, unknown)
 	}
 }

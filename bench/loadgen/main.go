@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -39,6 +41,8 @@ type options struct {
 	allowRemote bool
 	label       string
 	slowMs      float64
+	caFile      string
+	newConn     bool
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -58,6 +62,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&pids, "server-pid", "", "comma-separated pids of the server processes, to report their CPU use")
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow a base URL that is not on the loopback interface")
 	fs.Float64Var(&o.slowMs, "slow-ms", 50, "report when requests at least this slow happened (slow_episode lines; 0 = off)")
+	fs.StringVar(&o.caFile, "ca-file", "", "PEM bundle that an https -url's certificate must chain to (empty: the system's roots)")
+	fs.BoolVar(&o.newConn, "new-conn", false, "a new connection for every request (over https: a full handshake each, no session resumption)")
 	fs.StringVar(&o.label, "label", "", "name printed for the phase instead of the mode (not with -mode all)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -114,6 +120,25 @@ func parseFlags(args []string) (*options, error) {
 		o.serverPIDs = append(o.serverPIDs, pid)
 	}
 	return o, nil
+}
+
+// clientTLS is the TLS configuration of https requests: the roots of caFile (or the system's), and no
+// session cache, so that every new connection is a full handshake.
+func clientTLS(caFile string) (*tls.Config, error) {
+	config := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return config, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-ca-file %s holds no PEM certificate", caFile)
+	}
+	config.RootCAs = pool
+	return config, nil
 }
 
 func isLoopback(host string) bool {
@@ -256,7 +281,14 @@ func runPhases(ctx context.Context, o *options, out io.Writer) int {
 	}
 	fmt.Fprintf(out, "# loadgen url=%s n=%d apps=%d c=%d duration=%gs warmup=%gs rate=%g\n",
 		o.baseURL, o.n, o.apps, o.concurrency, o.duration, o.warmup, o.rate)
+	tlsConfig, err := clientTLS(o.caFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		return 2
+	}
 	timed := plan{
+		tls:         tlsConfig,
+		newConn:     o.newConn,
 		concurrency: o.concurrency,
 		warmup:      seconds(o.warmup),
 		duration:    seconds(o.duration),
@@ -280,7 +312,7 @@ func runPhases(ctx context.Context, o *options, out io.Writer) int {
 		case "register":
 			w = registerWorkload(o.baseURL, instances)
 			// Exactly one registration per instance, as fast as the connections allow; bounded in time too.
-			p.warmup, p.rate, p.duration = 0, 0, 10*time.Minute
+			p.warmup, p.rate, p.duration, p.newConn = 0, 0, 10*time.Minute, false
 			p.maxRequests = uint64(o.n)
 		case "renew":
 			w, err = renewWorkload(o.baseURL, instances)

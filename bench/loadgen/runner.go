@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,9 @@ type workload struct {
 // plan bounds a phase in time and in count. Requests started before warmup has elapsed are sent
 // but not recorded; no request starts after warmup+duration or beyond maxRequests.
 type plan struct {
+	// tls configures https requests; newConn opens a new connection for every request.
+	tls         *tls.Config
+	newConn     bool
 	concurrency int
 	warmup      time.Duration
 	duration    time.Duration
@@ -92,7 +96,7 @@ type workerStats struct {
 	lastDone  time.Time
 }
 
-func newClient(timeout time.Duration, dials *atomic.Uint64) *http.Client {
+func newClient(timeout time.Duration, dials *atomic.Uint64, tlsConfig *tls.Config, newConn bool) *http.Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	transport := &http.Transport{
 		Proxy: nil,
@@ -109,6 +113,8 @@ func newClient(timeout time.Duration, dials *atomic.Uint64) *http.Client {
 		// do not want to spend client CPU inflating every full registry.
 		DisableCompression: true,
 		ForceAttemptHTTP2:  false,
+		TLSClientConfig:    tlsConfig,
+		DisableKeepAlives:  newConn,
 	}
 	return &http.Client{
 		Transport: transport,
@@ -161,7 +167,7 @@ func run(ctx context.Context, w workload, p plan, serverPIDs []int) *result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := newClient(p.timeout, &dials)
+			client := newClient(p.timeout, &dials, p.tls, p.newConn)
 			defer client.CloseIdleConnections()
 			for ctx.Err() == nil {
 				k := next.Add(1) - 1

@@ -7,6 +7,9 @@ the Go module proxy and PyPI.
   (``github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring``, from the Go module
   proxy) by ``controller-gen`` (``sigs.k8s.io/controller-tools``, also built from the proxy), as the
   operator's own CRDs are generated; kept in ``var/tools/``.
+* cert-manager's Certificate CRD (``tls.certManager.enabled``), as cert-manager publishes it in its Go
+  module (``github.com/cert-manager/cert-manager``, ``deploy/crds/``), from the Go module proxy; kept
+  in ``var/tools/``.
 * The plain-manifest rendering of the chart, ``deploy/kubernetes/eureka.yaml``.
 
 The Kubernetes API schemas themselves come from PyPI's ``kubernetes-validate`` (the ``dev`` extra),
@@ -15,7 +18,7 @@ with them.
 
     .venv/bin/python deploy/helm/tools.py render   # (re)writes deploy/kubernetes/eureka.yaml
     .venv/bin/python deploy/helm/tools.py check    # exit 1 when it is not what the chart renders
-    .venv/bin/python deploy/helm/tools.py build    # builds helm and the ServiceMonitor CRD
+    .venv/bin/python deploy/helm/tools.py build    # builds helm and the CRDs (ServiceMonitor, Certificate)
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ TOOLS = ROOT / "var" / "tools"
 HELM_VERSION = "v4.3.2"
 CONTROLLER_GEN_VERSION = "v0.23.0"
 PROMETHEUS_OPERATOR_VERSION = "v0.95.2"
+CERT_MANAGER_VERSION = "v1.21.2"
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
 PROMETHEUS_OPERATOR_API = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
 BUILD_TIMEOUT_S = 900
 
@@ -141,6 +146,24 @@ def servicemonitor_crd_path() -> Path:
     return crd
 
 
+def certificate_crd_path() -> Path:
+    """cert-manager's Certificate CRD (cert-manager.io/v1), copied once from its Go module."""
+    out = TOOLS / f"cert-manager-crds-{CERT_MANAGER_VERSION}"
+    crd = out / "cert-manager.io_certificates.yaml"
+    if crd.exists():
+        return crd
+    go = _go()
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    module = f"{CERT_MANAGER_MODULE}@{CERT_MANAGER_VERSION}"
+    downloaded = json.loads(_run([go, "mod", "download", "-json", module], cwd=TOOLS).stdout)
+    found = Path(downloaded["Dir"]) / "deploy" / "crds" / crd.name
+    if not found.exists():
+        raise ToolFailed(f"{module} has no deploy/crds/{crd.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(found, crd)
+    return crd
+
+
 def render(*args: str, release: str = RELEASE, namespace: str = NAMESPACE) -> str:
     """``helm template`` of the chart with extra arguments (``--set a=b``, ``-f file``)."""
     return _run([str(helm()), "template", release, str(CHART), "--namespace", namespace, *args]).stdout
@@ -156,6 +179,7 @@ def main(argv: list[str]) -> int:
         if command == "build":
             sys.stdout.write(f"{helm()}\n")
             sys.stdout.write(f"{servicemonitor_crd_path()}\n")
+            sys.stdout.write(f"{certificate_crd_path()}\n")
         elif command == "render":
             MANIFEST.parent.mkdir(parents=True, exist_ok=True)
             MANIFEST.write_text(manifest())

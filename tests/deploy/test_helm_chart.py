@@ -5,8 +5,9 @@ helm v4 and the ServiceMonitor CRD are built from the Go module proxy into var/t
 Rendered manifests are validated against the Kubernetes API's JSON schemas bundled by PyPI's
 kubernetes-validate, strictly (an unknown field fails), at the oldest release the chart supports
 (native sidecars: 1.29) and the newest the package has; the ServiceMonitor against the CRD schema
-controller-gen generates from prometheus-operator's Go API types. Then what the manifests mean:
-probes, the headless Service, peers through DNS, the stop's timing, the security context.
+controller-gen generates from prometheus-operator's Go API types, the cert-manager Certificate against
+the CRD cert-manager publishes in its Go module. Then what the manifests mean: probes, the headless
+Service, peers through DNS, the stop's timing, the security context, and HTTPS (TLS off and on).
 """
 
 from __future__ import annotations
@@ -54,7 +55,22 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "peers.nameservers[0]=10.96.0.10",
     ],
     "embedded mode": ["--set", "productionMode=false", "--set", "metrics.tokenEnabled=false"],
+    "TLS from a Secret, readers": [
+        "--set", "tls.enabled=true", "--set", "tls.secretName=eureka-certs",
+        "--set", "readers.enabled=true", *PROMETHEUS_OPERATOR,
+    ],
+    "TLS by cert-manager, client certificates required, API accounts": [
+        "--set", "tls.enabled=true", "--set", "tls.certManager.enabled=true",
+        "--set", "tls.certManager.issuerRef.name=eureka-ca",
+        "--set", "tls.certManager.issuerRef.kind=ClusterIssuer",
+        "--set", "tls.certManager.duration=720h", "--set", "tls.certManager.renewBefore=240h",
+        "--set", "tls.clientAuth=required", "--set", "tls.clientCaSecret=client-ca",
+        "--set", "apiAuth.enabled=true", *PROMETHEUS_OPERATOR,
+        "--set", "metrics.serviceMonitor.clientCertSecret=prometheus-client",
+    ],
 }  # fmt: skip
+TLS_SECRET = "TLS from a Secret, readers"
+TLS_CERT_MANAGER = "TLS by cert-manager, client certificates required, API accounts"
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +89,18 @@ def servicemonitor_schema(helm) -> dict:
         crd = yaml.safe_load(tools.servicemonitor_crd_path().read_text())
     except tools.ToolUnavailable as exc:
         require_toolchain("controller-gen (built with go)", False, str(exc))
+    except tools.ToolFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+@pytest.fixture(scope="session")
+def certificate_schema(helm) -> dict:
+    try:
+        crd = yaml.safe_load(tools.certificate_crd_path().read_text())
+    except tools.ToolUnavailable as exc:
+        require_toolchain("cert-manager's CRDs (go mod download)", False, str(exc))
     except tools.ToolFailed as exc:
         pytest.fail(str(exc), pytrace=False)
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
@@ -137,7 +165,9 @@ def test_helm_lint_strict_is_clean_for_every_variant(helm):
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_rendered_manifests_match_the_kubernetes_api_schemas(rendered, servicemonitor_schema, version):
+def test_rendered_manifests_match_the_kubernetes_api_schemas(
+    rendered, servicemonitor_schema, certificate_schema, version
+):
     kinds = set()
     for name, docs in rendered.items():
         for doc in docs:
@@ -151,12 +181,19 @@ def test_rendered_manifests_match_the_kubernetes_api_schemas(rendered, servicemo
                         f"{where} (prometheus-operator {tools.PROMETHEUS_OPERATOR_VERSION}): {exc.message}"
                     )
                 continue
+            if doc["apiVersion"] == "cert-manager.io/v1":
+                try:
+                    jsonschema.validate(doc, certificate_schema)
+                except jsonschema.ValidationError as exc:
+                    pytest.fail(f"{where} (cert-manager {tools.CERT_MANAGER_VERSION}): {exc.message}")
+                continue
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 pytest.fail(f"{where} (Kubernetes {version}): {exc.message} at {list(exc.path)}")
     assert kinds == {
         "StatefulSet", "Service", "Secret", "PodDisruptionBudget", "ServiceAccount", "ServiceMonitor",
+        "Certificate",
     }  # fmt: skip
 
 
@@ -468,3 +505,246 @@ def test_embedded_mode_is_one_container(rendered):
     assert [c["name"] for c in pod["containers"]] == ["registry"]
     assert "initContainers" not in pod
     assert "REDIS_URL" not in env_of(pod["containers"][0])
+
+
+# ------------------------------------------------------------------------------------- HTTPS (tls.*)
+
+TLS_DIR = "/etc/eureka/tls"
+TLS_ENV = (
+    "EUREKA_TLS_CERT_FILE", "EUREKA_TLS_KEY_FILE", "EUREKA_TLS_CLIENT_AUTH", "EUREKA_TLS_CLIENT_CA_FILE",
+    "EUREKA_OUTBOUND_CA_FILE", "EUREKA_OUTBOUND_CERT_FILE", "EUREKA_OUTBOUND_KEY_FILE",
+)  # fmt: skip
+
+
+def registry_container(docs: list[dict]) -> dict:
+    (registry,) = [
+        c for c in statefulset(docs)["spec"]["template"]["spec"]["containers"] if c["name"] == "registry"
+    ]
+    return registry
+
+
+def notes(*args: str) -> str:
+    """NOTES.txt as `helm install` prints it (``helm template`` leaves it out)."""
+    done = tools._run([
+        str(tools.helm()), "install", "eureka", str(tools.CHART), "--namespace", "eureka",
+        "--dry-run=client", *args,
+    ])  # fmt: skip
+    return done.stdout.partition("NOTES:")[2]
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith("TLS")])
+def test_without_tls_nothing_changes(rendered, variant):
+    docs = rendered[variant]
+    assert not [d for d in docs if d["kind"] == "Certificate"]
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    assert "tls" not in {v["name"] for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        env = env_of(container)
+        assert not set(TLS_ENV) & set(env), container["name"]
+        assert env["EUREKA_CONTROL_URL"]["value"] == "http://127.0.0.1:8761"
+        assert env["EUREKA_HTTPS"]["value"] == "false"
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if probe in container:
+                assert "scheme" not in container[probe]["httpGet"], (container["name"], probe)
+    for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint
+
+
+def test_tls_from_a_secret_mounts_it_read_only_and_names_its_files(rendered):
+    docs = rendered[TLS_SECRET]
+    assert not [d for d in docs if d["kind"] == "Certificate"], "the Secret is the user's own"
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "eureka-certs"
+    assert "items" not in volumes["tls"]["secret"], "whole directory: a subPath mount is never updated"
+    assert volumes["tls"]["secret"]["defaultMode"] == 0o440
+    for container in pod["containers"]:
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+        assert mount == {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}, container["name"]
+        assert "subPath" not in mount
+        env = {name: entry.get("value") for name, entry in env_of(container).items()}
+        assert env["EUREKA_TLS_CERT_FILE"] == f"{TLS_DIR}/tls.crt"
+        assert env["EUREKA_TLS_KEY_FILE"] == f"{TLS_DIR}/tls.key"
+        assert env["EUREKA_TLS_CLIENT_AUTH"] == "none"
+        assert "EUREKA_TLS_CLIENT_CA_FILE" not in env
+        # The node's own certificate is what it presents to its peers; their CA verifies them.
+        assert env["EUREKA_OUTBOUND_CERT_FILE"] == env["EUREKA_TLS_CERT_FILE"]
+        assert env["EUREKA_OUTBOUND_KEY_FILE"] == env["EUREKA_TLS_KEY_FILE"]
+        assert env["EUREKA_OUTBOUND_CA_FILE"] == f"{TLS_DIR}/ca.crt"
+        assert env["EUREKA_CONTROL_URL"] == "https://127.0.0.1:8761"
+        assert env["EUREKA_HTTPS"] == "true", "Secure cookies, HSTS"
+    (reader,) = [c for c in pod["containers"] if c["name"] == "reader"]
+    assert env_of(reader)["EUREKA_READER_NODE_URL"]["value"] == "https://127.0.0.1:8761"
+    no_ca = statefulset(
+        render("--set", "tls.enabled=true", "--set", "tls.secretName=public", "--set", "tls.caKey=")
+    )
+    (registry,) = no_ca["spec"]["template"]["spec"]["containers"][:1]
+    assert "EUREKA_OUTBOUND_CA_FILE" not in env_of(registry), "empty caKey: the system's trust store"
+
+
+@pytest.mark.parametrize("variant", [TLS_SECRET, TLS_CERT_MANAGER])
+def test_with_tls_peers_are_found_by_srv_and_called_over_https(rendered, variant):
+    env = env_of(registry_container(rendered[variant]))
+    peers = env["EUREKA_PEER_DNS"]["value"]
+    assert peers.startswith("https://") and peers.endswith(
+        "@_http._tcp.eureka-headless.eureka.svc.cluster.local/eureka/"
+        if "@" in peers
+        else "https://_http._tcp.eureka-headless.eureka.svc.cluster.local/eureka/"
+    )
+    from registry.domain.endpoints import parse_peer_dns
+
+    (entry,) = parse_peer_dns([peers])
+    assert entry.srv and entry.scheme == "https"
+    # SRV targets are the pods' names under the headless Service, which the certificate names.
+    assert entry.peer_at("eureka-1.eureka-headless.eureka.svc.cluster.local", 8761).display_url == (
+        "https://eureka-1.eureka-headless.eureka.svc.cluster.local:8761/eureka/"
+    )
+    headless = one(rendered[variant], "Service", "eureka-headless")
+    assert [p["name"] for p in headless["spec"]["ports"]] == ["http"], "the SRV name is _http._tcp"
+
+
+def test_with_tls_the_probes_use_https(rendered):
+    pod = statefulset(rendered[TLS_SECRET])["spec"]["template"]["spec"]
+    (reader,) = [c for c in pod["containers"] if c["name"] == "reader"]
+    assert reader["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "reader", "scheme": "HTTPS"}, (
+        "a reader serves HTTPS with the same settings"
+    )
+    registry = registry_container(rendered[TLS_SECRET])
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+        ("livenessProbe", "/healthz"),
+    ):
+        assert registry[probe]["httpGet"] == {"path": path, "port": "http", "scheme": "HTTPS"}, probe
+
+
+def test_the_certificate_names_the_services_the_peers_and_loopback(rendered):
+    docs = rendered[TLS_CERT_MANAGER]
+    certificate = one(docs, "Certificate")
+    spec = certificate["spec"]
+    assert spec["secretName"] == "eureka-tls"
+    assert statefulset(docs)["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"] == "eureka-tls"
+    assert set(spec["dnsNames"]) == {
+        "eureka", "eureka.eureka", "eureka.eureka.svc", "eureka.eureka.svc.cluster.local",
+        "eureka-headless.eureka.svc.cluster.local", "*.eureka-headless.eureka.svc.cluster.local", "localhost",
+    }  # fmt: skip
+    assert spec["ipAddresses"] == ["127.0.0.1"]
+    assert {"server auth", "client auth"} <= set(spec["usages"]), "served, and presented to peers"
+    assert spec["issuerRef"] == {"name": "eureka-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert spec["duration"] == "720h" and spec["renewBefore"] == "240h"
+    assert spec["privateKey"]["rotationPolicy"] == "Always"
+
+
+def test_required_client_certificates_need_the_client_ca_and_probes_that_present_one(rendered):
+    docs = rendered[TLS_CERT_MANAGER]
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["client-ca"]["secret"] == {
+        "secretName": "client-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    registry = registry_container(docs)
+    env = env_of(registry)
+    assert env["EUREKA_TLS_CLIENT_AUTH"]["value"] == "required"
+    assert env["EUREKA_TLS_CLIENT_CA_FILE"]["value"] == "/etc/eureka/client-ca/ca.crt"
+    assert {"name": "client-ca", "mountPath": "/etc/eureka/client-ca", "readOnly": True} in registry[
+        "volumeMounts"
+    ]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "httpGet" not in registry[probe], "the kubelet presents no client certificate"
+        command = registry[probe]["exec"]["command"]
+        assert command[:3] == ["python", "-I", "-c"] and f"{TLS_DIR}/tls.crt" in command[3]
+    # Without a client CA Secret, the client CA is the nodes' own CA.
+    same_ca = statefulset(render(
+        "--set", "tls.enabled=true", "--set", "tls.secretName=s", "--set", "tls.clientAuth=optional",
+    ))  # fmt: skip
+    (registry,) = same_ca["spec"]["template"]["spec"]["containers"][:1]
+    assert env_of(registry)["EUREKA_TLS_CLIENT_CA_FILE"]["value"] == f"{TLS_DIR}/ca.crt"
+    assert registry["readinessProbe"]["httpGet"]["scheme"] == "HTTPS", "optional: the kubelet gets in"
+
+
+def test_the_exec_probe_gets_through_a_port_that_requires_a_client_certificate(rendered, tmp_path):
+    import http.server
+    import ssl
+    import subprocess
+    import sys
+    import threading
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1")
+    node_cert = ca.issue_cert("eureka-0.eureka-headless.eureka.svc.cluster.local")
+    node_cert.private_key_and_cert_chain_pem.write_to_path(tmp_path / "tls.crt")
+    node_cert.private_key_pem.write_to_path(tmp_path / "tls.key")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_cert.configure_cert(context)
+    ca.configure_trust(context)
+    context.verify_mode = ssl.CERT_REQUIRED
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        registry = registry_container(rendered[TLS_CERT_MANAGER])
+        for probe in ("startupProbe", "readinessProbe"):
+            script = registry[probe]["exec"]["command"][3]
+            script = script.replace(TLS_DIR, str(tmp_path)).replace("8761", str(server.server_address[1]))
+            done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, timeout=30)
+            assert done.returncode == 0, done.stderr.decode()
+            without_cert = script.replace("context.load_cert_chain", "print")
+            done = subprocess.run([sys.executable, "-I", "-c", without_cert], capture_output=True, timeout=30)
+            assert done.returncode != 0, "the test server must refuse a client without a certificate"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_with_tls_the_servicemonitor_scrapes_https_with_the_ca(rendered):
+    (endpoint,) = one(rendered[TLS_SECRET], "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "http"
+    assert endpoint["tlsConfig"] == {
+        "serverName": "eureka-headless.eureka.svc.cluster.local",
+        "ca": {"secret": {"name": "eureka-certs", "key": "ca.crt"}},
+    }
+    (endpoint,) = one(rendered[TLS_CERT_MANAGER], "ServiceMonitor")["spec"]["endpoints"]
+    config = endpoint["tlsConfig"]
+    assert config["ca"] == {"secret": {"name": "eureka-tls", "key": "ca.crt"}}
+    assert config["cert"] == {"secret": {"name": "prometheus-client", "key": "tls.crt"}}
+    assert config["keySecret"] == {"name": "prometheus-client", "key": "tls.key"}
+    env = env_of(registry_container(rendered[TLS_CERT_MANAGER]))
+    assert "EUREKA_TLS_PLAIN_PORT" not in env, "no unencrypted port for the scrapes"
+
+
+def test_tls_settings_that_cannot_work_are_refused(helm):
+    with pytest.raises(tools.ToolFailed, match="tls.enabled needs tls.secretName"):
+        tools.render("--set", "tls.enabled=true")
+    with pytest.raises(tools.ToolFailed, match="issuerRef.name"):
+        tools.render("--set", "tls.enabled=true", "--set", "tls.certManager.enabled=true")
+    with pytest.raises(tools.ToolFailed, match="needs a CA bundle"):
+        tools.render("--set", "tls.enabled=true", "--set", "tls.secretName=s",
+                     "--set", "tls.clientAuth=required", "--set", "tls.caKey=")  # fmt: skip
+    with pytest.raises(tools.ToolFailed, match="clientAuth"):
+        tools.render(
+            "--set", "tls.enabled=true", "--set", "tls.secretName=s", "--set", "tls.clientAuth=maybe"
+        )
+
+
+def test_the_notes_print_https_urls_with_tls_and_http_without(helm):
+    with_tls = notes(
+        "--set", "tls.enabled=true", "--set", "tls.secretName=s", "--set", "tls.clientAuth=required"
+    )
+    assert "https://eureka.eureka.svc:8761/eureka/" in with_tls
+    assert "http://" not in with_tls
+    assert "must present a client certificate" in with_tls
+    assert "http://eureka.eureka.svc:8761/eureka/" in notes()
+    assert "https://" not in notes()

@@ -69,13 +69,78 @@ app.kubernetes.io/component: registry
 {{/*
 EUREKA_PEER_DNS: the headless Service's name and port (A/AAAA: every pod's address becomes a peer
 http://IP:8761/eureka/); with API accounts on, a URL with the peer account's credentials, the password
-from the environment ($(EUREKA_PEER_PASSWORD), expanded by the kubelet).
+from the environment ($(EUREKA_PEER_PASSWORD), expanded by the kubelet). With TLS, the Service's SRV
+records instead (_http._tcp.NAME): each peer is then called by its pod's DNS name
+(NAME-N.HEADLESS.NAMESPACE.svc...), which its certificate names, over https.
 */}}
 {{- define "eureka.peerDns" -}}
+{{- $credentials := "" }}
 {{- if .Values.apiAuth.enabled }}
-{{- printf "http://%s:$(EUREKA_PEER_PASSWORD)@%s:%s/eureka/" .Values.apiAuth.peerAccount (include "eureka.headlessFqdn" .) (include "eureka.nodePort" .) }}
+{{- $credentials = printf "%s:$(EUREKA_PEER_PASSWORD)@" .Values.apiAuth.peerAccount }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- printf "https://%s_http._tcp.%s/eureka/" $credentials (include "eureka.headlessFqdn" .) }}
+{{- else if .Values.apiAuth.enabled }}
+{{- printf "http://%s%s:%s/eureka/" $credentials (include "eureka.headlessFqdn" .) (include "eureka.nodePort" .) }}
 {{- else }}
 {{- printf "%s:%s" (include "eureka.headlessFqdn" .) (include "eureka.nodePort" .) }}
+{{- end }}
+{{- end }}
+
+{{/* http, or https when the node serves TLS itself (tls.enabled). */}}
+{{- define "eureka.scheme" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret the nodes serve with: tls.secretName, or the one cert-manager fills. */}}
+{{- define "eureka.tlsSecretName" -}}
+{{- if .Values.tls.secretName }}
+{{- .Values.tls.secretName }}
+{{- else }}
+{{- printf "%s-tls" (include "eureka.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Where the containers find the TLS Secret's files and the client CA bundle. */}}
+{{- define "eureka.tlsDir" -}}/etc/eureka/tls{{- end }}
+{{- define "eureka.clientCaFile" -}}
+{{- if .Values.tls.clientCaSecret }}/etc/eureka/client-ca/ca.crt{{ else }}{{ include "eureka.tlsDir" . }}/{{ .Values.tls.caKey }}{{ end }}
+{{- end }}
+
+{{/*
+One probe of the registry or a reader container: GET path on its port (list: root, path, port name,
+port number), over HTTPS when TLS is on (the readers serve it too). With
+tls.clientAuth=required the kubelet, which presents no certificate, could not finish a handshake, so
+the probe runs a small Python client in the container that presents the node's own certificate (the
+kubelet does not verify the server either).
+*/}}
+{{- define "eureka.probe" -}}
+{{- $root := index . 0 }}
+{{- $path := index . 1 }}
+{{- $portName := index . 2 }}
+{{- $portNumber := index . 3 }}
+{{- if and $root.Values.tls.enabled (eq $root.Values.tls.clientAuth "required") }}
+exec:
+  command:
+    - python
+    - -I
+    - -c
+    - |
+      import http.client, ssl, sys
+      context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+      context.check_hostname = False
+      context.verify_mode = ssl.CERT_NONE
+      context.load_cert_chain("{{ include "eureka.tlsDir" $root }}/tls.crt", "{{ include "eureka.tlsDir" $root }}/tls.key")
+      connection = http.client.HTTPSConnection("127.0.0.1", {{ $portNumber }}, context=context, timeout=5)
+      connection.request("GET", "{{ $path }}")
+      sys.exit(0 if connection.getresponse().status == 200 else 1)
+{{- else }}
+httpGet:
+  path: {{ $path }}
+  port: {{ $portName }}
+  {{- if $root.Values.tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
 {{- end }}
 {{- end }}
 
@@ -122,7 +187,7 @@ export REDIS_URL="${EUREKA_REDIS_BASE_URL%/}/$(( ordinal + {{ int .Values.redis.
 - name: EUREKA_EMBEDDED
   value: "false"
 - name: EUREKA_HTTPS
-  value: {{ .Values.https | quote }}
+  value: {{ or .Values.https .Values.tls.enabled | quote }}
 - name: EUREKA_DATA_DIR
   value: /data
 - name: SECRET_KEY
@@ -136,7 +201,27 @@ export REDIS_URL="${EUREKA_REDIS_BASE_URL%/}/$(( ordinal + {{ int .Values.redis.
       name: {{ include "eureka.secretName" . }}
       key: EUREKA_CONTROL_SECRET
 - name: EUREKA_CONTROL_URL
-  value: http://127.0.0.1:{{ include "eureka.nodePort" . }}
+  value: {{ include "eureka.scheme" . }}://127.0.0.1:{{ include "eureka.nodePort" . }}
+{{- if .Values.tls.enabled }}
+- name: EUREKA_TLS_CERT_FILE
+  value: {{ include "eureka.tlsDir" . }}/tls.crt
+- name: EUREKA_TLS_KEY_FILE
+  value: {{ include "eureka.tlsDir" . }}/tls.key
+- name: EUREKA_TLS_CLIENT_AUTH
+  value: {{ .Values.tls.clientAuth | quote }}
+{{- if ne .Values.tls.clientAuth "none" }}
+- name: EUREKA_TLS_CLIENT_CA_FILE
+  value: {{ include "eureka.clientCaFile" . }}
+{{- end }}
+{{- with .Values.tls.caKey }}
+- name: EUREKA_OUTBOUND_CA_FILE
+  value: {{ include "eureka.tlsDir" $ }}/{{ . }}
+{{- end }}
+- name: EUREKA_OUTBOUND_CERT_FILE
+  value: {{ include "eureka.tlsDir" . }}/tls.crt
+- name: EUREKA_OUTBOUND_KEY_FILE
+  value: {{ include "eureka.tlsDir" . }}/tls.key
+{{- end }}
 {{- if .Values.productionMode }}
 {{- if .Values.redis.external.enabled }}
 - name: EUREKA_REDIS_BASE_URL
@@ -211,12 +296,27 @@ export REDIS_URL="${EUREKA_REDIS_BASE_URL%/}/$(( ordinal + {{ int .Values.redis.
 {{- end }}
 {{- end }}
 
-{{/* Volume mounts of the app's containers: the data directory and /tmp (read-only root file system). */}}
+{{/*
+Volume mounts of the app's containers: the data directory and /tmp (read-only root file system), and
+with TLS the Secret's files (every container reads the settings, which name them). A Secret mounted
+as a directory (no subPath) is updated in place by the kubelet when it changes, so a renewed
+certificate reaches the node, which reloads it, without a restart.
+*/}}
 {{- define "eureka.appMounts" -}}
 - name: data
   mountPath: /data
 - name: tmp
   mountPath: /tmp
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: {{ include "eureka.tlsDir" . }}
+  readOnly: true
+{{- if and .Values.tls.clientCaSecret (ne .Values.tls.clientAuth "none") }}
+- name: client-ca
+  mountPath: /etc/eureka/client-ca
+  readOnly: true
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
