@@ -619,19 +619,12 @@ def tls_settings(config, port: int) -> Tls | None:
     def refuse(problem: str):
         raise SystemExit(f"eureka registry: {problem}")
 
-    if bool(config.cert_file) != bool(config.key_file):
-        refuse("HTTPS needs both EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE")
+    # What any server refuses (one file without the other, client certificates without a CA, files
+    # that do not load) stopped the start already, when the settings were read (TlsConfig).
     if not config.cert_file:
-        if config.client_auth != "none" or config.plain_port:
-            refuse(
-                "EUREKA_TLS_CLIENT_AUTH and EUREKA_TLS_PLAIN_PORT need HTTPS: "
-                "set EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE"
-            )
         return None
     if config.client_auth == "optional":
         refuse(_OPTIONAL_ON_GRANIAN)
-    if config.client_auth == "required" and not config.client_ca_file:
-        refuse("EUREKA_TLS_CLIENT_AUTH=required needs EUREKA_TLS_CLIENT_CA_FILE")
     if config.plain_port == port:
         refuse(f"EUREKA_TLS_PLAIN_PORT is the HTTPS port ({port}); give it another")
     _check_tls_files(config)
