@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -280,8 +281,8 @@ class LiveServer:
             return f"{self.base_url}{prefix}"
         account = self.accounts[role]
         secret = account.password if password is None else password
-        host = self.base_url.removeprefix("http://")
-        return f"http://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
+        scheme, host = self.base_url.split("://", 1)
+        return f"{scheme}://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
 
     def records(self) -> list[AccessRecord]:
         """Every request the server logged so far, in order."""
@@ -526,6 +527,7 @@ def _start(
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
     server: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> LiveServer:
     port = port or free_port(host)
     access_log = workdir / "access.log"
@@ -548,7 +550,7 @@ def _start(
         process = subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-    base_url = f"http://{host}:{port}"
+    base_url = f"{'https' if tls else 'http'}://{host}:{port}"
     server = LiveServer(
         url=f"{base_url}/eureka/",
         base_url=base_url,
@@ -567,7 +569,8 @@ def _start(
                 f"the node exited with {process.returncode} before answering:\n{server.server_log_tail()}"
             )
         try:
-            if httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth).status_code == 200:
+            probe = httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth, verify=tls or True)
+            if probe.status_code == 200:
                 return server
         except httpx.TransportError:
             pass
@@ -600,9 +603,14 @@ def running_server(
     port: int | None = None,
     accounts: dict[str, Account] | None = None,
     server: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[LiveServer]:
     """A node with its files in ``workdir``, stopped (TERM, then KILL) on exit: gunicorn, or granian
     with ``server="granian"`` (unless given: ``EUREKA_TEST_SERVER``, gunicorn by default).
+
+    ``tls``: the node serves HTTPS (``extra_env`` holds its EUREKA_TLS_* settings); the readiness probe
+    connects with this client context (the CA to verify the node, and a client certificate when the
+    node requires one), and ``url`` / ``base_url`` are ``https://`` URLs.
 
     It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
     server tell each other apart by host) and on ``port``, a free one unless given. ``accounts``: the API
@@ -611,12 +619,12 @@ def running_server(
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")
     try:
-        node = _start(workdir, extra_env, host, port, accounts, server)
+        node = _start(workdir, extra_env, host, port, accounts, server, tls)
     except RuntimeError as first_error:
         # The free port may have been taken between probing and binding: one more try (on a new port
         # unless the caller chose it).
         try:
-            node = _start(workdir, extra_env, host, port, accounts, server)
+            node = _start(workdir, extra_env, host, port, accounts, server, tls)
         except RuntimeError as second_error:
             pytest.fail(f"could not start the node: {first_error}\n---\n{second_error}", pytrace=False)
     try:
