@@ -20,38 +20,28 @@ at test time (``tests/interop/certificates.py``). Each client is configured as i
 * fargo: no TLS setting; the program sets the TLS configuration of ``fargo.HttpClient``'s transport
   (``tests/interop/go/main.go``, ``-ca`` / ``-cert`` / ``-key``).
 
-With API accounts on (``TestGrants``), an account whose certificate name is the ``orders`` certificate's
-SAN URI and whose grant is ``ORDERS`` may register ORDERS; the Spring app holding that certificate and
-named ``payments`` is refused (403) and the registry is unchanged.
-
-Needs, from the serving layer: HTTPS and client certificates on both servers (EUREKA_TLS_*), and for
-``TestGrants`` the certificate-to-account mapping and app grants (``eureka_account --certificate-name
---apps``) of issue 46.
+Needs, from the serving layer: HTTPS and client certificates on both servers (EUREKA_TLS_*) of
+issue 46. Certificates as API identities and app grants are ``test_tls_grants.py``.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from functools import partial
 from io import BytesIO
-from pathlib import Path
 
 import httpx
 import pytest
 from py_eureka_client import http_client
 
 from tests.interop import maven
-from tests.interop.certificates import ORDERS_URI, PEER_URI, STORE_PASSWORD, Pki, make_pki
+from tests.interop.certificates import STORE_PASSWORD, Pki, make_pki
 from tests.interop.conftest import (
-    AUTH_ENV,
     LiveServer,
     client_factory,
     require_toolchain,
     running_server,
-    server_env,
     wait_until,
 )
 from tests.interop.test_eureka_js_client import CLIENT_PACKAGE, JsClient
@@ -295,98 +285,3 @@ def test_fargo_registers_and_fetches_over_mtls(tls_node, fargo_binary, pki):  # 
     run.ok("register")
     run.ok("get_app")
     run.assert_all_as_expected()
-
-
-# ------------------------------------------------------------------------------------ app grants
-
-# Run in one Python process: ``manage.py migrate``, then ``manage.py eureka_account`` per account, as an
-# operator runs them: the ORDERS app's account, known by its certificate's SAN URI and granted ORDERS
-# alone, and a peer account known by the servers' certificate (the test's own reads).
-_CREATE_CERTIFICATE_ACCOUNTS = f"""
-import os
-import django
-from django.core.management import call_command
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
-django.setup()
-call_command("migrate", interactive=False, verbosity=0)
-os.environ["EUREKA_ACCOUNT_PASSWORD"] = "unused-Password-42"
-call_command("eureka_account", "orders-app", role="client", certificate_name=[{ORDERS_URI!r}], apps="ORDERS")
-call_command("eureka_account", "tls-peer", role="peer", certificate_name=[{PEER_URI!r}])
-"""
-
-
-@pytest.fixture(scope="module")
-def grants_node(pki, http_server, tmp_path_factory) -> Iterator[LiveServer]:
-    """A node over mTLS with API accounts on, whose accounts are known by their certificates."""
-    workdir = tmp_path_factory.mktemp("grants_node")
-    done = subprocess.run(
-        [sys.executable, "-c", _CREATE_CERTIFICATE_ACCOUNTS],
-        cwd=Path(__file__).resolve().parents[2],
-        env=server_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"could not create the accounts:\n{done.stdout}{done.stderr}"
-    env = {**node_tls_env(pki), **AUTH_ENV}
-    context = client_context(pki.ca, pki.server)
-    with running_server(workdir, env, server=http_server, tls=context) as server:
-        yield server
-
-
-class TestGrants:
-    def test_the_orders_certificate_may_register_orders(self, grants_node, pki):
-        with httpx.Client(
-            base_url=grants_node.url, verify=client_context(pki.ca, pki.orders), timeout=5
-        ) as orders:
-            body = _instance("ORDERS", "orders-1", 9301)
-            assert orders.post("apps/ORDERS", json=body).status_code == 204
-            assert orders.delete("apps/ORDERS/orders-1").status_code == 200
-            # A certificate that names no account is refused like bad credentials.
-        with httpx.Client(
-            base_url=grants_node.url, verify=client_context(pki.ca, pki.payments), timeout=5
-        ) as unknown:
-            assert unknown.post("apps/PAYMENTS", json=_instance("PAYMENTS", "p-1", 9302)).status_code == 401
-
-    def test_a_spring_app_whose_certificate_is_granted_orders_cannot_register_payments(
-        self, grants_node, java, pki, tmp_path
-    ):
-        reader = Reader(grants_node, pki)
-        before = reader.ids()
-        app = TlsSpringApp(
-            java, spring_boot4_jar(), "payments", grants_node.url, tmp_path, pki.orders, pki.ca
-        )
-        try:
-            app.start()
-            app.wait_up()
-            # It tries (registration, then heartbeats that find nothing and re-register): each is 403.
-            grants_node.wait_for_requests("POST", "/eureka/apps/PAYMENTS", status=403, at_least=2, timeout=30)
-            own = [r for r in grants_node.records() if r.path.startswith("/eureka/apps/PAYMENTS")]
-            assert own and all(r.status in (403, 404) for r in own), own
-            assert not [r for r in own if r.method == "POST" and r.status != 403], own
-            assert reader.instance("PAYMENTS", app.instance_id) is None
-            assert reader.ids() == before
-            assert app.peer_ids(app.name) == []
-        finally:
-            app.stop()
-            reader.close()
-        # Not even its shutdown's cancel changed anything.
-        assert Reader(grants_node, pki).ids() == before
-
-
-def _instance(app: str, instance_id: str, port: int) -> dict:
-    return {
-        "instance": {
-            "instanceId": instance_id,
-            "hostName": "127.0.0.1",
-            "app": app,
-            "ipAddr": "127.0.0.1",
-            "status": "UP",
-            "port": {"$": port, "@enabled": "true"},
-            "dataCenterInfo": {
-                "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                "name": "MyOwn",
-            },
-            "vipAddress": app.lower(),
-        }
-    }

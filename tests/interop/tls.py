@@ -11,14 +11,18 @@ HTTPS.
 
 from __future__ import annotations
 
+import json
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.interop import maven
 from tests.interop.certificates import KEY_ALIAS, STORE_PASSWORD, Authority, Identity, Pki
-from tests.interop.conftest import wait_until
+from tests.interop.conftest import PROJECT_ROOT, server_env, wait_until
 from tests.ports import free_port
 
 SPRING_DIR = Path(__file__).resolve().parent / "spring"
@@ -167,3 +171,34 @@ class TlsSpringApp(maven.JvmProcess):
     def stop(self) -> int | None:
         self.http.close()
         return super().stop()
+
+
+# Run in one Python process: ``manage.py migrate``, then ``manage.py eureka_account NAME --role ROLE
+# [--certificate-name ...] [--apps ...]`` per account with its password in EUREKA_ACCOUNT_PASSWORD, as an
+# operator runs them.
+_CREATE_ACCOUNTS = """
+import json, os, sys
+import django
+from django.core.management import call_command
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eureka_site.settings")
+django.setup()
+call_command("migrate", interactive=False, verbosity=0)
+for account in json.loads(sys.argv[1]):
+    os.environ["EUREKA_ACCOUNT_PASSWORD"] = account.pop("password")
+    call_command("eureka_account", account.pop("username"), **account)
+"""
+
+
+def create_accounts(workdir: Path, accounts: list[dict]) -> None:
+    """A migrated database in ``workdir`` (the node's, see ``server_env``) holding ``accounts``: dicts of
+    ``username``, ``password``, ``role`` and optionally ``certificate_names`` (a list) and ``apps``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CREATE_ACCOUNTS, json.dumps(accounts)],
+        cwd=PROJECT_ROOT,
+        env=server_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"could not create the API accounts:\n{done.stdout}{done.stderr}", pytrace=False)
