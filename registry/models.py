@@ -71,4 +71,6 @@ class RegistryApi(models.Model):
 
 # Webhook subscriptions and their delivery log live in their package (registry/webhooks/); imported
 # here so they are models of this app and its migrations.
+# API accounts' certificate names and app grants (registry/access/models.py), likewise.
+from .access.models import ApiAccess  # noqa: E402, F401
 from .webhooks.models import WebhookDelivery, WebhookSubscription  # noqa: E402, F401

@@ -1,9 +1,11 @@
 """API accounts are Django users: credentials checked against the database, remembered in memory.
 
-``authenticate`` is the one entry point: it answers from the credential cache, rereads the account
-row when the cached verdict is older than the recheck interval, and hashes a password only for
-credentials it has not seen (or whose account changed). Any change to a user, a group or their
-permissions made in this process (the admin, a management command run by the node) empties the
+``authenticate`` is the entry point for Basic credentials, ``authenticate_certificate`` for a client
+certificate (registry/access/certificates.py): each answers from the credential cache, rereads the
+account row when the cached verdict is older than the recheck interval, and hashes a password (looks
+a certificate's names up) only for credentials it has not seen (or whose account changed). Any
+change to a user, a group, their permissions or an account's certificate names and app grants
+(``ApiAccess``) made in this process (the admin, a management command run by the node) empties the
 cache at once; changes made elsewhere are seen at the next recheck.
 """
 
@@ -27,6 +29,7 @@ from django.db.models import Q
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from registry.access import roles
+from registry.access.certificates import ClientCertificate, normalise_name
 from registry.access.credentials import CredentialCache, Principal, digest
 from registry.access.hashers import HashingBusy, off_the_loop, sign_in_checks
 from registry.access.throttle import SignInThrottle
@@ -171,10 +174,37 @@ class _Account:
     password: str
     is_active: bool
     permissions: frozenset[str]
+    apps: tuple[str, ...] = ()
+    # Normalised (certificates.normalise_name).
+    certificate_names: frozenset[str] = frozenset()
+
+    def principal(self) -> Principal:
+        return Principal(self.user_id, self.username, self.permissions, self.apps)
+
+
+def _read_account(user) -> _Account:
+    from registry.access.models import ApiAccess
+
+    try:
+        access = user.api_access
+    except ApiAccess.DoesNotExist:
+        apps, names = (), frozenset()
+    else:
+        # Stored checked (the admin's form, the command); one made otherwise and unreadable grants
+        # nothing rather than everything.
+        try:
+            apps = access.grants()
+        except ValueError:
+            apps = ("",)
+        names = frozenset(normalise_name(name) for name in access.names())
+    return _Account(
+        user.pk, user.get_username(), user.password, user.is_active, _permissions(user), apps, names
+    )
 
 
 def _account(**lookup) -> _Account | None:
-    """The account row and its API permissions, read in one go on a connection closed afterwards.
+    """The account row, its API permissions, certificate names and app grants, read in one go on a
+    connection closed afterwards.
 
     Protocol requests run on the lean handler, which sends no ``request_finished``: nothing would close
     a connection opened here, and each greenlet (one per client connection) would keep its own open
@@ -182,10 +212,30 @@ def _account(**lookup) -> _Account | None:
     """
     user_model = get_user_model()
     try:
-        user = user_model._default_manager.filter(**lookup).first()
+        user = user_model._default_manager.filter(**lookup).select_related("api_access").first()
         if user is None:
             return None
-        return _Account(user.pk, user.get_username(), user.password, user.is_active, _permissions(user))
+        return _read_account(user)
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def _accounts_holding(names: tuple[str, ...]) -> tuple[_Account | None, str]:
+    """The account whose certificate names hold the first of ``names`` any account holds, and that
+    name; ``(None, "")`` when none does. Read on a connection closed afterwards (see ``_account``)."""
+    from registry.access.models import ApiAccess
+
+    try:
+        holders: dict[str, ApiAccess] = {}
+        for access in ApiAccess.objects.exclude(certificate_names="").select_related("user"):
+            for held in access.names():
+                holders.setdefault(normalise_name(held), access)
+        for name in names:
+            access = holders.get(normalise_name(name))
+            if access is not None:
+                return _read_account(access.user), normalise_name(name)
+        return None, ""
     finally:
         if not connection.in_atomic_block:
             connection.close()
@@ -217,21 +267,32 @@ class _OneCheckAtATime:
 _one_check_at_a_time = _OneCheckAtATime()
 
 
-def _remembered(cache: CredentialCache, key: bytes, now: int) -> Principal | None:
-    """The remembered answer (or ``Refused``), None when the credentials must be checked."""
+def _password_holds(account: _Account, proof: str) -> bool:
+    return account.password == proof
+
+
+def _remembered(
+    cache: CredentialCache,
+    key: bytes,
+    now: int,
+    holds: Callable[[_Account, str], bool] = _password_holds,
+    refusal: str = "wrong user name or password",
+) -> Principal | None:
+    """The remembered answer (or ``Refused``), None when the credentials must be checked. At the
+    recheck the account must still be active and ``holds`` its verdict's proof."""
     verdict = cache.lookup(key)
     if verdict is None:
         return None
     if cache.is_fresh(verdict, now):
         if verdict.principal is None:
-            raise Refused("wrong user name or password")
+            raise Refused(refusal)
         return verdict.principal
     if verdict.principal is not None:
-        # Still the same account, password and standing? Then no need to hash again.
+        # Still the same account, password (certificate name) and standing? Then no need to hash again.
         account = _account(pk=verdict.principal.user_id)
-        if account is not None and account.is_active and account.password == verdict.password_hash:
-            principal = Principal(account.user_id, account.username, account.permissions)
-            cache.remember(key, principal, account.password, now)
+        if account is not None and account.is_active and holds(account, verdict.proof):
+            principal = account.principal()
+            cache.remember(key, principal, verdict.proof, now)
             return principal
     cache.forget(key)
     return None
@@ -271,9 +332,37 @@ def authenticate(header: str, client: Callable[[], str] = lambda: "") -> Princip
             throttle.failed(address, username)
             raise Refused("wrong user name or password", username)
         throttle.succeeded(username)
-        principal = Principal(account.user_id, account.username, account.permissions)
+        principal = account.principal()
         cache.remember(key, principal, account.password, now)
         return principal
+
+
+UNKNOWN_CERTIFICATE = "the client certificate names no account"
+
+
+def _certificate_name_holds(account: _Account, proof: str) -> bool:
+    return proof in account.certificate_names
+
+
+def authenticate_certificate(certificate: ClientCertificate) -> Principal:
+    """The account one of the certificate's names (SAN URIs, SAN DNS names, subject CN, in that order)
+    belongs to, or ``Refused``: no account holds any of them, or it is disabled. A certificate was
+    verified by the TLS server (or the trusted proxy): no guess, so nothing is counted as a failed
+    sign-in, and nothing is hashed."""
+    cache = credential_cache()
+    key = b"x509:" + certificate.key
+    principal = _remembered(cache, key, cache.clock(), _certificate_name_holds, UNKNOWN_CERTIFICATE)
+    if principal is not None:
+        return principal
+    account, name = _accounts_holding(certificate.names)
+    now = cache.clock()
+    if account is None or not account.is_active:
+        cache.remember(key, None, "", now)
+        who = f" (account {account.username!r} is disabled)" if account is not None else ""
+        raise Refused(f"{UNKNOWN_CERTIFICATE}{who}: {', '.join(certificate.names) or 'it has no name'}")
+    principal = account.principal()
+    cache.remember(key, principal, name, now)
+    return principal
 
 
 _refusal_lines: RefusalLines | None = None
@@ -313,8 +402,10 @@ def note_refusal(reason: str, detail: str) -> None:
 
 
 def connect_signals() -> None:
+    from registry.access.models import ApiAccess
+
     user_model = get_user_model()
-    for model in (user_model, Group, Permission):
+    for model in (user_model, Group, Permission, ApiAccess):
         post_save.connect(forget_verified_credentials, sender=model, dispatch_uid=f"access-{model}-save")
         post_delete.connect(forget_verified_credentials, sender=model, dispatch_uid=f"access-{model}-del")
     for through in (

@@ -3,10 +3,12 @@
 Checking a password hash costs about half a second of CPU (PBKDF2, a million rounds); a fleet
 heartbeats thousands of times a second with the same few credentials. So a header that verified is
 remembered by its SHA-256 digest (the cache never holds a password) together with the account's
-stored password hash. After ``recheck_ms`` the account row is read again — cheap, no hashing — and
-the entry stays only while the stored hash is unchanged and the account active, so a disabled
-account or a changed password is refused within seconds. Refusals are remembered for a shorter
-time, so a client retrying with a wrong password costs one hash per ``refused_ms``, not one per try.
+stored password hash; a client certificate by its own digest, with the certificate name it matched.
+After ``recheck_ms`` the account row is read again — cheap, no hashing — and the entry stays only
+while the stored hash is unchanged (the account still holds the certificate name) and the account
+active, so a disabled account or a changed password is refused within seconds. Refusals are
+remembered for a shorter time, so a client retrying with a wrong password costs one hash per
+``refused_ms``, not one per try.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class Principal:
     user_id: int
     username: str
     permissions: frozenset[str]
+    # App grants (registry/access/grants.py): patterns of the apps a client account may write; none,
+    # every app.
+    apps: tuple[str, ...] = ()
     is_authenticated = True
     is_active = True
 
@@ -32,10 +37,12 @@ class Principal:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One remembered check: ``principal`` None means the credentials were refused."""
+    """One remembered check: ``principal`` None means the credentials were refused. ``proof`` is what
+    must still hold at the recheck: for Basic credentials the account's stored password hash, for a
+    client certificate the certificate name it matched."""
 
     principal: Principal | None
-    password_hash: str
+    proof: str
     checked_at: int
 
     def fresh(self, now: int, ttl: int) -> bool:
@@ -66,11 +73,11 @@ class CredentialCache:
     def is_fresh(self, verdict: Verdict, now: int) -> bool:
         return verdict.fresh(now, self.recheck_ms if verdict.principal else self.refused_ms)
 
-    def remember(self, key: bytes, principal: Principal | None, password_hash: str, now: int) -> Verdict:
+    def remember(self, key: bytes, principal: Principal | None, proof: str, now: int) -> Verdict:
         if len(self._verdicts) >= self.max_entries and key not in self._verdicts:
             # Many distinct credentials (a scan): start over rather than grow without bound.
             self._verdicts.clear()
-        verdict = Verdict(principal, password_hash, now)
+        verdict = Verdict(principal, proof, now)
         self._verdicts[key] = verdict
         return verdict
 

@@ -45,6 +45,18 @@ class RegistryAdminSite(admin.AdminSite):
         self.register(WebhookSubscription, WebhookSubscriptionAdmin)
         self.register(WebhookDelivery, WebhookDeliveryAdmin)
 
+    def register(self, model_or_iterable, admin_class=None, **options):
+        # Django's auth app registers its user admin here while the admin autodiscovers: the API
+        # accounts' certificate names and app grants are edited on that page.
+        from django.contrib.auth import get_user_model
+
+        models = model_or_iterable if isinstance(model_or_iterable, list | tuple) else (model_or_iterable,)
+        if get_user_model() in models and admin_class is not None:
+            from registry.admin.accounts import with_api_access
+
+            admin_class = with_api_access(admin_class)
+        super().register(model_or_iterable, admin_class, **options)
+
     def get_urls(self):
         from registry.admin.views import InstanceAdminView, InstanceListAdminView
 

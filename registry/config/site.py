@@ -37,6 +37,13 @@ def _proxies(raw: str, _: Mapping[str, Any]) -> tuple[str, ...]:
     return proxies
 
 
+def _header_name(raw: str, _: Mapping[str, Any]) -> str:
+    name = raw.strip()
+    if name and not re.fullmatch(r"[A-Za-z0-9-]+", name):
+        raise ValueError(f"{raw!r} is not an HTTP header name (letters, digits and '-')")
+    return name
+
+
 def dashboard_prefix(path: str) -> str:
     """``/`` → ``""``, ``/console`` or ``/console/`` → ``"console/"`` (a URL pattern prefix). Raises
     BadSetting for a path that is not plain or that the registry serves itself."""
@@ -153,6 +160,16 @@ class AccessConfig:
         "EUREKA_TRUSTED_PROXIES",
         "Proxies (IPs or CIDRs) whose X-Forwarded-For gives the client address.",
         read=_proxies,
+    )
+    # Behind a TLS-terminating proxy, the header that carries the client's certificate: Envoy's XFCC
+    # or nginx's $ssl_client_escaped_cert (registry/access/certificates.py). Believed only from an
+    # address in trusted_proxies; from anyone else it is ignored (and logged).
+    client_cert_header: str = setting(
+        "X-Forwarded-Client-Cert",
+        "EUREKA_CLIENT_CERT_HEADER",
+        "Header a TLS proxy in EUREKA_TRUSTED_PROXIES puts the client certificate in (Envoy XFCC, "
+        "nginx's $ssl_client_escaped_cert); empty: none.",
+        read=_header_name,
     )
     # Password checks that may wait for a hashing slot, per slot (registry/access/hashers.py); more
     # are refused at once with 503. 0: no limit.

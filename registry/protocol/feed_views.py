@@ -18,7 +18,7 @@ from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from registry.access.clients import client_address
-from registry.access.drf import BasicAccountAuthentication, RolePermission, SignInBusy, api_accounts_on
+from registry.access.drf import AccountAuthentication, RolePermission, SignInBusy, api_accounts_on
 from registry.domain.changes import TooOld
 from registry.feed.query import BadParameter, parse_query, read_page
 from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
@@ -68,7 +68,8 @@ def feed_exception_handler(exc, context):
     if isinstance(exc, BadParameter):
         return error(400, "bad_parameter", f"{exc.parameter}: {exc.detail}", parameter=exc.parameter)
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        response = error(401, "unauthenticated", "HTTP Basic credentials of an API account are needed")
+        detail = "HTTP Basic credentials (or a client certificate) of an API account are needed"
+        response = error(401, "unauthenticated", detail)
         auth_header = getattr(exc, "auth_header", None)
         if auth_header:
             response["WWW-Authenticate"] = auth_header
@@ -104,7 +105,7 @@ class FeedView(APIView):
 
     # Read per request, like the protocol views: the open default costs nothing.
     def get_authenticators(self):
-        return [BasicAccountAuthentication()] if api_accounts_on() else []
+        return [AccountAuthentication()] if api_accounts_on() else []
 
     def get_permissions(self):
         return [RolePermission()] if api_accounts_on() else []

@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from registry.access.drf import BasicAccountAuthentication, RolePermission, api_accounts_on
+from registry.access.drf import AccountAuthentication, RolePermission, api_accounts_on
 from registry.cache.response_cache import APP, APPS, DELTA, SVIP, VIP, CacheKey, Payload
 from registry.cluster.incoming import BadBatch, BatchTooLarge, apply_batch
 from registry.domain import constants as c
@@ -69,7 +69,7 @@ class EurekaView(APIView):
 
     # Read per request, so the open default costs nothing.
     def get_authenticators(self):
-        return [BasicAccountAuthentication()] if self.api_accounts and api_accounts_on() else []
+        return [AccountAuthentication()] if self.api_accounts and api_accounts_on() else []
 
     def get_permissions(self):
         return [RolePermission()] if self.api_accounts and api_accounts_on() else []
@@ -236,6 +236,9 @@ class ApplicationView(EurekaView):
 
 class InstanceView(EurekaView):
     """``GET`` (live lookup), ``PUT`` (renew) and ``DELETE`` (cancel) on ``apps/{app}/{id}``."""
+
+    # A heartbeat's answer is decoded as an instance by Java clients: its refusals carry no body.
+    bodiless_refusals = ("PUT",)
 
     def get(self, request, app, instance_id):
         starting = _starting()

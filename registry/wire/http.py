@@ -295,6 +295,17 @@ def parse_timestamp(value: str | None, name: str) -> int | None:
 ACCOUNT_REFUSALS = (exceptions.NotAuthenticated, exceptions.AuthenticationFailed, exceptions.PermissionDenied)
 
 
+class RefusedWithReason(exceptions.PermissionDenied):
+    """A 403 whose reason the answer says in a plain-text body (an app the account may not write),
+    unless ``with_body`` is False: a heartbeat's answer, which Jersey and Spring clients decode as an
+    instance whatever its status (they would report a decoding error instead of the 403)."""
+
+    def __init__(self, reason: str, with_body: bool = True):
+        super().__init__(reason)
+        self.reason = reason
+        self.with_body = with_body
+
+
 def plain_exception_handler(exc, context):
     """DRF errors (405, parse errors...) as short plain-text answers instead of JSON documents."""
     if isinstance(exc, RequestRefused):
@@ -307,6 +318,8 @@ def plain_exception_handler(exc, context):
         if allowed:
             response["Allow"] = ", ".join(allowed)
         return response
+    if isinstance(exc, RefusedWithReason) and exc.with_body:
+        return text(exc.status_code, exc.reason)
     if isinstance(
         exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed | exceptions.PermissionDenied
     ):
