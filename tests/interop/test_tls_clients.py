@@ -8,10 +8,8 @@ at test time (``tests/interop/certificates.py``). Each client is configured as i
   ``key-store`` / ``key-store-password`` (PKCS12) and ``trust-store`` / ``trust-store-password``
   (PKCS12); it registers, heartbeats, fetches and cancels;
 * the Netflix eureka-client (both generations of ``test_java_eureka_client``): the JVM's
-  ``javax.net.ssl.keyStore`` / ``trustStore`` system properties. eureka-client 2.x's Jersey 3 transport
-  builds its TLS from them unasked; 1.x's Jersey 1 / Apache HttpClient 4 transport only when
-  ``com.netflix.eureka.shouldSSLConnectionsUseSystemSocketFactory=true`` (without it, it trusts the
-  system's trust store and sends no client certificate);
+  ``javax.net.ssl.keyStore`` / ``trustStore`` system properties (PKCS12), which both transports (2.x's
+  Jersey 3, 1.x's Jersey 1 on Apache HttpClient 4) take their TLS from when given no SSLContext;
 * py-eureka-client: no TLS setting of its own (its httpx client verifies against the system's trust
   store and sends no certificate); its documented hook ``http_client.set_http_client`` takes an
   ``HttpClient`` whose ``urlopen`` the application writes, here the library's own with an SSL context;
@@ -162,8 +160,6 @@ def test_the_netflix_java_client_registers_and_fetches_over_mtls(tls_node, reade
         "javax.net.ssl.trustStore": str(pki.ca.truststore),
         "javax.net.ssl.trustStoreType": "PKCS12",
         "javax.net.ssl.trustStorePassword": STORE_PASSWORD,
-        # eureka-client 1.x: build the Apache connection's TLS from the properties above.
-        "com.netflix.eureka.shouldSSLConnectionsUseSystemSocketFactory": "true",
     }
     app = "javatls"
     with client_factory(partial(JavaClient, java_classpath, tls_node), JavaClient.wait_ready) as start:
