@@ -33,6 +33,7 @@ from registry.config.site import (
     MetricsConfig,
     ProcessConfig,
     SecurityConfig,
+    TlsConfig,
 )
 from registry.domain.config import (
     PROFILES,
@@ -66,6 +67,7 @@ class EurekaConfig:
     access: AccessConfig = AccessConfig()
     connections: ConnectionsConfig = ConnectionsConfig()
     security: SecurityConfig = SecurityConfig()
+    tls: TlsConfig = TlsConfig()
     dashboard: DashboardConfig = DashboardConfig()
     metrics: MetricsConfig = MetricsConfig()
     timings: str = setting(

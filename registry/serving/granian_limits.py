@@ -106,6 +106,26 @@ class Tally:
             )
 
 
+# TLS handshakes granian's worker refused, as its log line names them (rustls's errors, tls-listener's
+# timeout): the kind, the words that identify it (all of them), and the reason given. The first match
+# wins. Each is counted and logged as the refusals above (``TlsRefusals``).
+_TLS_REFUSALS = {
+    "tls_timeout": (("HandshakeTimeout",), "not finished within granian's handshake timeout (10 s)"),
+    "tls_not_tls": (("InvalidContentType",), "not TLS (plain HTTP sent to the HTTPS port?)"),
+    "tls_oversized": (("TooLarge",), "a handshake message (a certificate chain) too large"),
+    "tls_no_certificate": (("NoCertificatesPresented",), "no client certificate, and one is required"),
+    "tls_unknown_ca": (("UnknownIssuer",), "a client certificate from a CA not in EUREKA_TLS_CLIENT_CA_FILE"),
+    "tls_expired": (("InvalidCertificate(Expired",), "an expired client certificate"),
+    "tls_not_yet_valid": (("InvalidCertificate(NotValidYet",), "a client certificate not valid yet"),
+    "tls_bad_certificate": (("InvalidCertificate",), "a client certificate that does not verify"),
+    "tls_incompatible": (("PeerIncompatible",), "no protocol version or cipher suite in common"),
+    "tls_failed": (("TlsAcceptError",), "the handshake failed"),
+}
+# A connection closed before its handshake ended: what a port probe does. Not logged.
+_TLS_CLOSED = ("UnexpectedEof", "ConnectionReset", "BrokenPipe")
+TLS_CLOSED = "tls_closed"
+
+
 TURN_REFUSED = "granian_turn"
 BODY_REFUSED = "granian_body"
 ANSWER_REFUSED = "granian_answer"
@@ -117,6 +137,7 @@ _TALLIED = {
     ANSWER_REFUSED: "large answer refused with 503: its address's share of the writers, or all, taken",
     BODY_LATE: "request body answered 408: not received within EUREKA_BODY_(IDLE_)TIMEOUT_SECONDS",
     DRAIN_LATE: "answer cut short: the body it left unread still coming after 2 s",
+    **{kind: f"TLS handshake refused: {reason}" for kind, (_, reason) in _TLS_REFUSALS.items()},
 }
 
 
@@ -542,3 +563,67 @@ class Gate:
             if waiters:
                 self.waiting[address] = waiters
         turn.release()
+
+
+class TlsRefusals(logging.Handler):
+    """Turns granian's log line for each TLS handshake its worker refused (a debug line of the
+    ``_granian.workers`` logger, one per connection) into the node's refusal lines: counted in
+    ``tally``, logged at most once an interval per kind with the count (``_TLS_REFUSALS``). Lines
+    that are not about a handshake go on to ``forward`` (granian's own logger) as before."""
+
+    LOGGER = "_granian.workers"
+
+    def __init__(self, tally: Tally, forward: logging.Logger | None = None):
+        super().__init__(logging.DEBUG)
+        self.tally = tally
+        self.forward = forward or logging.getLogger("_granian")
+        self.closed = 0
+
+    @classmethod
+    def install(cls, tally: Tally) -> TlsRefusals:
+        """Let granian's debug lines of refused handshakes through to a ``TlsRefusals`` instead of
+        the console."""
+        source = logging.getLogger(cls.LOGGER)
+        handler = cls(tally)
+        source.setLevel(logging.DEBUG)
+        source.propagate = False
+        source.addHandler(handler)
+        return handler
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return
+        kind = tls_refusal_kind(message)
+        if kind is None:
+            if record.levelno >= logging.INFO:
+                self.forward.handle(record)
+            return
+        if kind == TLS_CLOSED:
+            self.closed += 1
+            return
+        self.tally.note(kind, _peer_address(message))
+
+
+def tls_refusal_kind(message: str) -> str | None:
+    """The refusal a granian log line tells of: a kind of ``_TLS_REFUSALS``, ``TLS_CLOSED`` for a
+    connection closed during its handshake, None when it is not about a handshake."""
+    if "HandshakeTimeout" not in message and "TlsAcceptError" not in message:
+        return None
+    if any(word in message for word in _TLS_CLOSED):
+        return TLS_CLOSED
+    for kind, (words, _) in _TLS_REFUSALS.items():
+        if all(word in message for word in words):
+            return kind
+    return "tls_failed"
+
+
+def _peer_address(message: str) -> str:
+    """The client address in a granian line (``peer_addr: 10.0.0.1:51234``, ``[::1]:51234``)."""
+    _, found, rest = message.partition("peer_addr: ")
+    if not found:
+        return ""
+    address = rest.split(" ", 1)[0].rstrip(",}")
+    host, _, _port = address.rpartition(":")
+    return host.strip("[]")

@@ -46,6 +46,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from registry.serving.granian_limits import (
@@ -59,6 +60,7 @@ from registry.serving.granian_limits import (
     Shares,
     Tally,
     TimedBody,
+    TlsRefusals,
     WriterThreads,
 )
 from registry.wire.request_bodies import BODY_RECEIVED, NO_DEADLINES, BodyDeadlines
@@ -454,64 +456,203 @@ def _worker_target():
             access_log = AccessLog(
                 options["access_log"], options["access_log_format"] or AccessLog.DEFAULT_FORMAT
             )
+        from granian._granian import ListenerSpec
+
         from registry.access.clients import is_trusted_proxy
         from registry.domain.refusals import RefusalLines
 
         body_threads = options["body_threads"]
+        tally = Tally(RefusalLines(options["refusal_log_interval_s"]))
+        if ssl_ctx[0]:
+            # Refused handshakes are refusals like the others: a line a minute per kind, with a count.
+            TlsRefusals.install(tally)
+        if ssl_ctx[7]:
+            logger.info(
+                "client certificates are required and verified against %s; granian does not pass them "
+                "to the application, so callers are told apart by their Basic credentials only "
+                "(docs/tls.md)",
+                ssl_ctx[5],
+            )
         runner = make_runner(
             callback,
             options["threads"],
             access_log=access_log,
             bodies=Shares(body_threads, max(1, body_threads // BODY_SHARES), exempt=is_trusted_proxy),
             turns=Shares(1 << 30, TURNS_PER_ADDRESS, exempt=is_trusted_proxy),
-            deadlines=Deadlines(tally=Tally(RefusalLines(options["refusal_log_interval_s"]))),
+            deadlines=Deadlines(tally=tally),
             writers=Shares(ANSWER_WRITERS, ANSWER_WRITERS_PER_ADDRESS, exempt=is_trusted_proxy),
             body_limits=options["body_limits"],
         )
-        shutdown = WorkerSignal()
-        drained = threading.Event()
-        # granian calls this once it has stopped accepting and finished the requests under way.
-        shutdown.add_cb(drained.set)
+        listeners = [(sock, ssl_ctx)]
+        if options["plain_port"]:
+            # The plain-HTTP port beside the HTTPS one: a second granian worker in this process, on
+            # the same application callback (and so the same turns, shares and deadlines).
+            host = options["listening"][0][0]
+            plain = ListenerSpec(host, options["plain_port"], options["backlog"])
+            listeners.append(((plain, None), PLAIN_SSL_CONTEXT))
+            logger.info("Listening at: http://%s:%d (plain HTTP beside HTTPS)", host, options["plain_port"])
+        signals = []
+        drained = []
+        for listener, listener_ssl in listeners:
+            if listener[0] is not None and not listener[0].is_uds():
+                listener = (None, listening_socket(listener[0], options["write_timeout_s"]))
+            worker = WSGIWorker(
+                worker_id,
+                listener,
+                ipc,
+                runtime_threads,
+                runtime_blocking_threads,
+                # Request threads: those running the application (the Gate lets that many at once)
+                # and those receiving bodies.
+                options["threads"] + body_threads,
+                blocking_threads_idle_timeout,
+                backpressure,
+                http_mode,
+                http1_settings,
+                http2_settings,
+                static_path,
+                *listener_ssl,
+                metrics,
+            )
+            shutdown = WorkerSignal()
+            stopped = threading.Event()
+            # granian calls this once it has stopped accepting and finished the requests under way.
+            shutdown.add_cb(stopped.set)
+            signals.append(shutdown)
+            drained.append(stopped)
+            serve = getattr(worker, WORKERS_METHODS[runtime_mode][(listener[0] or listener[1]).is_uds()])
+            scheduler = _new_cbscheduler(loop, runner, impl_asyncio=task_impl == TaskImpl.asyncio)
+            serve(scheduler, loop, shutdown)
 
         def begin_stop(signum, frame):
             # The streams first: granian waits for every open connection, and a stream is open for
             # minutes.
             end_streams()
-            shutdown.set()
+            for shutdown in signals:
+                shutdown.set()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, begin_stop)
-        if sock[0] is not None and not sock[0].is_uds():
-            sock = (None, listening_socket(sock[0], options["write_timeout_s"]))
-        worker = WSGIWorker(
-            worker_id,
-            sock,
-            ipc,
-            runtime_threads,
-            runtime_blocking_threads,
-            # Request threads: those running the application (the Gate lets that many at once) and
-            # those receiving bodies.
-            options["threads"] + body_threads,
-            blocking_threads_idle_timeout,
-            backpressure,
-            http_mode,
-            http1_settings,
-            http2_settings,
-            static_path,
-            *ssl_ctx,
-            metrics,
-        )
-        serve = getattr(worker, WORKERS_METHODS[runtime_mode][(sock[0] or sock[1]).is_uds()])
-        scheduler = _new_cbscheduler(loop, runner, impl_asyncio=task_impl == TaskImpl.asyncio)
-        serve(scheduler, loop, shutdown)
         try:
             # A timed wait, so that the signal handler runs in this (the main) thread promptly.
-            while not drained.wait(0.5):
-                pass
+            for stopped in drained:
+                while not stopped.wait(0.5):
+                    pass
         finally:
             stop_serving()
 
     return serve_registry
+
+
+# rustls, in granian's worker: TLS 1.2 and 1.3 only, AEAD suites with ECDHE only, no renegotiation.
+TLS_PROTOCOL_MIN = "tls1.2"
+# What granian's worker takes for a plain-HTTP listener (``ssl_ctx``, as granian builds it).
+PLAIN_SSL_CONTEXT = (False, None, None, None, TLS_PROTOCOL_MIN, None, [], False)
+_OPTIONAL_ON_GRANIAN = (
+    "EUREKA_TLS_CLIENT_AUTH=optional cannot be served by granian: it verifies a client certificate "
+    "but cannot hand it to the application, so a certificate would identify no one and a client "
+    "without one would pass unnoticed. Use EUREKA_TLS_CLIENT_AUTH=required (every client needs a "
+    "certificate from EUREKA_TLS_CLIENT_CA_FILE; accounts are still told apart by Basic credentials), "
+    "serve with gunicorn (deploy/gunicorn.conf.py), which maps certificates to accounts, or terminate "
+    "TLS in a proxy that passes the certificate in EUREKA_CLIENT_CERT_HEADER (docs/tls.md)"
+)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """HTTPS on the node's port as granian serves it (``tls_settings``); ``ca_file`` set: every client
+    must present a certificate that chains to it."""
+
+    cert_file: str
+    key_file: str
+    key_password: str | None
+    ca_file: str | None
+    plain_port: int
+
+    def server_options(self) -> dict[str, Any]:
+        """granian's ``ssl_*`` options (``MPServer``); its worker gets them as ``ssl_ctx``."""
+        from pathlib import Path
+
+        from granian.constants import SSLProtocols
+
+        return {
+            "ssl_cert": Path(self.cert_file),
+            "ssl_key": Path(self.key_file),
+            "ssl_key_password": self.key_password,
+            "ssl_protocol_min": SSLProtocols(TLS_PROTOCOL_MIN),
+            "ssl_ca": Path(self.ca_file) if self.ca_file else None,
+            "ssl_client_verify": bool(self.ca_file),
+        }
+
+
+def tls_settings(config, port: int) -> Tls | None:
+    """HTTPS from the ``EUREKA_TLS_*`` settings (``config``: ``settings.EUREKA.tls``) for a node on
+    ``port``: None for plain HTTP. Stops with a message for what granian cannot serve, and for files
+    it could not load (granian's worker would fail on them without saying why)."""
+
+    def refuse(problem: str):
+        raise SystemExit(f"eureka registry: {problem}")
+
+    if bool(config.cert_file) != bool(config.key_file):
+        refuse("HTTPS needs both EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE")
+    if not config.cert_file:
+        if config.client_auth != "none" or config.plain_port:
+            refuse(
+                "EUREKA_TLS_CLIENT_AUTH and EUREKA_TLS_PLAIN_PORT need HTTPS: "
+                "set EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE"
+            )
+        return None
+    if config.client_auth == "optional":
+        refuse(_OPTIONAL_ON_GRANIAN)
+    if config.client_auth == "required" and not config.client_ca_file:
+        refuse("EUREKA_TLS_CLIENT_AUTH=required needs EUREKA_TLS_CLIENT_CA_FILE")
+    if config.plain_port == port:
+        refuse(f"EUREKA_TLS_PLAIN_PORT is the HTTPS port ({port}); give it another")
+    _check_tls_files(config)
+    return Tls(
+        cert_file=config.cert_file,
+        key_file=config.key_file,
+        key_password=config.key_password or None,
+        ca_file=config.client_ca_file if config.client_auth == "required" else None,
+        plain_port=config.plain_port,
+    )
+
+
+def _check_tls_files(config) -> None:
+    """Load the chain, the key and the CA bundle as granian will, or stop saying which one failed."""
+    import ssl
+
+    def refuse(problem: str):
+        raise SystemExit(f"eureka registry: {problem}")
+
+    try:
+        with open(config.key_file, "rb") as key:
+            pem = key.read()
+    except OSError as error:
+        refuse(f"EUREKA_TLS_KEY_FILE: cannot read {config.key_file}: {error.strerror}")
+    encrypted = b"ENCRYPTED" in pem
+    # granian decrypts a PKCS#8 key only ("BEGIN ENCRYPTED PRIVATE KEY"), not OpenSSL's older form.
+    if encrypted and b"-----BEGIN ENCRYPTED PRIVATE KEY-----" not in pem:
+        refuse(
+            "EUREKA_TLS_KEY_FILE is encrypted in OpenSSL's legacy form, which granian cannot read: "
+            "convert it with `openssl pkcs8 -topk8 -in OLD -out NEW` (and a password)"
+        )
+    if encrypted and not config.key_password:
+        refuse("EUREKA_TLS_KEY_FILE is encrypted: set EUREKA_TLS_KEY_PASSWORD")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # A password even for a plain key: without one, OpenSSL would ask for it on the terminal.
+        context.load_cert_chain(config.cert_file, config.key_file, password=config.key_password or "")
+    except OSError as error:
+        refuse(
+            "cannot load EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE "
+            f"({config.cert_file}, {config.key_file}): {error.strerror or error}"
+        )
+    if config.client_auth == "required":
+        try:
+            context.load_verify_locations(cafile=config.client_ca_file)
+        except (OSError, ssl.SSLError) as error:
+            refuse(f"cannot load EUREKA_TLS_CLIENT_CA_FILE ({config.client_ca_file}): {error}")
 
 
 _OPTIONS: dict[str, Any] = {}
@@ -619,8 +760,14 @@ def main(argv: list[str] | None = None) -> None:
     }
     limits = settings.EUREKA.connections
     header_timeout_s = limits.header_timeout_s if args.header_timeout is None else args.header_timeout
+    tls = tls_settings(settings.EUREKA.tls, port)
+    plain_port = tls.plain_port if tls is not None else 0
+    if plain_port:
+        refuse_a_taken_port(host, plain_port)
     _OPTIONS.update(
-        listening=[(host, port)],
+        listening=[(host, port)] + ([(host, plain_port)] if plain_port else []),
+        plain_port=plain_port,
+        backlog=args.backlog,
         threads=max(1, args.threads),
         body_threads=max(1, args.body_threads),
         body_limits=BodyDeadlines(limits.body_idle_timeout_s, limits.body_timeout_s),
@@ -655,6 +802,7 @@ def main(argv: list[str] | None = None) -> None:
         log_dictconfig=log_config,
         workers_kill_timeout=args.graceful_timeout,
         working_dir=None,
+        **(tls.server_options() if tls is not None else {}),
     )
     server.serve(spawn_target=_worker_target())
 
