@@ -8,8 +8,10 @@ at test time (``tests/interop/certificates.py``). Each client is configured as i
   ``key-store`` / ``key-store-password`` (PKCS12) and ``trust-store`` / ``trust-store-password``
   (PKCS12); it registers, heartbeats, fetches and cancels;
 * the Netflix eureka-client (both generations of ``test_java_eureka_client``): the JVM's
-  ``javax.net.ssl.keyStore`` / ``trustStore`` system properties (PKCS12), which both transports (2.x's
-  Jersey 3, 1.x's Jersey 1 on Apache HttpClient 4) take their TLS from when given no SSLContext;
+  ``javax.net.ssl.keyStore`` / ``trustStore`` system properties (PKCS12). eureka-client 2.x's Jersey 3
+  transport builds its TLS from them unasked; 1.x's Jersey 1 / Apache HttpClient 4 transport only with
+  ``com.netflix.eureka.shouldSSLConnectionsUseSystemSocketFactory=true`` (without it, it trusts the
+  JVM's default trust store and presents no client certificate);
 * py-eureka-client: no TLS setting of its own (its httpx client verifies against the system's trust
   store and sends no certificate); its documented hook ``http_client.set_http_client`` takes an
   ``HttpClient`` whose ``urlopen`` the application writes, here the library's own with an SSL context;
@@ -160,11 +162,16 @@ def test_the_netflix_java_client_registers_and_fetches_over_mtls(tls_node, reade
         "javax.net.ssl.trustStore": str(pki.ca.truststore),
         "javax.net.ssl.trustStoreType": "PKCS12",
         "javax.net.ssl.trustStorePassword": STORE_PASSWORD,
+        # eureka-client 1.10 (Jersey 1 on Apache HttpClient 4) takes its TLS from the properties above
+        # only when told to; otherwise it trusts the JVM's default store and presents no certificate.
+        "com.netflix.eureka.shouldSSLConnectionsUseSystemSocketFactory": "true",
     }
-    app = "javatls"
+    # One app per generation: the node runs for the whole module.
+    app = f"javatls-{java_classpath.generation.transport}"
+    since = tls_node.mark()
     with client_factory(partial(JavaClient, java_classpath, tls_node), JavaClient.wait_ready) as start:
         client = start("service", app, 8201, system_properties=properties)
-        tls_node.wait_for_requests("POST", client.register_path, status=204, timeout=15)
+        tls_node.wait_for_requests("POST", client.register_path, since=since, status=204, timeout=15)
         client.wait_for_http("SendHeartBeat", status=200, timeout=15)
         wait_until(
             lambda: client.instance_id in client.ids_by_app(app.upper()),
