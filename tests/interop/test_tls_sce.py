@@ -3,7 +3,11 @@ our node as each other's peers over mTLS, and a node whose certificate comes fro
 
 SCE (``tests/interop/sce/``, built by ``maven.build_sce``) runs on 127.0.0.2 with Spring Boot's
 ``server.ssl.*`` (a PKCS12 key store, ``client-auth=need`` against a PKCS12 trust store) and, for its
-own calls to its peers, Spring Cloud's ``eureka.client.tls.*`` (the same key store and trust store).
+own calls to its peers, the same key store and trust store twice: in Spring Cloud's
+``eureka.client.tls.*`` (its embedded client, which registers it with its peers and fetches their
+registry) and in the JVM's ``javax.net.ssl.*`` system properties (its replication to its peers:
+eureka-core's Jersey 3 replication client ignores ``eureka.client.tls``, so without them SCE trusts
+only the JDK's CAs and presents no certificate to a peer).
 The certificates are made at test time (``tests/interop/certificates.py``): the server certificate
 names 127.0.0.1 to 127.0.0.5, so every server of the module presents the same one and verifies
 hostnames.
@@ -49,6 +53,7 @@ from tests.interop.test_sce_cluster import (
 from tests.interop.tls import (
     TlsSpringApp,
     client_context,
+    jvm_tls_properties,
     node_tls_env,
     spring_boot4_jar,
     spring_server_ssl_arguments,
@@ -146,6 +151,7 @@ class TlsSce(maven.JvmProcess):
         command = [
             java,
             *JVM_OPTIONS,
+            *jvm_tls_properties(pki.server, pki.ca),
             "-jar",
             str(jar),
             *sce_arguments(port, peers, workdir),

@@ -95,6 +95,23 @@ def spring_server_ssl_arguments(identity: Identity, authority: Authority) -> lis
     ]
 
 
+def jvm_tls_properties(identity: Identity, authority: Authority) -> list[str]:
+    """The JVM's default TLS context (``javax.net.ssl.*``): ``identity``'s key store, ``authority``'s trust
+    store. What a Spring Cloud Eureka Server replicates to its peers with: eureka-core's Jersey 3
+    replication client takes no ``eureka.client.tls`` settings."""
+    return [
+        f"-Djavax.net.ssl.keyStore={identity.keystore}",
+        "-Djavax.net.ssl.keyStoreType=PKCS12",
+        f"-Djavax.net.ssl.keyStorePassword={STORE_PASSWORD}",
+        f"-Djavax.net.ssl.trustStore={authority.truststore}",
+        "-Djavax.net.ssl.trustStoreType=PKCS12",
+        f"-Djavax.net.ssl.trustStorePassword={STORE_PASSWORD}",
+        # Without it, the replication client's Apache connection verifies with the default trust store
+        # and presents no certificate.
+        "-Dcom.netflix.eureka.shouldSSLConnectionsUseSystemSocketFactory=true",
+    ]
+
+
 def spring_boot4_jar() -> Path:
     """The interop app's Boot 4 jar, built (or reused) exactly as test_spring_cloud builds it: the same
     sources, so the same ``build.stamp``."""
