@@ -7,13 +7,16 @@ import httpx
 
 from registry.cluster.regions import FetchFailed
 from registry.cluster.transport import (
+    TLS_PREFIX,
     AnswerLimits,
     AnswerOverLimit,
     http_error_text,
+    log_tls_refusal,
     read_answer,
     server_client,
 )
 from registry.domain.endpoints import Peer
+from registry.domain.outbound_tls import OutboundTls
 
 
 class RegionHttpTransport:
@@ -22,7 +25,9 @@ class RegionHttpTransport:
     (Spring's defaults: 1 s to connect, 1 s to read), so that a region that is down costs little.
     A whole answer is bounded too: ``max_answer_bytes`` once inflated, ``total_timeout_s`` from the
     request to its last byte (transport.py ``read_answer``). Credentials in a region's URL are sent as
-    Basic auth and never appear in an error."""
+    Basic auth and never appear in an error. An https:// region is reached over ``tls`` (the node's
+    certificate presented); one whose certificate does not verify fails with the reason
+    (``TLS: certificate verify failed: ...``), shown where the regions' state is."""
 
     def __init__(
         self,
@@ -32,8 +37,9 @@ class RegionHttpTransport:
         *,
         max_answer_bytes: int,
         total_timeout_s: float,
+        tls: OutboundTls | None = None,
     ):
-        self._client = server_client(httpx.Timeout(read_timeout_s, connect=connect_timeout_s), identity)
+        self._client = server_client(httpx.Timeout(read_timeout_s, connect=connect_timeout_s), identity, tls)
         self._limits = AnswerLimits(
             max_answer_bytes,
             total_timeout_s,
@@ -56,7 +62,10 @@ class RegionHttpTransport:
                 auth=httpx.BasicAuth(*auth) if auth else None,
             )
         except httpx.HTTPError as exc:
-            raise FetchFailed(f"{what}: {http_error_text(exc)}") from None
+            reason = http_error_text(exc)
+            if reason.startswith(TLS_PREFIX):
+                log_tls_refusal("remote region", peer.display_url, reason)
+            raise FetchFailed(f"{what}: {reason}") from None
         except AnswerOverLimit as exc:
             raise FetchFailed(f"{what}: {exc}", over_limit=True) from None
         if status != 200:

@@ -4,6 +4,13 @@ One ``httpx.Client`` (kept-alive connections, gzip) per transport; credentials i
 sent as Basic auth and never appear in an error message. Every failure becomes ``PeerUnreachable``
 (try again later) or ``PeerRefused`` (a 4xx: do not send the same again), with a short reason.
 
+https:// peers and regions are reached with the node's outbound TLS (registry/domain/outbound_tls.py,
+registry/wire/outbound.py): their certificate verified, the node's own presented. A handshake that
+fails sends nothing: the request and its body go only on a verified connection, and the failure is a
+``PeerUnreachable`` like any other, tried again later over TLS, never over anything else. Its reason
+(``TLS: certificate verify failed: ...``) is what the console and /readyz show, and a line in the log
+at most once a minute per peer, with a count (``tls_refused``).
+
 Every answer, a peer's or a remote region's (region_transport.py), is read through ``read_answer``:
 inflated in bounded steps, refused past a size cap and past a deadline for the whole exchange
 (``AnswerLimits``), and read one at a time once large: peers and regions answering gzip bombs or a
@@ -15,6 +22,7 @@ loop at a time. What the answer holds is then read record by record within limit
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import zlib
@@ -28,7 +36,9 @@ import orjson
 from registry.cache.pacing import PACER
 from registry.domain.constants import SERVER_IDENTITY
 from registry.domain.endpoints import Peer
+from registry.domain.outbound_tls import OutboundTls, shared, tls_failure
 from registry.domain.redact import scrub_text
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.wire.answers import (
     RECORD_BYTES_SETTING,
     AnswerOverLimit,
@@ -37,9 +47,12 @@ from registry.wire.answers import (
     batch_answer,
     registry_answer,
 )
+from registry.wire.outbound import outbound_client
 
 if TYPE_CHECKING:
     from registry.config.eureka import EurekaConfig
+
+logger = logging.getLogger(__name__)
 
 REPLICATION_HEADER = "x-netflix-discovery-replication"
 # The most bytes one inflating step makes. One 64 KB read of a gzip bomb holds 64 MB once inflated
@@ -75,9 +88,34 @@ class PeerRefused(Exception):
 
 def http_error_text(exc: Exception) -> str:
     """A failed request's reason for logs and the console: the exception's class and gist. httpx
-    messages name the URL, which may hold credentials, so the URL is cut off and the rest scrubbed."""
+    messages name the URL, which may hold credentials, so the URL is cut off and the rest scrubbed.
+    A failed TLS handshake says what failed (``TLS: certificate verify failed: ...``)."""
+    tls = tls_failure(exc)
+    if tls is not None:
+        return f"{TLS_PREFIX}{scrub_text(tls)}"[:200]
     text = scrub_text(str(exc).split(" for url ", 1)[0].strip())
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+# What a failed TLS handshake's reason starts with.
+TLS_PREFIX = "TLS: "
+# TLS handshakes that failed: one line per peer or region a minute at most, with a count.
+_tls_lines = RefusalLines()
+
+
+def log_tls_refusal(what: str, where: str, reason: str) -> None:
+    """A peer's or region's certificate did not verify (or it refused this node's): nothing was sent."""
+    kind = f"{what} TLS"
+    count = _tls_lines.note(f"{kind} {where}")
+    if count:
+        logger.warning(
+            "%s %s: TLS handshake failed, nothing sent: %s%s",
+            what,
+            where,
+            reason.removeprefix(TLS_PREFIX),
+            since_last_line(count),
+            extra={**refusal_fields(kind, count), "peer": where, "error": reason},
+        )
 
 
 @dataclass(frozen=True)
@@ -178,10 +216,15 @@ def _check_deadline(limits: AnswerLimits, deadline: float, clock: Callable[[], f
         )
 
 
-def server_client(timeout: float | httpx.Timeout, identity: str) -> httpx.Client:
+def server_client(
+    timeout: float | httpx.Timeout, identity: str, tls: OutboundTls | None = None
+) -> httpx.Client:
     """A kept-alive JSON client that says it is a Eureka server (``DiscoveryIdentity-Name``): what
-    peers and remote regions are asked with."""
-    return httpx.Client(
+    peers and remote regions are asked with, over ``tls`` (the system's trust store when None), the
+    node's certificate presented."""
+    return outbound_client(
+        tls or shared(),
+        client_cert=True,
         timeout=timeout,
         headers={
             "Accept": "application/json",
@@ -207,8 +250,9 @@ class PeerTransport:
         total_timeout_s: float,
         max_answer_instances: int,
         max_record_bytes: int,
+        tls: OutboundTls | None = None,
     ):
-        self._client = server_client(timeout_s, identity)
+        self._client = server_client(timeout_s, identity, tls)
         self._limits = AnswerLimits(
             max_answer_bytes, total_timeout_s, "EUREKA_PEER_MAX_ANSWER_BYTES", "EUREKA_PEER_TOTAL_TIMEOUT_MS"
         )
@@ -231,12 +275,17 @@ class PeerTransport:
                 peer.base_url + path,
                 self._limits,
                 auth=httpx.BasicAuth(*auth) if auth else None,
+                # A peer found through DNS is reached at an address; its certificate names the DNS name.
+                extensions={"sni_hostname": peer.tls_name} if peer.tls_name else None,
                 **kwargs,
             )
         except httpx.TimeoutException as exc:
             raise PeerUnreachable(http_error_text(exc), congested=True) from None
         except httpx.HTTPError as exc:
-            raise PeerUnreachable(http_error_text(exc)) from None
+            reason = http_error_text(exc)
+            if reason.startswith(TLS_PREFIX):
+                log_tls_refusal("peer", peer.display_url, reason)
+            raise PeerUnreachable(reason) from None
         except AnswerOverLimit as exc:
             # Congested: the peer is asked again later than after a plain failure, as after a timeout.
             raise PeerUnreachable(f"{method} {path}: {exc}", congested=True, over_limit=True) from None
@@ -319,6 +368,7 @@ def peer_transport(config: EurekaConfig) -> PeerTransport:
         total_timeout_s=cluster.peer_total_timeout_ms / 1000,
         max_answer_instances=cluster.peer_max_answer_instances,
         max_record_bytes=config.registry.max_answer_record_bytes,
+        tls=config.outbound_tls.contexts(),
     )
 
 

@@ -19,6 +19,7 @@ from registry.config.environment import Environment
 from registry.config.services import (
     ChangeFeedConfig,
     HealthChecksConfig,
+    OutboundTlsConfig,
     ReaderConfig,
     RedisConfig,
     WarmRestartConfig,
@@ -45,6 +46,7 @@ from registry.domain.config import (
     ResponseCacheConfig,
     setting,
 )
+from registry.domain.outbound_tls import OutboundTlsError, check_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class EurekaConfig:
     change_feed: ChangeFeedConfig = ChangeFeedConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
     health_checks: HealthChecksConfig = HealthChecksConfig()
+    outbound_tls: OutboundTlsConfig = OutboundTlsConfig()
     process: ProcessConfig = ProcessConfig()
     identity: IdentityConfig = IdentityConfig()
     access: AccessConfig = AccessConfig()
@@ -148,6 +151,11 @@ def parse_config(environ: Mapping[str, str], *, base_dir: str = "") -> EurekaCon
         raise BadSetting(
             "EUREKA_HEALTH_CHECK_TIMEOUT_SECONDS", "must be <= EUREKA_HEALTH_CHECK_MAX_TIMEOUT_SECONDS"
         )
+    outbound = sections["outbound_tls"]
+    try:
+        check_files(outbound.ca_file, outbound.cert_file, outbound.key_file)
+    except OutboundTlsError as exc:
+        raise BadSetting(exc.variable, exc.message) from None
     return EurekaConfig(**sections, **top)
 
 

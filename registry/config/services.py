@@ -1,8 +1,8 @@
 """The settings of the node's services beside the lease map, as typed, frozen objects.
 
-Warm-restart snapshots, the change feed, webhooks, active health checks, and production mode's Redis
-and readers: each a section of ``EurekaConfig`` (registry/config/eureka.py), its fields declared with
-``setting()`` as Eureka's own are (registry/domain/config.py).
+Warm-restart snapshots, the change feed, webhooks, active health checks, outbound TLS, and production
+mode's Redis and readers: each a section of ``EurekaConfig`` (registry/config/eureka.py), its fields
+declared with ``setting()`` as Eureka's own are (registry/domain/config.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from registry.domain.config import comma_list, setting
 from registry.domain.endpoints import parse_networks
+from registry.domain.outbound_tls import OutboundTls, shared
 
 # The webhook log is pruned hourly; changes are queued every 200 ms (not tunable: no one needed to).
 WEBHOOK_PRUNE_INTERVAL_MS = 3_600_000
@@ -241,3 +242,32 @@ class HealthChecksConfig:
         "CIDRs probes may reach although loopback, link-local or the node's own; empty: none.",
         read=_networks,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundTlsConfig:
+    """TLS of the requests this node sends (registry/domain/outbound_tls.py): https:// peers, remote
+    regions, health-check targets and webhook receivers. The files are checked at start
+    (``parse_config``) and reloaded when they change."""
+
+    ca_file: str = setting(
+        "",
+        "EUREKA_OUTBOUND_CA_FILE",
+        "PEM bundle that https:// peers, remote regions, health-check targets and webhook receivers "
+        "must chain to; empty: the system's trust store (health checks then do not verify).",
+    )
+    cert_file: str = setting(
+        "",
+        "EUREKA_OUTBOUND_CERT_FILE",
+        "PEM certificate (chain) this node presents to https:// peers and remote regions only; "
+        "needs EUREKA_OUTBOUND_KEY_FILE.",
+    )
+    key_file: str = setting(
+        "",
+        "EUREKA_OUTBOUND_KEY_FILE",
+        "PEM private key (unencrypted) of EUREKA_OUTBOUND_CERT_FILE.",
+    )
+
+    def contexts(self) -> OutboundTls:
+        """The process's TLS contexts for these files (one shared object, reloaded as they change)."""
+        return shared(self.ca_file, self.cert_file, self.key_file)

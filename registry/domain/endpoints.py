@@ -32,9 +32,12 @@ def peer_hostname(url: str) -> str:
 
 @dataclass(frozen=True)
 class Peer:
-    """A replica as configured: ``url`` keeps any credentials (used for Basic auth, never shown)."""
+    """A replica as configured: ``url`` keeps any credentials (used for Basic auth, never shown).
+    ``tls_name``: the name an https:// peer's certificate must carry when it is not the URL's host (a
+    peer found through DNS is reached at an address; its certificate names the DNS name)."""
 
     url: str
+    tls_name: str = ""
 
     @property
     def display_url(self) -> str:
@@ -126,13 +129,22 @@ class PeerDns:
         kind = " (SRV)" if self.srv else " (TXT)" if self.txt else ""
         return f"{self.scheme}://{where}{self.path}{kind}"
 
+    @property
+    def tls_name(self) -> str:
+        """What an https:// peer found at an address must have its certificate name: the DNS name
+        looked up (for SRV, the name after ``_service._proto.``: the service's own). Eureka's TXT
+        layout gives host names, which are checked as they are."""
+        if self.scheme != "https" or self.txt:
+            return ""
+        return self.name.split(".", 2)[2] if self.srv and self.name.count(".") >= 2 else self.name
+
     def peer_at(self, address: str, port: int | None = None) -> Peer:
         """The peer at ``address`` (an IP address or a host name), on ``port`` (an SRV record's) or
         this entry's own."""
         host = f"[{address}]" if ":" in address else address
         credentials = f"{self.userinfo}@" if self.userinfo else ""
         port = self.port if port is None else port
-        return Peer(f"{self.scheme}://{credentials}{host}:{port}{self.path}")
+        return Peer(f"{self.scheme}://{credentials}{host}:{port}{self.path}", self.tls_name)
 
     def could_give(self, display_url: str) -> Peer | None:
         """The peer (credentials included) this entry gives for an address, when ``display_url``, a

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from registry.domain.outbound_tls import OutboundTls
 from registry.health.addresses import AddressPolicy
 from registry.health.checker import HealthChecker, ProbeResult
 from registry.health.probes import ProbePool
@@ -32,11 +33,12 @@ class HealthCheckLoop:
         policy: AddressPolicy,
         concurrency: int = 50,
         dispatch_ms: int = 250,
+        tls: OutboundTls | None = None,
     ):
         self.checker = checker
         self._clock = clock
         self._dispatch_ms = dispatch_ms
-        self.pool = ProbePool(concurrency, policy)
+        self.pool = ProbePool(concurrency, policy, tls)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -2,9 +2,12 @@
 
 HTTP: ``GET`` the instance's health-check URL; any 2xx or 3xx answer is healthy (redirects are
 never followed, so a 3xx cannot send the probe to another host; the body is not read). Anything else,
-a timeout or a connection error is a failure with a short reason. TLS certificates are not verified:
-the probe asks "does it answer?", not "who is it?", and internal services often present certificates
-no public authority signed.
+a timeout or a connection error is a failure with a short reason. An https:// target's certificate
+is verified, host name included, against EUREKA_OUTBOUND_CA_FILE when one is named (the node's
+outbound TLS, registry/domain/outbound_tls.py; a certificate that does not verify fails the probe
+with the reason, ``TLS: certificate verify failed: ...``); the node's own certificate is never
+presented. Without a CA file certificates are not verified: the probe asks "does it answer?", not
+"who is it?", and internal services often present certificates no public authority signed.
 TCP: a connection to the host and port is opened and closed.
 
 Before connecting, the host is resolved and every address is judged by the ``AddressPolicy``
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from registry.domain.outbound_tls import OutboundTls, tls_failure
 from registry.health.addresses import Address, AddressPolicy, parse_address
 from registry.health.checker import ProbeResult, ProbeTarget
 from registry.health.config import HTTP
@@ -38,13 +42,13 @@ class Refused(Exception):
     """No address of the target may be probed (``AddressPolicy``): nothing is sent."""
 
 
-def probe(target: ProbeTarget, policy: AddressPolicy) -> ProbeResult:
+def probe(target: ProbeTarget, policy: AddressPolicy, tls: OutboundTls | None = None) -> ProbeResult:
     """Run one probe; never raises (an unexpected error is a failed probe with its type as reason)."""
     started = time.perf_counter()
     refused = False
     try:
         if target.kind == HTTP:
-            ok, reason = probe_http(target.url or "", target.timeout_ms / 1000, policy)
+            ok, reason = probe_http(target.url or "", target.timeout_ms / 1000, policy, tls)
         else:
             ok, reason = probe_tcp(target.host, target.port, target.timeout_ms / 1000, policy)
     except Refused as exc:
@@ -55,12 +59,15 @@ def probe(target: ProbeTarget, policy: AddressPolicy) -> ProbeResult:
     return ProbeResult(target.app, target.instance_id, target.claim, ok, latency_ms, reason, refused)
 
 
-def probe_http(url: str, timeout_s: float, policy: AddressPolicy) -> tuple[bool, str]:
+def probe_http(
+    url: str, timeout_s: float, policy: AddressPolicy, tls: OutboundTls | None = None
+) -> tuple[bool, str]:
     """``GET`` with ``Connection: close``; reads the status line only (a few bytes), not the body.
 
     Written on the socket rather than with http.client: the status line is all a probe needs, and
     header parsing plus buffered readers cost the node more than the rest of a probe. ``timeout_s`` is
-    a deadline for the whole exchange. Raises ``Refused``."""
+    a deadline for the whole exchange. An https:// target is verified when ``tls`` names a CA file.
+    Raises ``Refused``."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     secure = parts.scheme == "https"
@@ -78,7 +85,12 @@ def probe_http(url: str, timeout_s: float, policy: AddressPolicy) -> tuple[bool,
         sock = _connect(host, port, deadline, timeout_s, policy)
         try:
             if secure:
-                sock = _unverified_tls().wrap_socket(sock, server_hostname=None if _is_ip(host) else host)
+                sock.settimeout(_left(deadline))
+                if tls is not None and tls.ca_file:
+                    # The host name (or IP address) of the URL is what the certificate must name.
+                    sock = tls.context(client_cert=False).wrap_socket(sock, server_hostname=host)
+                else:
+                    sock = _unverified_tls().wrap_socket(sock, server_hostname=None if _is_ip(host) else host)
             sock.settimeout(_left(deadline))
             sock.sendall(request)
             head = b""
@@ -261,7 +273,7 @@ def _socket_reason(exc: OSError, timeout_s: float) -> str:
     if isinstance(exc, socket.gaierror):
         return "host name not resolved"
     if isinstance(exc, ssl.SSLError):
-        return f"TLS error: {exc.reason or type(exc).__name__}"
+        return f"TLS: {tls_failure(exc) or type(exc).__name__}"
     return f"{type(exc).__name__}: {exc.strerror or exc}"[:120]
 
 
@@ -290,11 +302,12 @@ class ProbePool:
     """Runs probes with at most ``concurrency`` at once; counts how many ran at once at most.
 
     Greenlets where gevent has patched the sockets (the registry process), threads elsewhere. Every
-    probe connects only where ``policy`` allows."""
+    probe connects only where ``policy`` allows, https:// ones with ``tls`` (the node's outbound TLS)."""
 
-    def __init__(self, concurrency: int, policy: AddressPolicy):
+    def __init__(self, concurrency: int, policy: AddressPolicy, tls: OutboundTls | None = None):
         self.concurrency = concurrency
         self.policy = policy
+        self.tls = tls
         self.active = 0
         self.max_active = 0
         self._lock = threading.Lock()
@@ -320,7 +333,7 @@ class ProbePool:
 
     def _run(self, target: ProbeTarget, on_result: Callable[[ProbeResult], None]) -> None:
         try:
-            on_result(probe(target, self.policy))
+            on_result(probe(target, self.policy, self.tls))
         finally:
             with self._lock:
                 self.active -= 1

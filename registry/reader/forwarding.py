@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse
 
 from registry.domain.redact import scrub_text
 from registry.wire.http import text
+from registry.wire.outbound import outbound_client
 
 # WSGI name -> header name, for the headers the protocol (and the node's API accounts) read.
 FORWARDED_HEADERS = {
@@ -132,14 +133,17 @@ class NodeForwarder:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = httpx.Client(
+                    # An https:// node is reached with the outbound TLS settings; the node's own
+                    # certificate is presented (a node that requires client certificates).
+                    self._client = outbound_client(
+                        settings.EUREKA.outbound_tls.contexts(),
+                        client_cert=True,
                         timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 2.0)),
                         limits=httpx.Limits(
                             max_connections=self._max_connections,
                             max_keepalive_connections=self._max_connections,
                         ),
                         follow_redirects=False,
-                        trust_env=False,
                     )
         return self._client
 

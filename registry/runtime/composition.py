@@ -131,6 +131,7 @@ def _remote_regions(
         regions.read_timeout_ms / 1000,
         max_answer_bytes=regions.max_answer_bytes,
         total_timeout_s=regions.total_timeout_ms / 1000,
+        tls=config.outbound_tls.contexts(),
     )
     return RemoteRegions(
         regions.urls,

@@ -207,7 +207,12 @@ class Node:
         if self.health is not None and self.health_loop is None:
             health = self.config.health_checks
             self.health_loop = HealthCheckLoop(
-                self.health, self.clock, self.health_policy, health.concurrency, health.dispatch_ms
+                self.health,
+                self.clock,
+                self.health_policy,
+                health.concurrency,
+                health.dispatch_ms,
+                tls=self.config.outbound_tls.contexts(),
             )
             self.health_loop.start()
 

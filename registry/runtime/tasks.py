@@ -15,6 +15,7 @@ from celery import shared_task
 from django.conf import settings
 
 from registry.domain.constants import CONTROL_HEADER
+from registry.wire.outbound import outbound_client
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,10 @@ def _control_client() -> httpx.Client:
     """The worker process's one client for the node's control endpoint. One per process, kept: an
     ``httpx.Client`` builds an SSL context when it is made, costly work that a client per task would
     repeat for every periodic job, several times a second on every node."""
-    return httpx.Client(
+    # An https:// control URL is reached with the outbound TLS settings, the node's certificate presented.
+    return outbound_client(
+        settings.EUREKA.outbound_tls.contexts(),
+        client_cert=True,
         base_url=settings.EUREKA.control_url,
         headers={CONTROL_HEADER: settings.EUREKA.control_secret},
         timeout=10.0,
@@ -148,7 +152,7 @@ def _health_context():
     return (
         connect(config.redis.url),
         _control_client(),
-        ProbePool(settings.EUREKA.health_checks.concurrency, policy),
+        ProbePool(settings.EUREKA.health_checks.concurrency, policy, config.outbound_tls.contexts()),
     )
 
 

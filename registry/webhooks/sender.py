@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from registry.domain.outbound_tls import tls_failure
+
 from . import policy, store
 from .models import WebhookDelivery
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     import httpx
 
     from registry.config.services import WebhooksConfig
+    from registry.domain.outbound_tls import OutboundTls
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +53,20 @@ class DeliveryConfig:
         return timedelta(seconds=self.timeout_s * self.batch_size + 30)
 
 
-def new_client(config: DeliveryConfig) -> httpx.Client:
+def new_client(config: DeliveryConfig, tls: OutboundTls | None = None) -> httpx.Client:
+    """The sender's client. An https:// receiver's certificate is verified with the node's outbound
+    TLS (``tls``, else EUREKA_OUTBOUND_CA_FILE's; the system's trust store without one); the node's
+    own certificate is not presented to receivers."""
     # No redirects: a signed POST goes where it was subscribed, nowhere else. No environment proxies
     # either: deliveries go straight to the receiver. httpx is loaded here, by the first sender: a
     # node without webhook deliveries does not hold it (tests/runtime/test_lazy_imports.py).
-    import httpx
+    from django.conf import settings
 
-    return httpx.Client(timeout=config.timeout_s, follow_redirects=False, trust_env=False)
+    from registry.wire.outbound import outbound_client
+
+    if tls is None:
+        tls = settings.EUREKA.outbound_tls.contexts()
+    return outbound_client(tls, client_cert=False, timeout=config.timeout_s, follow_redirects=False)
 
 
 def deliver_due(
@@ -116,7 +126,11 @@ def send_one(
     except httpx.TimeoutException:
         error = f"no answer within {config.timeout_s:g} s"
     except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        tls = tls_failure(exc)
+        if tls is not None:
+            error = f"TLS: {tls}"
+        else:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     attempts = delivery.attempts + 1
     outcome = policy.next_step(policy.classify(status_code), attempts, config.max_attempts)
     at = now()

@@ -42,7 +42,8 @@ def test_entries_name_a_records_srv_records_or_a_service_url():
     assert srv.peer_at("10.0.0.8", 9000) == Peer("http://10.0.0.8:9000/eureka/")
     # A URL keeps its scheme, credentials (Basic auth) and path; its default port is the scheme's.
     assert url.name == "peers.example"
-    assert url.peer_at("fd00::9") == Peer("https://u:p%40ss@[fd00::9]:443/e/")
+    # An https:// peer found at an address must show a certificate for the DNS name (docs/tls.md).
+    assert url.peer_at("fd00::9") == Peer("https://u:p%40ss@[fd00::9]:443/e/", tls_name="peers.example")
     assert "p%40ss" not in url.display
     assert parse_peer_dns(["bare"])[0].peer_at("10.0.0.1").url == "http://10.0.0.1:8761/eureka/"
 
