@@ -51,6 +51,16 @@ def on_starting(server):
             f"eureka registry: refusing to start with workers={server.cfg.workers}. "
             "One node is one process (the lease map is in memory); scale with threads or more nodes."
         )
+    # With EUREKA_TLS_CERT_FILE the worker speaks HTTPS on --bind (registry/serving/gunicorn_worker.py
+    # use_tls); EUREKA_TLS_PLAIN_PORT adds a plain-HTTP listener on the first bound host. The settings
+    # were read (and their files checked) when the logger was set up.
+    from django.conf import settings
+
+    from registry.serving.tls import plain_bind
+
+    extra = plain_bind(server.cfg.bind, settings.EUREKA.tls)
+    if extra:
+        server.cfg.set("bind", [*server.cfg.bind, extra])
 
 
 def pre_fork(server, worker):

@@ -69,6 +69,7 @@ class EurekaConfig:
     identity: IdentityConfig = IdentityConfig()
     access: AccessConfig = AccessConfig()
     connections: ConnectionsConfig = ConnectionsConfig()
+    tls: TlsConfig = TlsConfig()
     security: SecurityConfig = SecurityConfig()
     tls: TlsConfig = TlsConfig()
     dashboard: DashboardConfig = DashboardConfig()

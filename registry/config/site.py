@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -247,6 +248,121 @@ class ConnectionsConfig:
         "Larger request bodies (also after gunzip) are refused with 413.",
         minimum=1024,
     )
+
+
+CLIENT_AUTH_MODES = ("none", "optional", "required")
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+_PEM_KEY = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+def _pem_file(variable: str, path: str, what: str, pattern: re.Pattern[bytes] | bytes) -> None:
+    """Raises BadSetting naming ``variable`` when ``path`` cannot be read or holds no PEM ``what``."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read()
+    except OSError as exc:
+        raise BadSetting(variable, f"cannot read {path!r}: {exc.strerror or exc}") from None
+    found = pattern.search(text) if isinstance(pattern, re.Pattern) else pattern in text
+    if not found:
+        raise BadSetting(variable, f"{path!r} holds no PEM {what}")
+
+
+def _encrypted(path: str) -> bool:
+    with open(path, "rb") as file:
+        return b"ENCRYPTED" in file.read()
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """HTTPS on the node's own port (registry/serving/tls.py builds the server's context from these
+    files and loads them again when they change; docs/tls.md).
+
+    With a certificate and its key the port given to the server (``--bind``) speaks HTTPS only; a plain
+    port beside it serves HTTP for a migration window. Client certificates are asked for (optional) or
+    demanded (required) and verified against the CA bundle; the verified one reaches the application as
+    ``environ["eureka.client_cert"]`` (DER). The files are checked when the settings are read, so a
+    missing, unreadable or mismatched file stops the start with the variable's name."""
+
+    cert_file: str = setting(
+        "",
+        "EUREKA_TLS_CERT_FILE",
+        "PEM file of the server's certificate chain (its own first); set, the port speaks HTTPS only.",
+    )
+    key_file: str = setting("", "EUREKA_TLS_KEY_FILE", "PEM file of the certificate's private key.")
+    key_password: str = setting(
+        "", "EUREKA_TLS_KEY_PASSWORD", "Password of an encrypted EUREKA_TLS_KEY_FILE.", secret=True
+    )
+    # Beside the HTTPS port, on the same address: clients move to HTTPS one by one.
+    plain_port: int = setting(
+        0,
+        "EUREKA_TLS_PLAIN_PORT",
+        "A plain-HTTP port served beside the HTTPS one (a migration window); 0: none.",
+        minimum=0,
+    )
+    client_auth: str = setting(
+        "none",
+        "EUREKA_TLS_CLIENT_AUTH",
+        "Client certificates: none, optional (verified when sent) or required (else no connection).",
+        choices=CLIENT_AUTH_MODES,
+    )
+    client_ca_file: str = setting(
+        "",
+        "EUREKA_TLS_CLIENT_CA_FILE",
+        "PEM bundle of the CAs client certificates chain to; required unless EUREKA_TLS_CLIENT_AUTH=none.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.cert_file or self.key_file:
+            self._check_files()
+        else:
+            if self.plain_port:
+                raise BadSetting(
+                    "EUREKA_TLS_PLAIN_PORT", "needs EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE (HTTPS)"
+                )
+            if self.client_auth != "none":
+                raise BadSetting(
+                    "EUREKA_TLS_CLIENT_AUTH", "needs EUREKA_TLS_CERT_FILE and EUREKA_TLS_KEY_FILE (HTTPS)"
+                )
+        if self.plain_port > 65535:
+            raise BadSetting("EUREKA_TLS_PLAIN_PORT", f"must be <= 65535, got {self.plain_port}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+    def _check_files(self) -> None:
+        if not self.cert_file:
+            raise BadSetting("EUREKA_TLS_CERT_FILE", "must be set with EUREKA_TLS_KEY_FILE")
+        if not self.key_file:
+            raise BadSetting("EUREKA_TLS_KEY_FILE", "must be set with EUREKA_TLS_CERT_FILE")
+        _pem_file("EUREKA_TLS_CERT_FILE", self.cert_file, "certificate", _PEM_CERTIFICATE)
+        _pem_file("EUREKA_TLS_KEY_FILE", self.key_file, "private key", _PEM_KEY)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        password = self.key_password.encode()
+        try:
+            # A callable, also without a password: OpenSSL would otherwise ask for one on the terminal.
+            context.load_cert_chain(self.cert_file, self.key_file, lambda: password)
+        except ssl.SSLError as exc:
+            if exc.reason == "KEY_VALUES_MISMATCH":
+                raise BadSetting(
+                    "EUREKA_TLS_KEY_FILE", "the key does not match EUREKA_TLS_CERT_FILE's certificate"
+                ) from None
+            if exc.reason in ("BAD_DECRYPT", "BAD_PASSWORD_READ") or _encrypted(self.key_file):
+                raise BadSetting(
+                    "EUREKA_TLS_KEY_PASSWORD", f"cannot decrypt EUREKA_TLS_KEY_FILE with it: {exc}"
+                ) from None
+            raise BadSetting("EUREKA_TLS_CERT_FILE", f"cannot load it with its key: {exc}") from None
+        if self.client_auth == "none":
+            return
+        if not self.client_ca_file:
+            raise BadSetting(
+                "EUREKA_TLS_CLIENT_CA_FILE", f"must be set with EUREKA_TLS_CLIENT_AUTH={self.client_auth}"
+            )
+        _pem_file("EUREKA_TLS_CLIENT_CA_FILE", self.client_ca_file, "certificate", _PEM_CERTIFICATE)
+        try:
+            context.load_verify_locations(cafile=self.client_ca_file)
+        except ssl.SSLError as exc:
+            raise BadSetting("EUREKA_TLS_CLIENT_CA_FILE", f"cannot load it: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

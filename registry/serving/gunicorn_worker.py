@@ -110,6 +110,11 @@ def remember_peer_trust(decide):
 message._ip_in_allow_list = remember_peer_trust(message._ip_in_allow_list)
 
 
+def _port_of(sock) -> int | None:
+    address = sock.getsockname()
+    return address[1] if isinstance(address, tuple) else None
+
+
 # gunicorn's own class and function, also when this module is imported again (tests reload it).
 _GunicornErrors = getattr(wsgi.WSGIErrorsWrapper, "gunicorn_class", wsgi.WSGIErrorsWrapper)
 _gunicorn_write = getattr(util.write, "gunicorn_write", util.write)
@@ -179,6 +184,8 @@ SMALL_WRITE = 64 * 1024
 # (registry/cache/pacing.py), which waits for an idle loop: a body being sent is a request being
 # served, not background work.
 SEND_SLICE = 256 * 1024
+# Over TLS: four records.
+TLS_SEND_SLICE = 64 * 1024
 
 # The worker's slow readers (registry/serving/connections.py ``SlowReaders``), set when it serves: a
 # write the socket does not take at once is noted there, and the sweeper closes it if its reader
@@ -216,7 +223,7 @@ def write_small_at_once(sock, data, chunked=False):
             # Not waiting for room in the socket (gevent's send would): a client that left earlier
             # answers unread would hold this one unwatched.
             try:
-                sent = sock.send(data, 0, 0.0)
+                sent = _send_now(sock, data)
             except BlockingIOError:
                 sent = 0
         if sent == size:
@@ -229,6 +236,19 @@ def write_small_at_once(sock, data, chunked=False):
             slow_readers.end(write)
 
 
+def _send_now(sock, data) -> int:
+    """What the socket takes of ``data`` without waiting. gevent's TLS socket ignores send's timeout
+    and waits while its own is None: it is given a timeout of 0 for the call (what OpenSSL took of a
+    record it keeps, and the next send of the same bytes goes on from there)."""
+    if getattr(sock, "_sslobj", None) is None:
+        return sock.send(data, 0, 0.0)
+    sock.settimeout(0.0)
+    try:
+        return sock.send(data)
+    finally:
+        sock.settimeout(None)
+
+
 def _send_rest(sock, view, sent, write, slow_readers) -> None:
     # Imported here: the master loads this module before it forks, and loads nothing of the project.
     from registry.cache.pacing import PACER
@@ -237,13 +257,16 @@ def _send_rest(sock, view, sent, write, slow_readers) -> None:
     turns = PACER.pause is not None and len(view) > SEND_SLICE
     turn_at = time.perf_counter() + PACER.slice_s
     first = True
+    # A TLS send returns only once its whole slice is written: smaller slices let the slow readers'
+    # watch see a reader that takes its answer slowly moving.
+    step = SEND_SLICE if getattr(sock, "_sslobj", None) is None else TLS_SEND_SLICE
     while sent < len(view):
         if turns and not first and time.perf_counter() >= turn_at:
             gevent.sleep(FAIR_TURN_S)
             turn_at = time.perf_counter() + PACER.slice_s
         first = False
         # gevent's send waits for room in the socket, then sends what fits.
-        taken = sock.send(view[sent : sent + SEND_SLICE])
+        taken = sock.send(view[sent : sent + step])
         if taken and write is not None:
             slow_readers.moved(write)
         sent += taken
@@ -406,9 +429,16 @@ class RegistryWorker(GeventWorker):
         self.refusal_lines = None
         # Set when the worker runs, as the admission (registry/serving/connections.py SlowReaders).
         self.slow_readers = None
+        # With EUREKA_TLS_CERT_FILE (``use_tls``): the context for new connections (registry/serving/
+        # tls.py RotatingContext), the listeners that speak TLS (all but EUREKA_TLS_PLAIN_PORT's), and
+        # the TLS connections' greenlets -> their verified client certificate (DER) or None.
+        self.tls = None
+        self.tls_listeners: frozenset[int] = frozenset()
+        self.tls_connections: dict = {}
 
     def run(self):
         self.use_connection_limits()
+        self.use_tls()
         # gunicorn's run() makes each listener's pool of connection greenlets from this name.
         ggevent.Pool = functools.partial(AdmittingPool, worker=self)
         super().run()
@@ -447,11 +477,143 @@ class RegistryWorker(GeventWorker):
         )
         self.header_timeout_s = limits.header_timeout_s
 
+    def use_tls(self) -> None:
+        """HTTPS on every listener but EUREKA_TLS_PLAIN_PORT's, when EUREKA_TLS_CERT_FILE is set: the
+        worker wraps each admitted connection itself with the context of registry/serving/tls.py (gunicorn's
+        own TLS would build a context per connection and read the files each time)."""
+        from django.conf import settings
+        from gevent import ssl as gevent_ssl
+
+        from registry.serving import tls
+
+        config = settings.EUREKA.tls
+        if not config.enabled:
+            return
+        build = functools.partial(tls.server_context, context_class=gevent_ssl.SSLContext)
+        self.tls = tls.RotatingContext(tls.TlsFiles.of(config), build=build)
+        plain = config.plain_port
+        self.tls_listeners = frozenset(
+            id(sock) for sock in self.sockets if not (plain and _port_of(sock) == plain)
+        )
+        # gunicorn's sendfile would write a static file's bytes past TLS, in the clear.
+        self.cfg.set("sendfile", False)
+        self.wsgi = self._with_tls_environ(self.wsgi)
+        # gunicorn's "Listening at" line says http:// of every listener.
+        self.log.info(
+            "HTTPS on %s (client certificates: %s)%s",
+            ", ".join(str(s.getsockname()) for s in self.sockets if id(s) in self.tls_listeners),
+            config.client_auth,
+            f"; plain HTTP on port {plain}" if plain else "",
+        )
+
+    def _with_tls_environ(self, application):
+        connections = self.tls_connections
+        unknown = object()
+
+        def tls_environ(environ, start_response):
+            # Only a TLS connection's greenlet is in ``connections``.
+            cert = connections.get(gevent.getcurrent(), unknown)
+            if cert is not unknown:
+                environ["wsgi.url_scheme"] = "https"
+                if cert is not None:
+                    environ["eureka.client_cert"] = cert
+            return application(environ, start_response)
+
+        return tls_environ
+
     def handle(self, listener, client, addr):
+        greenlet = gevent.getcurrent()
         try:
+            if id(listener) in self.tls_listeners:
+                client = self._handshake(client, addr)
+                if client is None:
+                    return
             super().handle(listener, client, addr)
         finally:
-            self.turns.pop(gevent.getcurrent(), None)
+            self.turns.pop(greenlet, None)
+            self.tls_connections.pop(greenlet, None)
+
+    def _handshake(self, client, addr):
+        """The TLS connection over an admitted ``client``, or None when it was refused (and closed): plain
+        HTTP (answered 400), a handshake that is not over within the header timeout, or that fails."""
+        import socket
+        import ssl
+
+        from registry.serving import tls
+
+        limit = self.wait_limits()[0]
+        timer = gevent.Timeout(limit) if limit else None
+        sock = client
+        if timer is not None:
+            timer.start()
+        try:
+            # A TLS connection starts with a handshake record (22); anything else is not TLS.
+            first = client.recv(1, socket.MSG_PEEK)
+            if not first:
+                util.close(client)
+                return None
+            if first != b"\x16":
+                self._refuse_plain_http(client, addr)
+                return None
+            sock = self.tls.current().wrap_socket(client, server_side=True, do_handshake_on_connect=False)
+            sock.do_handshake()
+        except gevent.Timeout as timeout:
+            if timeout is not timer:
+                raise
+            util.close(sock)
+            self._log_tls_refusal(tls.HANDSHAKE_TIMEOUT, addr)
+            return None
+        except ssl.SSLError as error:
+            util.close(sock)
+            if tls.client_left(error):
+                return None
+            kind = tls.refusal_kind(error)
+            # The other kinds say it all; OpenSSL's name of the reason (never the client's text) here.
+            detail = getattr(error, "reason", None) if kind == tls.HANDSHAKE_FAILED else None
+            self._log_tls_refusal(kind, addr, detail)
+            return None
+        except OSError:  # reset or closed during the handshake
+            util.close(sock)
+            return None
+        finally:
+            if timer is not None:
+                timer.close()
+        cert = None
+        if sock.context.verify_mode != ssl.CERT_NONE:
+            cert = sock.getpeercert(binary_form=True)  # verified: the handshake failed otherwise
+        self.tls_connections[gevent.getcurrent()] = cert
+        return sock
+
+    def _refuse_plain_http(self, client, addr) -> None:
+        from registry.serving import tls
+
+        self._log_tls_refusal(tls.PLAIN_HTTP, addr)
+        try:
+            client.sendall(tls.plain_http_answer())
+        except OSError:
+            util.close(client)
+        else:
+            # The request it sent is still unread: a close now would reset the connection before the
+            # client reads the answer.
+            util.close_graceful(client, timeout=DRAIN_SECONDS, max_drain=DRAIN_BYTES)
+
+    def _log_tls_refusal(self, kind: str, addr, detail: str | None = None) -> None:
+        from registry.domain.refusals import refusal_fields
+
+        # One line a minute at most per kind, with the count since the last.
+        count = self.refusal_lines.note(f"tls: {kind}")
+        if count:
+            from registry.serving.tls import HINTS
+
+            self.log.warning(
+                "refused %d TLS connection(s) since the last line (latest from %s: %s%s; %s)",
+                count,
+                addr[0] if isinstance(addr, tuple) else addr,
+                kind,
+                f" ({detail})" if detail else "",
+                HINTS.get(kind, ""),
+                extra=refusal_fields(f"tls: {kind}", count),
+            )
 
     def refuse(self, client, addr, reason: str) -> None:
         """Answer a refused connection and close it, without reading from it. Called from the accept

@@ -271,6 +271,9 @@ class LiveServer:
     process: subprocess.Popen
     # The API accounts of a node with EUREKA_API_AUTH on, by role (empty: the open API).
     accounts: dict[str, Account] = field(default_factory=dict)
+    # httpx's ``verify=`` for this node: a node serving HTTPS (EUREKA_TLS_CERT_FILE) is reached with the
+    # client context its test gave ``running_server`` (the test CA trusted, a client certificate maybe).
+    verify: ssl.SSLContext | bool = True
 
     def service_url(
         self, role: str | None = None, prefix: str = "/eureka/", password: str | None = None
@@ -281,7 +284,7 @@ class LiveServer:
             return f"{self.base_url}{prefix}"
         account = self.accounts[role]
         secret = account.password if password is None else password
-        scheme, host = self.base_url.split("://", 1)
+        scheme, _, host = self.base_url.partition("://")
         return f"{scheme}://{quote(account.username, safe='')}:{quote(secret, safe='')}@{host}{prefix}"
 
     def records(self) -> list[AccessRecord]:
@@ -372,6 +375,7 @@ class RegistryAdmin:
             headers={"Accept": "application/json"},
             timeout=5.0,
             auth=account.auth if account else None,
+            verify=server.verify,
         )
         self._registered: list[tuple[str, str]] = []
 
@@ -550,7 +554,9 @@ def _start(
         process = subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-    base_url = f"{'https' if tls else 'http'}://{host}:{port}"
+    https = bool((extra_env or {}).get("EUREKA_TLS_CERT_FILE"))
+    base_url = f"{'https' if https else 'http'}://{host}:{port}"
+    verify: ssl.SSLContext | bool = tls if https and tls is not None else True
     server = LiveServer(
         url=f"{base_url}/eureka/",
         base_url=base_url,
@@ -559,6 +565,7 @@ def _start(
         server_log_path=server_log,
         process=process,
         accounts=dict(accounts or {}),
+        verify=verify,
     )
     # With API accounts on, the readiness probe reads with the reader's credentials.
     probe_auth = server.accounts["reader"].auth if server.accounts else None
@@ -569,8 +576,8 @@ def _start(
                 f"the node exited with {process.returncode} before answering:\n{server.server_log_tail()}"
             )
         try:
-            probe = httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth, verify=tls or True)
-            if probe.status_code == 200:
+            answer = httpx.get(f"{base_url}/eureka/apps", timeout=1.0, auth=probe_auth, verify=verify)
+            if answer.status_code == 200:
                 return server
         except httpx.TransportError:
             pass
@@ -608,13 +615,12 @@ def running_server(
     """A node with its files in ``workdir``, stopped (TERM, then KILL) on exit: gunicorn, or granian
     with ``server="granian"`` (unless given: ``EUREKA_TEST_SERVER``, gunicorn by default).
 
-    ``tls``: the node serves HTTPS (``extra_env`` holds its EUREKA_TLS_* settings); the readiness probe
-    connects with this client context (the CA to verify the node, and a client certificate when the
-    node requires one), and ``url`` / ``base_url`` are ``https://`` URLs.
-
     It listens on ``host`` (another loopback address such as ``127.0.0.3`` lets a node and a Java Eureka
     server tell each other apart by host) and on ``port``, a free one unless given. ``accounts``: the API
     accounts its database holds (see ``auth_live_server``), for the readiness probe and the tests.
+    A node whose ``extra_env`` sets EUREKA_TLS_CERT_FILE serves HTTPS: its URLs are https://, and the
+    readiness probe (and ``RegistryAdmin``, through ``LiveServer.verify``) reach it with ``tls``, a
+    client context that trusts its certificate (tests/serving/tls_files.py makes both).
     """
     gunicorn = _gunicorn()
     require_toolchain("gunicorn", gunicorn.exists(), f"expected {gunicorn}; run `make install`")

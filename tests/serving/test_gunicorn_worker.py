@@ -668,3 +668,64 @@ def test_a_stop_closes_the_readers_that_are_not_reading_and_lets_the_others_fini
     assert not reading.ready(), "the answer being read is still being sent"
     reader.get(timeout=20)
     assert reading.get(timeout=5) == "written" and bytes(received) == body
+
+
+# ---- TLS connections (registry/serving/tls.py) ----
+
+
+def tls_pair(node_tls):
+    """``loopback_pair`` with TLS over it: (server side, client side), the handshake done."""
+    from gevent import ssl as gssl
+
+    from registry.serving.tls import TlsFiles, server_context
+
+    server, client = loopback_pair()
+    files = TlsFiles(str(node_tls.cert_file), str(node_tls.key_file))
+    server_tls = server_context(files, context_class=gssl.SSLContext).wrap_socket(
+        server, server_side=True, do_handshake_on_connect=False
+    )
+    client_context = gssl.SSLContext(gssl.PROTOCOL_TLS_CLIENT)
+    client_context.load_verify_locations(cafile=str(node_tls.ca_file))
+    client_tls = client_context.wrap_socket(
+        client, server_hostname="localhost", do_handshake_on_connect=False
+    )
+    handshakes = [gevent.spawn(server_tls.do_handshake), gevent.spawn(client_tls.do_handshake)]
+    gevent.joinall(handshakes, timeout=10, raise_error=True)
+    return server_tls, client_tls
+
+
+def test_a_tls_reader_that_leaves_small_answers_unread_is_closed_at_the_write_timeout(watching, tmp_path):
+    """gevent's TLS socket waits in a send whatever timeout the call gives: an answer small enough to
+    go in one send must still be a watched write when the reader takes nothing."""
+    from tests.serving.tls_files import NodeTls
+
+    server, client = tls_pair(NodeTls.make(tmp_path))
+    started = time.monotonic()
+
+    writer = gevent.spawn(serve, server, *[b"x" * 100_000] * 100)
+    writer.join(10)
+
+    assert writer.value == "closed: reader too slow"
+    assert time.monotonic() - started < 4.0
+    assert watching.slow_readers.closed[WRITE_TIMEOUT] == 1
+    client.close()
+
+
+def test_a_tls_connection_is_marked_https_and_carries_its_verified_client_certificate():
+    worker = gunicorn_worker.RegistryWorker.__new__(gunicorn_worker.RegistryWorker)
+    worker.tls_connections = {}
+    seen = []
+    application = worker._with_tls_environ(lambda environ, start_response: seen.append(dict(environ)))
+
+    def request(cert=None, tls=True):
+        if tls:
+            worker.tls_connections[gevent.getcurrent()] = cert
+        try:
+            application({"wsgi.url_scheme": "http"}, None)
+        finally:
+            worker.tls_connections.pop(gevent.getcurrent(), None)
+        return seen[-1]
+
+    assert gevent.spawn(request, b"DER").get() == {"wsgi.url_scheme": "https", "eureka.client_cert": b"DER"}
+    assert gevent.spawn(request, None).get() == {"wsgi.url_scheme": "https"}, "no certificate sent"
+    assert gevent.spawn(request, tls=False).get() == {"wsgi.url_scheme": "http"}, "the plain port"
