@@ -71,7 +71,6 @@ class EurekaConfig:
     connections: ConnectionsConfig = ConnectionsConfig()
     tls: TlsConfig = TlsConfig()
     security: SecurityConfig = SecurityConfig()
-    tls: TlsConfig = TlsConfig()
     dashboard: DashboardConfig = DashboardConfig()
     metrics: MetricsConfig = MetricsConfig()
     timings: str = setting(

@@ -395,29 +395,6 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TlsConfig:
-    """HTTPS on the node's own port, and client certificates (docs/tls.md)."""
-
-    cert_file: str = setting(
-        "", "EUREKA_TLS_CERT_FILE", "PEM file of the certificate chain; with the key: HTTPS."
-    )
-    key_file: str = setting("", "EUREKA_TLS_KEY_FILE", "PEM file of the certificate's private key.")
-    key_password: str = setting("", "EUREKA_TLS_KEY_PASSWORD", "Password of an encrypted key.", secret=True)
-    plain_port: int = setting(
-        0, "EUREKA_TLS_PLAIN_PORT", "A plain-HTTP port beside the HTTPS one; 0: none.", minimum=0
-    )
-    client_auth: str = setting(
-        "none",
-        "EUREKA_TLS_CLIENT_AUTH",
-        "Client certificates: none, optional or required.",
-        choices=("none", "optional", "required"),
-    )
-    client_ca_file: str = setting(
-        "", "EUREKA_TLS_CLIENT_CA_FILE", "PEM bundle the client certificates must chain to."
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class DashboardConfig:
     """The status console (dashboard/)."""
 
