@@ -96,6 +96,7 @@ class TestGrants:
     ):
         reader = Reader(grants_node, pki)
         before = reader.ids()
+        since = grants_node.mark()
         app = TlsSpringApp(
             java, spring_boot4_jar(), "payments", grants_node.url, tmp_path, pki.orders, pki.ca
         )
@@ -103,9 +104,13 @@ class TestGrants:
             app.start()
             app.wait_up()
             # It registers (403), then heartbeats (403 too: not its app, whether or not it exists).
-            grants_node.wait_for_requests("POST", "/eureka/apps/PAYMENTS", status=403, timeout=30)
-            grants_node.wait_for_requests("PUT", f"/eureka/apps/PAYMENTS/{app.instance_id}", at_least=2)
-            own = [r for r in grants_node.records() if r.path.startswith("/eureka/apps/PAYMENTS")]
+            grants_node.wait_for_requests(
+                "POST", "/eureka/apps/PAYMENTS", since=since, status=403, timeout=30
+            )
+            grants_node.wait_for_requests(
+                "PUT", f"/eureka/apps/PAYMENTS/{app.instance_id}", since=since, at_least=2
+            )
+            own = [r for r in grants_node.requests(since=since) if r.path.startswith("/eureka/apps/PAYMENTS")]
             assert own and all(r.status in (403, 404) for r in own), own
             assert not [r for r in own if r.method == "POST" and r.status != 403], own
             assert reader.instance("PAYMENTS", app.instance_id) is None
