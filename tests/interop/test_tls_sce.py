@@ -345,8 +345,24 @@ def test_a_node_with_a_certificate_of_another_ca_is_refused_by_sce_and_the_node(
                             f"{side} took a replication from a node with a certificate of another CA"
                         )
                     time.sleep(0.5)
-                # The stranger did try: its instance is registered with it, and it has peers to send to.
+                # The stranger did try: its instance is registered with it, and its /readyz shows both
+                # peers failing, each with the reason its handshake was refused.
                 assert http.get(f"apps/{refused.app}").status_code == 200
+
+                def peers_failing() -> dict[str, str]:
+                    ready = httpx.get(f"{stranger.base_url}/readyz", verify=context, timeout=5).json()
+                    return {
+                        peer["url"]: peer["last_error"]
+                        for peer in ready["replication"]["peers"]
+                        if not peer["available"] and peer["last_error"]
+                    }
+
+                failing = wait_until(
+                    lambda: len(peers_failing()) == 2 and peers_failing(),
+                    TRAVEL_S,
+                    lambda: f"the stranger's /readyz: {peers_failing()}",
+                )
+                assert set(failing) == {ports.sce_url, ports.node_url}, failing
             finally:
                 sides["node"].cancel(control)
     # Nor was it ever written at either by its own path (the test only read it there).
