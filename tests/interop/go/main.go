@@ -22,10 +22,13 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -139,6 +142,10 @@ func main() {
 	flag.DurationVar(&o.wait, "wait", 10*time.Second, "bound on polling cached reads for an expected change")
 	flag.StringVar(&logLevel, "log-level", "WARNING", "fargo's log level on stderr (DEBUG shows every URL)")
 	flag.BoolVar(&showVersion, "version", false, "print the fargo and Go versions as JSON and exit")
+	var caFile, certFile, keyFile string
+	flag.StringVar(&caFile, "ca", "", "HTTPS: PEM bundle of the CAs that verify the server (default: the system's)")
+	flag.StringVar(&certFile, "cert", "", "HTTPS: client certificate (PEM chain) to present, with -key")
+	flag.StringVar(&keyFile, "key", "", "HTTPS: the client certificate's key (PEM)")
 	flag.Parse()
 
 	out := json.NewEncoder(os.Stdout)
@@ -169,6 +176,30 @@ func main() {
 		todo = []string{scenario}
 	} else {
 		usage("unknown -scenario " + scenario)
+	}
+
+	// fargo has no TLS settings: every call goes through its exported HttpClient, whose transport's
+	// TLS configuration is the program's to set.
+	if caFile != "" || certFile != "" {
+		transport, ok := fargo.HttpClient.Transport.(*http.Transport)
+		if !ok {
+			must(errors.New("fargo.HttpClient.Transport is not an *http.Transport"))
+		}
+		config := &tls.Config{MinVersion: tls.VersionTLS12}
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			must(err)
+			config.RootCAs = x509.NewCertPool()
+			if !config.RootCAs.AppendCertsFromPEM(pem) {
+				must(errors.New("-ca: no certificate in " + caFile))
+			}
+		}
+		if certFile != "" {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			must(err)
+			config.Certificates = []tls.Certificate{pair}
+		}
+		transport.TLSClientConfig = config
 	}
 
 	conn := fargo.NewConn(o.url)

@@ -7,9 +7,13 @@
  * Usage: node driver.js --url http://127.0.0.1:8761/eureka/v2/ [--app jsapp] [--host-name h]
  *          [--port 8080] [--vip jsapp.vip] [--instance-id id] [--delta] [--upstream-shape]
  *          [--heartbeat-ms 1000] [--fetch-ms 1000] [--auth user:password]
+ *          [--ca ca.pem] [--cert client.pem --key client.key]
  * The URL may also come from EUREKA_URL. "apps/" is appended unless the URL already ends with it.
  * Credentials for a server with API accounts go in the URL (http://user:password@host:port/eureka/v2/),
  * or with --auth into each request's options from the requestMiddleware, as the client's README shows.
+ * Over HTTPS, --ca (the CA bundle that verifies the server) and --cert / --key (a client certificate
+ * and its key, PEM) go into each request's options from the requestMiddleware too: the `request`
+ * library hands ca, cert and key to Node's TLS (the client has no TLS settings of its own).
  *
  * Commands, one JSON object per line on stdin:
  *   {"cmd": "state", "id": 1, "apps": ["JSAPP"], "vips": ["jsapp.vip"]}  -> {"event": "state", "id": 1, ...}
@@ -17,6 +21,7 @@
  *   {"cmd": "exit"}            -> exits (also on end of stdin, after stopping a running client)
  */
 
+const fs = require('fs');
 const readline = require('readline');
 const { Eureka } = require('eureka-js-client');
 
@@ -95,6 +100,12 @@ function main() {
     auth = { user: options.auth.slice(0, colon), password: options.auth.slice(colon + 1) };
   }
 
+  // PEM files for HTTPS, read once: request takes them as ca / cert / key options.
+  const tls = {};
+  ['ca', 'cert', 'key'].forEach((name) => {
+    if (options[name]) tls[name] = fs.readFileSync(options[name]);
+  });
+
   const logger = {};
   ['error', 'warn', 'info', 'debug'].forEach((level) => {
     logger[level] = (...args) => emit('log', { level, msg: args.map(describe).join(' ') });
@@ -109,6 +120,7 @@ function main() {
       if (auth) {
         requestOpts.auth = auth;
       }
+      Object.assign(requestOpts, tls);
       done(requestOpts);
     },
     instance,
