@@ -18,15 +18,18 @@ Eureka clients take as "try the next service URL".
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Iterable
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
+from registry.access.certificates import ENVIRON_KEY
+from registry.access.clients import is_trusted_proxy
 from registry.domain.redact import scrub_text
 from registry.wire.http import text
 from registry.wire.outbound import outbound_client
@@ -77,7 +80,31 @@ def request_headers(meta: dict) -> dict[str, str]:
     if client:
         earlier = meta.get("HTTP_X_FORWARDED_FOR")
         headers["X-Forwarded-For"] = f"{earlier}, {client}" if earlier else client
+    certificate = forwarded_certificate(meta)
+    if certificate is not None:
+        headers[certificate[0]] = certificate[1]
     return headers
+
+
+def forwarded_certificate(meta: dict) -> tuple[str, str] | None:
+    """The client's certificate for the node, as (EUREKA_CLIENT_CERT_HEADER, value), or None.
+
+    The node sees the reader's connection, not the client's, so a certificate identity would be lost:
+    the reader passes it on as a TLS proxy does, and the node believes it because readers are among
+    its ``EUREKA_TRUSTED_PROXIES`` (loopback, by default). A header a trusted proxy in front of the
+    reader passed goes on as it came; else the certificate the reader's own TLS connection verified,
+    as nginx's ``$ssl_client_escaped_cert`` (url-encoded PEM). A header from anyone else is not
+    passed (the node must not believe it because the reader sent it)."""
+    name = settings.EUREKA.access.client_cert_header
+    if not name:
+        return None
+    passed = meta.get("HTTP_" + name.upper().replace("-", "_"))
+    if passed and is_trusted_proxy(meta.get("REMOTE_ADDR", "")):
+        return name, passed
+    der = meta.get(ENVIRON_KEY)
+    if der:
+        return name, quote(ssl.DER_cert_to_PEM_cert(bytes(der)), safe="")
+    return None
 
 
 def request_target(request: HttpRequest) -> str:

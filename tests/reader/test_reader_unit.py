@@ -374,6 +374,25 @@ def test_the_headers_the_protocol_reads_go_to_the_node_and_nothing_else():
     }
 
 
+def test_the_clients_certificate_goes_to_the_node_in_the_certificate_header():
+    import trustme
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from registry.access.certificates import ENVIRON_KEY, names_of_header
+
+    pem = trustme.CA().issue_cert("orders.example").cert_chain_pems[0].bytes()
+    der = x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
+    verified = request_headers({ENVIRON_KEY: der, "REMOTE_ADDR": "10.0.0.7"})
+    assert "orders.example" in names_of_header(verified["X-Forwarded-Client-Cert"])
+    # A trusted proxy's header goes on as it came; anyone else's is not passed.
+    proxied = {"HTTP_X_FORWARDED_CLIENT_CERT": "Hash=1;DNS=orders.example", "REMOTE_ADDR": "127.0.0.1"}
+    assert request_headers(proxied)["X-Forwarded-Client-Cert"] == "Hash=1;DNS=orders.example"
+    claimed = {**proxied, "REMOTE_ADDR": "10.0.0.7"}
+    assert "X-Forwarded-Client-Cert" not in request_headers(claimed)
+    assert "X-Forwarded-Client-Cert" not in request_headers({"REMOTE_ADDR": "10.0.0.7"})
+
+
 def test_the_nodes_answer_comes_back_as_it_is_with_via():
     headers = [
         ("Content-Type", "application/json"),
