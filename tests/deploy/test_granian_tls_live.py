@@ -388,6 +388,15 @@ def test_optional_client_certificates_stop_the_node_at_start_saying_what_to_use(
     assert "gunicorn" in said and "EUREKA_CLIENT_CERT_HEADER" in said
 
 
+def served_or_cut(node: TlsNode, cut: list[str]) -> bytes | None:
+    """``served_certificate``, or None (noted in ``cut``) when the handshake was cut."""
+    try:
+        return served_certificate(node)
+    except (ssl.SSLError, ConnectionError) as error:
+        cut.append(repr(error))
+        return None
+
+
 def served_certificate(node: TlsNode) -> bytes:
     """The certificate a new connection to the node's HTTPS port gets (DER)."""
     context = node.certs.context(node.certs.client)
@@ -441,9 +450,13 @@ def test_new_certificate_files_are_served_without_a_restart_while_a_client_heart
             replace_file(certs.key, renewed.private_key_pem.bytes())
             replace_file(certs.chain, b"".join(pem.bytes() for pem in renewed.cert_chain_pems))
             deadline = time.monotonic() + 10
-            while served_certificate(node) == first:
+            # A handshake under way on the old worker as it is retired is cut (docs/tls.md, "On
+            # granian"): a probe caught in that instant counts as not yet, and there are at most a few.
+            cut: list[str] = []
+            while served_or_cut(node, cut) in (first, None):
                 assert time.monotonic() < deadline, "new connections still get the old certificate"
                 time.sleep(0.2)
+            assert len(cut) <= 2, cut
             assert served_certificate(node) == ssl.PEM_cert_to_DER_cert(
                 renewed.cert_chain_pems[0].bytes().decode()
             )
