@@ -18,6 +18,7 @@ from pathlib import Path
 
 import trustme
 
+from registry.domain.outbound_tls import OutboundTls
 from tests.ports import free_port
 
 
@@ -166,3 +167,9 @@ class FakeTlsServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def outbound_tls(folder: Path, ca: trustme.CA) -> OutboundTls:
+    """The node's outbound TLS: ``ca`` trusted, and a client certificate of its own from it."""
+    cert_file, key_file = node_files(folder, ca, "node-a")
+    return OutboundTls(write_pem(folder, "ca.pem", ca.cert_pem.bytes()), cert_file, key_file)

@@ -5,31 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.test import override_settings
 
 from registry.access import accounts
-from registry.access.credentials import CredentialCache
 from registry.access.grants import BadGrant, allows, parse_grants
 from registry.access.models import ApiAccess
-from tests.access.test_api_auth import FAST_HASHER, account, basic, listed, register
-from tests.conftest import FakeClock
+from tests.access.test_api_auth import account, basic, listed, register
 from tests.factories import instance_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("auth_on")]
-
-
-@pytest.fixture
-def auth_on():
-    cache = CredentialCache(FakeClock(0), recheck_ms=5_000, refused_ms=2_000)
-    accounts.reset_credential_cache(cache)
-    with override_settings(
-        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER
-    ):
-        yield cache
-    accounts.reset_credential_cache(None)
 
 
 def granted(name: str, apps: str, role: str = "client"):

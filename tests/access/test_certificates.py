@@ -32,17 +32,6 @@ SPIFFE = "spiffe://cluster.local/ns/shop/sa/orders"
 
 
 @pytest.fixture
-def auth_on():
-    cache = CredentialCache(FakeClock(0), recheck_ms=5_000, refused_ms=2_000)
-    accounts.reset_credential_cache(cache)
-    with override_settings(
-        EUREKA=settings.EUREKA.with_changes(access__api_auth=True), PASSWORD_HASHERS=FAST_HASHER
-    ):
-        yield cache
-    accounts.reset_credential_cache(None)
-
-
-@pytest.fixture
 def refusal_clock():
     clock = FakeClock(0)
     accounts.reset_refusal_lines(RefusalLines(interval_s=60, clock=lambda: clock.now / 1000))

@@ -13,7 +13,7 @@ from registry.health.addresses import AddressPolicy
 from registry.health.checker import ProbeTarget
 from registry.health.config import HTTP
 from registry.health.probes import ProbePool, probe_http, run_round
-from tests.tls_servers import FakeTlsServer, node_files, write_pem
+from tests.tls_servers import FakeTlsServer, outbound_tls
 
 LOOPBACK = AddressPolicy(parse_networks("127.0.0.0/8"))
 
@@ -25,8 +25,7 @@ def ca() -> trustme.CA:
 
 @pytest.fixture
 def tls(tmp_path, ca) -> OutboundTls:
-    cert_file, key_file = node_files(tmp_path, ca, "node-a")
-    return OutboundTls(write_pem(tmp_path, "ca.pem", ca.cert_pem.bytes()), cert_file, key_file)
+    return outbound_tls(tmp_path, ca)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.factories import instance_body
 from tests.interop import maven
 from tests.interop.certificates import ORDERS_URI, PEER_URI, Pki, make_pki
 from tests.interop.conftest import AUTH_ENV, LiveServer, running_server
@@ -79,17 +80,20 @@ class TestGrants:
         with httpx.Client(
             base_url=grants_node.url, verify=client_context(pki.ca, pki.orders), timeout=5
         ) as orders:
-            body = _instance("ORDERS", "orders-1", 9301)
+            body = loopback_instance("ORDERS", "orders-1", 9301)
             assert orders.post("apps/ORDERS", json=body).status_code == 204
             assert orders.delete("apps/ORDERS/orders-1").status_code == 200
             # Another app is not its to write.
-            refused = orders.post("apps/PAYMENTS", json=_instance("PAYMENTS", "p-1", 9302))
+            refused = orders.post("apps/PAYMENTS", json=loopback_instance("PAYMENTS", "p-1", 9302))
             assert refused.status_code == 403, refused.text
         # A certificate that names no account is refused like bad credentials.
         with httpx.Client(
             base_url=grants_node.url, verify=client_context(pki.ca, pki.payments), timeout=5
         ) as unknown:
-            assert unknown.post("apps/PAYMENTS", json=_instance("PAYMENTS", "p-1", 9302)).status_code == 401
+            assert (
+                unknown.post("apps/PAYMENTS", json=loopback_instance("PAYMENTS", "p-1", 9302)).status_code
+                == 401
+            )
 
     def test_a_spring_app_whose_certificate_is_granted_orders_cannot_register_payments(
         self, grants_node, java, pki, tmp_path
@@ -123,19 +127,5 @@ class TestGrants:
         assert Reader(grants_node, pki).ids() == before
 
 
-def _instance(app: str, instance_id: str, port: int) -> dict:
-    return {
-        "instance": {
-            "instanceId": instance_id,
-            "hostName": "127.0.0.1",
-            "app": app,
-            "ipAddr": "127.0.0.1",
-            "status": "UP",
-            "port": {"$": port, "@enabled": "true"},
-            "dataCenterInfo": {
-                "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                "name": "MyOwn",
-            },
-            "vipAddress": app.lower(),
-        }
-    }
+def loopback_instance(app: str, instance_id: str, port: int) -> dict:
+    return instance_body(app, "127.0.0.1", port, instance_id=instance_id)

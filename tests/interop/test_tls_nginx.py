@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.factories import instance_body
 from tests.interop.certificates import ORDERS_URI, Pki, make_pki
 from tests.interop.conftest import (
     API_ACCOUNTS,
@@ -142,24 +143,6 @@ def nginx(pki, proxied_node, tmp_path_factory) -> Iterator[str]:
             process.wait(timeout=10)
 
 
-def _instance(app: str, instance_id: str, port: int) -> dict:
-    return {
-        "instance": {
-            "instanceId": instance_id,
-            "hostName": "127.0.0.1",
-            "app": app,
-            "ipAddr": "127.0.0.1",
-            "status": "UP",
-            "port": {"$": port, "@enabled": "true"},
-            "dataCenterInfo": {
-                "@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo",
-                "name": "MyOwn",
-            },
-            "vipAddress": app.lower(),
-        }
-    }
-
-
 def _peer_view(node: LiveServer) -> httpx.Client:
     return httpx.Client(
         base_url=node.url,
@@ -173,8 +156,10 @@ def test_through_nginx_the_client_certificate_identifies_the_caller(nginx, proxi
     with httpx.Client(
         base_url=f"{nginx}/eureka/", verify=client_context(pki.ca, pki.orders), timeout=10
     ) as orders:
-        assert orders.post("apps/ORDERS", json=_instance("ORDERS", "via-nginx", 9401)).status_code == 204
-        refused = orders.post("apps/PAYMENTS", json=_instance("PAYMENTS", "via-nginx", 9402))
+        assert (
+            orders.post("apps/ORDERS", json=loopback_instance("ORDERS", "via-nginx", 9401)).status_code == 204
+        )
+        refused = orders.post("apps/PAYMENTS", json=loopback_instance("PAYMENTS", "via-nginx", 9402))
         assert refused.status_code == 403, refused.text
         with _peer_view(proxied_node) as peer:
             assert peer.get("apps/ORDERS/via-nginx").status_code == 200
@@ -183,7 +168,7 @@ def test_through_nginx_the_client_certificate_identifies_the_caller(nginx, proxi
     # Without a client certificate nginx itself refuses (400: "No required SSL certificate was sent").
     anonymous = httpx.post(
         f"{nginx}/eureka/apps/ORDERS",
-        json=_instance("ORDERS", "anonymous", 9403),
+        json=loopback_instance("ORDERS", "anonymous", 9403),
         verify=client_context(pki.ca),
         timeout=10,
     )
@@ -197,7 +182,7 @@ def _forged(node: LiveServer, source: str, pem: bytes, instance_id: str) -> http
     with httpx.Client(transport=transport, timeout=10) as client:
         return client.post(
             f"{node.url}apps/ORDERS",
-            json=_instance("ORDERS", instance_id, 9404),
+            json=loopback_instance("ORDERS", instance_id, 9404),
             headers={HEADER: quote(pem.decode(), safe="")},
         )
 
@@ -213,3 +198,7 @@ def test_the_certificate_header_from_a_non_proxy_address_is_not_believed(proxied
         assert believed.status_code == 204, believed.text
         assert peer.get("apps/ORDERS/believed").status_code == 200
         assert peer.delete("apps/ORDERS/believed").status_code == 200
+
+
+def loopback_instance(app: str, instance_id: str, port: int) -> dict:
+    return instance_body(app, "127.0.0.1", port, instance_id=instance_id)

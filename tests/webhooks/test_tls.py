@@ -12,7 +12,7 @@ from registry.domain.outbound_tls import OutboundTls
 from registry.webhooks.models import WebhookDelivery
 from registry.webhooks.sender import deliver_due, new_client
 from tests.factories import instance_body
-from tests.tls_servers import FakeTlsServer, node_files, write_pem
+from tests.tls_servers import FakeTlsServer, outbound_tls
 
 from .conftest import subscribe
 
@@ -28,8 +28,7 @@ def ca() -> trustme.CA:
 
 @pytest.fixture
 def tls(tmp_path, ca) -> OutboundTls:
-    cert_file, key_file = node_files(tmp_path, ca, "node-a")
-    return OutboundTls(write_pem(tmp_path, "ca.pem", ca.cert_pem.bytes()), cert_file, key_file)
+    return outbound_tls(tmp_path, ca)
 
 
 @pytest.fixture
