@@ -105,8 +105,10 @@ def check_files(ca_file: str, cert_file: str, key_file: str) -> None:
         build_context(ca_file, cert_file, key_file)
 
 
-def _signature(paths: tuple[str, ...]) -> tuple:
-    """What tells a file changed: its size, time and inode (a Kubernetes Secret is swapped by a link)."""
+def file_signature(paths: tuple[str, ...]) -> tuple:
+    """What tells that certificate files changed: each one's size, time, inode and device, followed
+    through symbolic links (a Kubernetes Secret is swapped by a link); None for one that is missing.
+    The server's certificate (registry/serving/tls.py) is watched the same way."""
     found = []
     for path in paths:
         try:
@@ -125,7 +127,7 @@ class _Watched:
         self.files = files
         self.paths = tuple(path for path in files if path)
         self.clock = clock
-        self.signature = _signature(self.paths)
+        self.signature = file_signature(self.paths)
         self.context = build_context(*files)
         self.generation = 1
         self.checked_at = clock()
@@ -137,7 +139,7 @@ class _Watched:
             now = self.clock()
             if now - self.checked_at >= CHECK_INTERVAL_S:
                 self.checked_at = now
-                signature = _signature(self.paths)
+                signature = file_signature(self.paths)
                 if signature != self.signature:
                     self._reload(signature)
             return self.generation, self.context

@@ -19,11 +19,12 @@ once and the old context is kept until they change again.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from registry.domain.outbound_tls import file_signature
 
 logger = logging.getLogger(__name__)
 
@@ -86,18 +87,6 @@ def server_context(files: TlsFiles, context_class: type[ssl.SSLContext] = ssl.SS
     return context
 
 
-def _signature(paths: tuple[str, ...]) -> tuple:
-    found = []
-    for path in paths:
-        try:
-            status = os.stat(path)  # through a symbolic link (Kubernetes' ..data swap changes the target)
-        except OSError:
-            found.append(None)
-            continue
-        found.append((status.st_ino, status.st_mtime_ns, status.st_size))
-    return tuple(found)
-
-
 class RotatingContext:
     """The context for new connections (``current``), built again from the files once they change."""
 
@@ -112,7 +101,7 @@ class RotatingContext:
         self.build = build
         self.clock = clock
         self.check_every_s = check_every_s
-        self._loaded = _signature(files.paths)
+        self._loaded = file_signature(files.paths)
         self.context = build(files)  # at start a file that does not load stops the server
         self._failed: tuple | None = None
         self._next_check = clock() + check_every_s
@@ -128,7 +117,7 @@ class RotatingContext:
 
     def reload_if_changed(self) -> bool:
         """Build a new context if the files changed since the last load and load cleanly; True if it did."""
-        signature = _signature(self.files.paths)
+        signature = file_signature(self.files.paths)
         if signature == self._loaded or signature == self._failed:
             return False
         try:
