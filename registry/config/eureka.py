@@ -19,6 +19,7 @@ from registry.config.environment import Environment
 from registry.config.services import (
     ChangeFeedConfig,
     HealthChecksConfig,
+    MeshConfig,
     OutboundTlsConfig,
     ReaderConfig,
     RedisConfig,
@@ -65,6 +66,7 @@ class EurekaConfig:
     webhooks: WebhooksConfig = WebhooksConfig()
     health_checks: HealthChecksConfig = HealthChecksConfig()
     outbound_tls: OutboundTlsConfig = OutboundTlsConfig()
+    mesh: MeshConfig = MeshConfig()
     process: ProcessConfig = ProcessConfig()
     identity: IdentityConfig = IdentityConfig()
     access: AccessConfig = AccessConfig()
@@ -169,6 +171,8 @@ def _derived(section: str, parsed: Mapping[str, Any], top: Mapping[str, Any]) ->
             "revalidate_ms": min(100, update_ms // 10),
             "node_url": top["control_url"],
         }
+    if section == "mesh":
+        return {"node_url": top["control_url"]}
     if section == "dashboard":
         # Instance metadata often holds secrets: a closed API does not leave them on an open console.
         return {"login_required": parsed["access"].api_auth}

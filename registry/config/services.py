@@ -271,3 +271,80 @@ class OutboundTlsConfig:
     def contexts(self) -> OutboundTls:
         """The process's TLS contexts for these files (one shared object, reloaded as they change)."""
         return shared(self.ca_file, self.cert_file, self.key_file)
+
+
+def _host(raw: str, _: Mapping[str, Any]) -> str:
+    import ipaddress
+
+    text = raw.strip()
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not an IP address to listen on") from None
+    return text
+
+
+def _dns_domain(raw: str, _: Mapping[str, Any]) -> str:
+    import re
+
+    domain = raw.strip().strip(".").lower()
+    labels = domain.split(".")
+    if not domain or not all(re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", label) for label in labels):
+        raise ValueError(f"{raw!r} is not a domain name (letters, digits, '-', dot-separated)")
+    return domain
+
+
+@dataclass(frozen=True, slots=True)
+class MeshConfig:
+    """``manage.py mesh`` (registry/mesh/, docs/mesh.md): an xDS control plane and a DNS interface
+    served beside the node from a copy of its registry. Both are off until given a port."""
+
+    node_url: str = setting(
+        "http://127.0.0.1:8761",
+        "EUREKA_MESH_NODE_URL",
+        "The node whose registry the mesh process serves (its base URL).",
+        read=base_url,
+        derived="EUREKA_CONTROL_URL",
+    )
+    node_user: str = setting(
+        "", "EUREKA_MESH_NODE_USER", "API account (reader role) the mesh process reads the node with."
+    )
+    node_password: str = setting(
+        "", "EUREKA_MESH_NODE_PASSWORD", "Password of EUREKA_MESH_NODE_USER.", secret=True
+    )
+    xds_port: int = setting(
+        0, "EUREKA_XDS_PORT", "gRPC port of the xDS control plane (ADS); 0: off.", minimum=0
+    )
+    xds_bind: str = setting("0.0.0.0", "EUREKA_XDS_BIND", "Address the xDS port listens on.", read=_host)
+    xds_weight_key: str = setting(
+        "weight",
+        "EUREKA_XDS_WEIGHT_KEY",
+        "Instance metadata key holding an endpoint's load-balancing weight (1 to 1,000,000; 100 without).",
+    )
+    xds_streams_max: int = setting(
+        5_000, "EUREKA_XDS_STREAMS_MAX", "Open xDS streams in all (more are refused).", minimum=1
+    )
+    xds_streams_per_address_max: int = setting(
+        256,
+        "EUREKA_XDS_STREAMS_PER_ADDRESS_MAX",
+        "Open xDS streams per client address (more are refused); 0: no limit.",
+        minimum=0,
+    )
+    xds_metadata_max_bytes: int = setting(
+        4_096,
+        "EUREKA_XDS_METADATA_MAX_BYTES",
+        "Instance metadata copied into an endpoint's metadata, at most (bigger values are left out).",
+        minimum=0,
+    )
+    dns_port: int = setting(0, "EUREKA_DNS_PORT", "UDP and TCP port of the DNS interface; 0: off.", minimum=0)
+    dns_bind: str = setting("127.0.0.1", "EUREKA_DNS_BIND", "Address the DNS port listens on.", read=_host)
+    dns_domain: str = setting(
+        "eureka", "EUREKA_DNS_DOMAIN", "DNS names are <name>.service.<domain>.", read=_dns_domain
+    )
+    dns_ttl_seconds: int = setting(5, "EUREKA_DNS_TTL_SECONDS", "TTL of DNS answers.", minimum=0)
+    dns_rate_per_address: int = setting(
+        200,
+        "EUREKA_DNS_RATE_PER_ADDRESS",
+        "UDP answers per second to one client address (more are cut short to TCP); 0: no limit.",
+        minimum=0,
+    )
