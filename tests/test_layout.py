@@ -175,7 +175,8 @@ LEVELS: tuple[frozenset[str], ...] = tuple(
         {"registry.cache"},
         {"registry.wire"},
         {"registry.access", "registry.cluster", "registry.health", "registry.webhooks", "registry.feed"},
-        {"registry.runtime"},
+        # The node, and the mesh process beside it (it reads the node over HTTP, and the accounts).
+        {"registry.runtime", "registry.mesh"},
         # The HTTP servers run the node; only the views (/metrics reads their connection counts) and
         # what is above them import the servers.
         {"registry.serving"},

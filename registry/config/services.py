@@ -319,7 +319,7 @@ class MeshConfig:
     xds_weight_key: str = setting(
         "weight",
         "EUREKA_XDS_WEIGHT_KEY",
-        "Instance metadata key holding an endpoint's load-balancing weight (1 to 1,000,000; 100 without).",
+        "Instance metadata key holding an endpoint's load-balancing weight (1-1,000,000; 100 if absent).",
     )
     xds_streams_max: int = setting(
         5_000, "EUREKA_XDS_STREAMS_MAX", "Open xDS streams in all (more are refused).", minimum=1
@@ -339,9 +339,19 @@ class MeshConfig:
     dns_port: int = setting(0, "EUREKA_DNS_PORT", "UDP and TCP port of the DNS interface; 0: off.", minimum=0)
     dns_bind: str = setting("127.0.0.1", "EUREKA_DNS_BIND", "Address the DNS port listens on.", read=_host)
     dns_domain: str = setting(
-        "eureka", "EUREKA_DNS_DOMAIN", "DNS names are <name>.service.<domain>.", read=_dns_domain
+        "eureka",
+        "EUREKA_DNS_DOMAIN",
+        "DNS names are NAME.service.DOMAIN (and _NAME._tcp.service.DOMAIN for SRV).",
+        read=_dns_domain,
     )
     dns_ttl_seconds: int = setting(5, "EUREKA_DNS_TTL_SECONDS", "TTL of DNS answers.", minimum=0)
+    dns_allowed_networks: tuple[str, ...] = setting(
+        (),
+        "EUREKA_DNS_ALLOWED_NETWORKS",
+        "CIDRs whose clients the DNS interface answers (others: REFUSED); empty: everyone, or only "
+        "loopback when EUREKA_API_AUTH is on.",
+        read=_networks,
+    )
     dns_rate_per_address: int = setting(
         200,
         "EUREKA_DNS_RATE_PER_ADDRESS",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.domain.changes import ACTIONS, Change, TooOld
+from registry.wire.codecs import applications_dict, instance_dict
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5_000
@@ -38,6 +39,9 @@ class FeedQuery:
     apps: frozenset[str] | None  # upper-cased; None: every app
     actions: frozenset[str] | None  # None: every action
     limit: int = DEFAULT_LIMIT
+    # Each change carries the instance as the map holds it when the change is read (``instance``:
+    # Eureka's JSON form, null once it left): what a follower keeping its own copy needs (manage.py mesh).
+    instances: bool = False
 
     def matches(self, change: Change) -> bool:
         return (self.apps is None or change.app.upper() in self.apps) and (
@@ -110,11 +114,20 @@ def parse_query(
             raise BadParameter("limit", f"expected an integer from 1 to {max_limit}, got {limits[-1][:40]!r}")
         limit = int(text)
 
+    instances = False
+    switches = _values(query, "instances")
+    if switches:
+        text = switches[-1].strip().lower()
+        if text not in ("true", "false"):
+            raise BadParameter("instances", f"expected true or false, got {switches[-1][:40]!r}")
+        instances = text == "true"
+
     return FeedQuery(
         since=since,
         apps=frozenset(app.upper() for app in apps) if apps is not None else None,
         actions=frozenset(actions) if actions is not None else None,
         limit=limit,
+        instances=instances,
     )
 
 
@@ -166,8 +179,31 @@ def read_page(registry, query: FeedQuery) -> dict[str, Any]:
     full = len(changes) >= query.limit
     next_id = changes[-1].id if full else max(last_before, changes[-1].id if changes else since)
     return {
-        "changes": [change.as_json() for change in changes],
+        "changes": changes_json(registry, changes, query.instances),
         "lastId": last_change_id(registry),
         "oldestId": oldest_change_id(registry),
         "next": next_id,
     }
+
+
+def changes_json(registry, changes: list[Change], with_instances: bool) -> list[dict[str, Any]]:
+    """The changes as the feed shows them; with ``with_instances``, each with its instance's record as
+    the map holds it now (one short lock hold per change), or None once it left the map."""
+    if not with_instances:
+        return [change.as_json() for change in changes]
+    out = []
+    for change in changes:
+        shown = change.as_json()
+        held = registry.reads.lease(change.app, change.instance_id)
+        shown["instance"] = instance_dict(held[0]) if held is not None else None
+        out.append(shown)
+    return out
+
+
+def registry_page(registry) -> dict[str, Any]:
+    """``GET /api/v1/registry``: every instance as the map holds it now (not the response cache's copy,
+    which may be a cache-sync interval old), and ``lastId``, the newest change before the read. A
+    follower applies this, then follows the feed from ``lastId``: changes it then reads again are
+    already in the copy, and applying an instance's current record twice changes nothing."""
+    last_id = last_change_id(registry)
+    return {"lastId": last_id, "applications": applications_dict(registry.reads.snapshot())}

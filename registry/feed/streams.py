@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from registry.domain.changes import Change, TooOld
-from registry.feed.query import FeedQuery, last_change_id
+from registry.feed.query import FeedQuery, changes_json, last_change_id
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +252,10 @@ def _read_after(registry, query: FeedQuery, cursor: int) -> tuple[bytes, int]:
         return too_old_event(too_old.last_id), too_old.last_id
     if not changes:
         return b"", max(cursor, last_before)
-    chunk = b"".join(sse_event("change", change.as_json(), change.id) for change in changes)
+    shown = changes_json(registry, changes, query.instances)
+    chunk = b"".join(
+        sse_event("change", data, change.id) for change, data in zip(changes, shown, strict=True)
+    )
     if len(changes) < PAGE:
         # Everything up to last_before was scanned: skip the entries the filters left out.
         return chunk, max(changes[-1].id, last_before)

@@ -9,4 +9,5 @@ app_name = "feed"
 urlpatterns = [
     path("changes", views.ChangesView.as_view(), name="changes"),
     path("changes/stream", views.ChangeStreamView.as_view(), name="stream"),
+    path("registry", views.RegistryView.as_view(), name="registry"),
 ]

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from registry.access.clients import client_address
 from registry.access.drf import AccountAuthentication, RolePermission, SignInBusy, api_accounts_on
 from registry.domain.changes import TooOld
-from registry.feed.query import BadParameter, parse_query, read_page
+from registry.feed.query import BadParameter, parse_query, read_page, registry_page
 from registry.feed.streams import Refusal, StreamBody, StreamHub, change_stream, resume_point
 from registry.runtime.node import Node
 from registry.runtime.process import get_node
@@ -133,6 +133,14 @@ class ChangesView(FeedView):
         except TooOld as exc:
             return too_old_response(exc)
         return json_response(200, page)
+
+
+class RegistryView(FeedView):
+    """``GET /api/v1/registry``: the whole map now, with the change id to follow on from (a follower's
+    starting point: registry/feed/query.py ``registry_page``)."""
+
+    def get(self, request):
+        return json_response(200, registry_page(get_node().registry))
 
 
 class ChangeStreamView(FeedView):

@@ -364,3 +364,53 @@ def test_metrics_count_open_and_refused_streams(one_stream, api, node):
     assert "eureka_change_streams_open 1.0" in text
     assert "eureka_change_streams_refused_total 1.0" in text
     stream_hub(node).release(held)
+
+
+# --------------------------------------------------------------- what a follower reads (manage.py mesh)
+
+
+def test_with_instances_each_change_carries_the_instance_as_the_map_holds_it_now(api, fleet):
+    status, body = changes(api, "?instances=true")
+    assert status == 200
+    by_action = {(c["action"], c["instanceId"]): c for c in body["changes"]}
+    registered = by_action[("REGISTERED", "o-1")]["instance"]
+    # The instance now, not as it was at the change: o-1 was taken OUT_OF_SERVICE since.
+    assert registered["instanceId"] == "o-1" and registered["app"] == "ORDERS"
+    assert registered["status"] == "OUT_OF_SERVICE"
+    assert registered["ipAddr"] and registered["port"]["$"]
+    assert by_action[("CANCELLED", "o-2")]["instance"] is None
+    assert by_action[("REGISTERED", "o-2")]["instance"] is None
+    # Without the switch the changes are as before.
+    assert "instance" not in changes(api)[1]["changes"][0]
+
+
+def test_a_stream_with_instances_carries_them_too(short_streams, api, fleet):
+    first = changes(api)[1]["changes"][0]["id"]
+    text = read_stream(api.get(f"{STREAM}?since={first}&instances=true&app=billing"))
+    data = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    assert [(c["action"], c["instance"]["instanceId"]) for c in data] == [("REGISTERED", "b-1")]
+
+
+def test_instances_must_be_true_or_false(api, node):
+    status, body = changes(api, "?instances=yes")
+    assert status == 400
+    assert body["parameter"] == "instances"
+
+
+def test_the_registry_page_is_the_map_now_with_the_change_to_follow_on_from(api, fleet):
+    response = api.get("/api/v1/registry")
+    assert response.status_code == 200
+    body = json.loads(response.content)
+    assert body["lastId"] == changes(api)[1]["lastId"]
+    apps = {app["name"]: app["instance"] for app in body["applications"]["application"]}
+    assert sorted(apps) == ["BILLING", "ORDERS"]
+    assert [(i["instanceId"], i["status"]) for i in apps["ORDERS"]] == [("o-1", "OUT_OF_SERVICE")]
+    # A registration after it comes after lastId in the feed.
+    register(api, "ORDERS", "o-3")
+    later = changes(api, f"?since={body['lastId']}")[1]
+    assert seen(later) == [("REGISTERED", "ORDERS", "o-3")]
+
+
+def test_the_registry_page_needs_the_reader_role_with_api_accounts_on(api, node):
+    with override_settings(EUREKA=settings.EUREKA.with_changes(access__api_auth=True)):
+        assert api.get("/api/v1/registry").status_code == 401
