@@ -98,6 +98,7 @@ def metadata_struct(endpoint: Endpoint, max_bytes: int) -> tuple[struct_pb2.Stru
     used = 0
     for key in sorted(endpoint.metadata):
         if key in fields:
+            left_out += 1
             continue
         value = endpoint.metadata[key]
         size = len(key.encode()) + len(value.encode())

@@ -207,6 +207,8 @@ class Stream:
                         await context.write(response)
                         self.server.pushes += 1
                 if reader.done():
+                    if self.refusal is not None:
+                        raise self.refusal
                     # The client closed its side, or the connection is gone.
                     if not reader.cancelled():
                         reader.exception()
@@ -303,8 +305,13 @@ class SotwStream(Stream):
         names.discard(WILDCARD)
         if state.requested and names == state.subscribed and wildcard == state.wildcard:
             return
-        for name in state.subscribed - names:
-            state.forget(name)
+        if request.type_url in FULL_STATE:
+            # A new subscription is answered even when what exists of it is what the client has:
+            # the client learns from the answer which of the names it added do not exist.
+            state.responded = False
+        else:
+            for name in state.subscribed - names:
+                state.forget(name)
         state.subscribed = names
         state.wildcard = wildcard
         state.requested = True
