@@ -2,8 +2,8 @@
 ``Name`` takes ``google.protobuf.Empty`` and answers ``google.protobuf.StringValue``: the backend's
 name, so a client can tell which instance answered.
 
-In a test process: ``server = await serve(name, port)`` on a running event loop (or ``start(name, port)``
-for a synchronous server on gRPC's own threads). As a process:
+In a test process: ``server = serve(name, port)`` (a started server on gRPC's own threads;
+``server.stop(0)`` ends it). As a process:
 ``python -m tests.mesh.backend --name b1 --port 20001 [--host 127.0.0.1]``; it prints ``ready`` once
 it listens and runs until killed.
 """
@@ -37,7 +37,7 @@ def _handler(name: str) -> grpc.GenericRpcHandler:
     )
 
 
-def start(name: str, port: int, host: str = "127.0.0.1") -> grpc.Server:
+def serve(name: str, port: int, host: str = "127.0.0.1") -> grpc.Server:
     """A started synchronous server answering ``name`` on host:port; ``server.stop(0)`` ends it."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     server.add_generic_rpc_handlers((_handler(name),))
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    server = start(args.name, args.port, args.host)
+    server = serve(args.name, args.port, args.host)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     server.wait_for_termination()

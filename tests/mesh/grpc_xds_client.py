@@ -2,7 +2,7 @@
 ``xds:///`` target in a loop and prints one JSON line per call: ``{"t": seconds since start,
 "backend": name}`` or ``{"t": ..., "error": "..."}``.
 
-    python tests/mesh/grpc_xds_client.py xds:///orders --bootstrap bootstrap.json --rate 50 --duration 30
+    python -m tests.mesh.grpc_xds_client --target xds:///orders --bootstrap boot.json --rate 50 --duration 30
 
 gRPC reads its xDS bootstrap (``GRPC_XDS_BOOTSTRAP``) when it first resolves an ``xds:`` target, so
 this sets it before grpc is imported; a test runs it as a subprocess for that reason. It stops after
@@ -21,7 +21,7 @@ import time
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="e.g. xds:///orders")
+    parser.add_argument("--target", required=True, help="e.g. xds:///orders")
     parser.add_argument("--bootstrap", required=True, help="the xDS bootstrap JSON file")
     parser.add_argument("--rate", type=float, default=50.0, help="calls per second")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds; 0: until stdin closes")

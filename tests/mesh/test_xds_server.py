@@ -194,6 +194,13 @@ def test_a_request_with_a_stale_nonce_is_ignored(catalog, clients):
     assert list(unpacked(client.recv())) == ["payments"]
 
 
+def test_a_first_request_carrying_a_former_streams_nonce_is_answered(catalog, clients):
+    fleet(catalog, "ORDERS")
+    client = clients()
+    client.send(ENDPOINT, ["orders"], version_info="0123", response_nonce="77")
+    assert list(unpacked(client.recv())) == ["orders"]
+
+
 def test_every_type_for_a_proxyless_client_in_the_order_it_asks(catalog, clients):
     fleet(catalog, "ORDERS")
     client = clients()

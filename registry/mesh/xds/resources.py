@@ -34,7 +34,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2, duration_pb2, struct_pb2
 
-from registry.domain.refusals import RefusalLines, since_last_line
+from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.mesh.catalog import DOWN, OUT_OF_SERVICE, UP, Catalog, Endpoint
 
 log = logging.getLogger("registry.mesh.xds")
@@ -243,12 +243,14 @@ class ResourceCache:
         self.metadata_max_bytes = metadata_max_bytes
         self._entries: dict[tuple[str, str], Entry | None] = {}
         self._names: list[str] | None = None
+        self._name_set: frozenset[str] | None = None
         self._notes = notes or RefusalLines()
         self.builds = 0
         self.metadata_keys_left_out = 0
 
     def invalidate(self, names: Iterable[str]) -> None:
         self._names = None
+        self._name_set = None
         for name in names:
             for type_url in TYPE_URLS:
                 self._entries.pop((type_url, name), None)
@@ -258,6 +260,11 @@ class ResourceCache:
         if self._names is None:
             self._names = self.catalog.names()
         return self._names
+
+    def name_set(self) -> frozenset[str]:
+        if self._name_set is None:
+            self._name_set = frozenset(self.names())
+        return self._name_set
 
     def get(self, type_url: str, name: str) -> Entry | None:
         """The resource, or None when the service name does not exist (or the type is not served)."""
@@ -285,6 +292,7 @@ class ResourceCache:
                         name,
                         left_out,
                         since_last_line(count),
+                        extra=refusal_fields("xds_metadata_left_out", count),
                     )
             return entry(name, assignment)
         builder = {LISTENER: listener, ROUTE: route_configuration, CLUSTER: cluster}.get(type_url)

@@ -291,7 +291,8 @@ class SotwStream(Stream):
         state = self._state(request.type_url)
         if state is None:
             return
-        nonce = request.response_nonce
+        # A nonce before any response of this type on this stream is one of a former stream: none.
+        nonce = request.response_nonce if state.last_nonce else ""
         if nonce and nonce != state.last_nonce:
             return  # stale: a later request says it all again
         if nonce:
@@ -441,7 +442,7 @@ class DeltaStream(Stream):
         for type_url, state in self.types.items():
             if not state.requested or not (state.dirty_all or state.dirty):
                 continue
-            every = set(cache.names()) if state.wildcard else set()
+            every = cache.name_set() if state.wildcard else frozenset()
             names = state.subscribed | set(state.sent) | every if state.dirty_all else state.dirty
             state.dirty, state.dirty_all = set(), False
             changes: dict[str, Entry | None] = {}
