@@ -514,6 +514,22 @@ def test_a_stream_with_accepted_credentials_is_served_and_asked_once(catalog, ma
         client.close()
 
 
+def test_a_failing_access_check_refuses_the_stream_unavailable(catalog, make_server):
+    fleet(catalog, "ORDERS")
+
+    async def broken(authorization, certificate):
+        raise ConnectionError("the accounts database is down")
+
+    server = make_server(authorize=broken)
+    error = AdsClient(f"127.0.0.1:{server.port}").ended()
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "accounts database" not in error.details()
+    client = AdsClient(f"127.0.0.1:{server.port}")
+    assert client.ended().code() == grpc.StatusCode.UNAVAILABLE
+    assert server.server.refused == {"xds_access_check_failed": 2}
+    assert server.server.streams_open == 0
+
+
 @pytest.fixture(scope="module")
 def certificates():
     ca = trustme.CA()

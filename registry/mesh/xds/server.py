@@ -14,12 +14,13 @@ name of the catalog. The rules they follow, from Envoy's "xDS REST and gRPC prot
    reason (once a minute per type, with a count) and the rejected versions are remembered: they are
    not sent again; the resource is sent when it changes. A NACK never causes a response by itself, so
    a client that rejects everything, however often, costs a parse and a log count.
-3. SotW subscriptions. A request whose nonce is not the latest one sent of its type is stale and is
-   ignored (a later request repeats the subscription in full). Listeners and clusters are
-   "state of the world" types: each response lists every subscribed one, and one left out no longer
-   exists; a client that names none, or ``*``, gets all of them (wildcard). Route configurations and
-   assignments are sent only when they change, and one that does not exist is not sent (the client
-   decides that it does not exist after its own timeout).
+3. SotW subscriptions. A request whose nonce is not the latest one sent of its type is stale: its
+   ACK or NACK counts, its subscription is ignored (the answer to the latest response repeats it).
+   Listeners and clusters are "state of the world" types: each response lists every subscribed one,
+   and one left out no longer exists; a client that names none, or ``*``, gets all of them
+   (wildcard), and a change of subscription is always answered. Route configurations and assignments
+   are sent only when they change, and one that does not exist is not sent (the client decides that
+   it does not exist after its own timeout).
 4. Delta subscriptions. Each request is applied on its own: ``resource_names_subscribe`` adds,
    ``..._unsubscribe`` drops, ``*`` is the wildcard for listeners and clusters (as is a first request
    that names none), ``initial_resource_versions`` says what a reconnecting client already has (it is
@@ -293,11 +294,12 @@ class SotwStream(Stream):
             return
         # A nonce before any response of this type on this stream is one of a former stream: none.
         nonce = request.response_nonce if state.last_nonce else ""
-        if nonce and nonce != state.last_nonce:
-            return  # stale: a later request says it all again
         if nonce:
+            # Every response is answered, a stale one too: its ACK or NACK counts.
             error = request.error_detail.message if request.HasField("error_detail") else None
             self._answered(state, request.type_url, nonce, error)
+            if nonce != state.last_nonce:
+                return  # stale: the answer to the latest response will say the subscription again
         names = set(request.resource_names)
         wildcard = False
         if request.type_url in FULL_STATE:
@@ -582,7 +584,13 @@ class XdsServer:
             if key == "authorization":
                 authorization = value if isinstance(value, str) else value.decode("latin-1")
         certificate = client_certificate(context)
-        reason = await self.authorize(authorization, certificate)
+        try:
+            reason = await self.authorize(authorization, certificate)
+        except Exception:
+            log.exception("xDS: the access check of a stream from %s failed", peer_address(context.peer()))
+            raise Refused(
+                grpc.StatusCode.UNAVAILABLE, "xds_access_check_failed", "the access check failed; try again"
+            ) from None
         if reason is None:
             return
         if authorization is None and certificate is None:
