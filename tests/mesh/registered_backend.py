@@ -30,7 +30,8 @@ async def main(url: str, app: str, name: str, port: int, renewal: int, duration:
         should_discover=False,
     )
     await client.start()
-    print(f"registered {name} on port {port}", flush=True)
+    sys.stdout.write(f"registered {name} on port {port}\n")
+    sys.stdout.flush()
     try:
         await asyncio.Event().wait()
     finally:

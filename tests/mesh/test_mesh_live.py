@@ -11,6 +11,7 @@ bench/mesh.py measures propagation precisely.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -21,8 +22,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
+import dns.exception
 import dns.message
 import dns.query
 import dns.rdatatype
@@ -33,6 +34,9 @@ from tests.interop.conftest import PROJECT_ROOT, running_server, server_env, wai
 from tests.ports import free_port
 
 pytestmark = pytest.mark.live
+
+# What each step measured (pytest -s --log-cli-level=INFO shows it; a failure shows it anyway).
+measured = logging.getLogger("tests.mesh.measured")
 
 APP = "ORDERS"
 # The mesh promises a second from the node's change to every client; the test allows for a loaded
@@ -125,7 +129,17 @@ class Admin:
 @contextmanager
 def backend(node, name: str, port: int) -> Iterator[subprocess.Popen]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.mesh.registered_backend", node.url, APP, name, str(port), str(RENEWAL_S), str(DURATION_S)],
+        [
+            sys.executable,
+            "-m",
+            "tests.mesh.registered_backend",
+            node.url,
+            APP,
+            name,
+            str(port),
+            str(RENEWAL_S),
+            str(DURATION_S),
+        ],
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -208,7 +222,12 @@ def mesh(node, tmp_path_factory):
     )
     try:
         wait_until(lambda: _answers_dns(dns_port), 30, lambda: (workdir / "mesh.log").read_text())
-        yield {"xds_port": xds_port, "dns_port": dns_port, "bootstrap": bootstrap, "log": workdir / "mesh.log"}
+        yield {
+            "xds_port": xds_port,
+            "dns_port": dns_port,
+            "bootstrap": bootstrap,
+            "log": workdir / "mesh.log",
+        }
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -220,7 +239,9 @@ def mesh(node, tmp_path_factory):
 
 def _answers_dns(port: int) -> bool:
     try:
-        dns.query.tcp(dns.message.make_query("x.service.eureka", dns.rdatatype.A), "127.0.0.1", port=port, timeout=1)
+        dns.query.tcp(
+            dns.message.make_query("x.service.eureka", dns.rdatatype.A), "127.0.0.1", port=port, timeout=1
+        )
         return True
     except (OSError, dns.exception.DNSException):
         return False
@@ -240,7 +261,9 @@ def _moved_off(logs: list[CallLog], name: str, since: float, others: set[str]) -
                 return False
         return True
 
-    wait_until(settled, CHANGE_S + 1.0, lambda: {log.label: log.backends_since(since) for log in logs}, interval=0.05)
+    wait_until(
+        settled, CHANGE_S + 1.0, lambda: {log.label: log.backends_since(since) for log in logs}, interval=0.05
+    )
     last = max((log.last_call_to(name) or since) for log in logs)
     return max(0.0, last - since)
 
@@ -256,13 +279,33 @@ def test_clients_follow_admin_overrides_evictions_and_returns(node, mesh, xds_go
             logs = [
                 CallLog(
                     "grpcio",
-                    [sys.executable, "-m", "tests.mesh.grpc_xds_client", "--target", f"xds:///{APP.lower()}",
-                     "--bootstrap", str(mesh["bootstrap"]), "--rate", "40", "--duration", "90"],
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.mesh.grpc_xds_client",
+                        "--target",
+                        f"xds:///{APP.lower()}",
+                        "--bootstrap",
+                        str(mesh["bootstrap"]),
+                        "--rate",
+                        "40",
+                        "--duration",
+                        "90",
+                    ],
                     env,
                 ),
                 CallLog(
                     "grpc-go",
-                    [str(xds_go_binary), "client", "-target", f"xds:///{APP.lower()}", "-rate", "40", "-duration", "90s"],
+                    [
+                        str(xds_go_binary),
+                        "client",
+                        "-target",
+                        f"xds:///{APP.lower()}",
+                        "-rate",
+                        "40",
+                        "-duration",
+                        "90s",
+                    ],
                     env,
                 ),
             ]
@@ -281,7 +324,7 @@ def test_clients_follow_admin_overrides_evictions_and_returns(node, mesh, xds_go
                 changed = time.monotonic()
                 admin.act("who-1", "take_out_of_service")
                 took = _moved_off(logs, "who-1", changed, {"who-2", "who-3"})
-                print(f"admin OUT_OF_SERVICE → both clients off who-1 in {took:.2f} s")
+                measured.warning(f"admin OUT_OF_SERVICE → both clients off who-1 in {took:.2f} s")
                 assert took < CHANGE_S
                 assert ports["who-1"] not in dns_ports(mesh["dns_port"], APP.lower())
 
@@ -293,7 +336,9 @@ def test_clients_follow_admin_overrides_evictions_and_returns(node, mesh, xds_go
                     CHANGE_S,
                     lambda: {log.label: log.backends_since(back) for log in logs},
                 )
-                print(f"admin back in service → both clients call who-1 after {time.monotonic() - back:.2f} s")
+                measured.warning(
+                    f"admin back in service → both clients call who-1 after {time.monotonic() - back:.2f} s"
+                )
 
                 # 4. who-2's process is killed: no cancel, the node evicts it when its lease runs out.
                 killed_process.kill()
@@ -301,7 +346,7 @@ def test_clients_follow_admin_overrides_evictions_and_returns(node, mesh, xds_go
                 wait_until(lambda: "who-2" not in statuses(node), 20, lambda: statuses(node), interval=0.1)
                 evicted = time.monotonic()
                 took = _moved_off(logs, "who-2", evicted, {"who-1", "who-3"})
-                print(f"who-2 evicted → both clients off it {took:.2f} s after the eviction")
+                measured.warning(f"who-2 evicted → both clients off it {took:.2f} s after the eviction")
                 assert ports["who-2"] not in dns_ports(mesh["dns_port"], APP.lower())
 
                 # 5. It returns (a new process, registered again): calls come back to it.
@@ -312,12 +357,17 @@ def test_clients_follow_admin_overrides_evictions_and_returns(node, mesh, xds_go
                         CHANGE_S + 10,
                         lambda: {log.label: log.backends_since(returned) for log in logs},
                     )
-                    print(f"who-2 back → both clients call it after {time.monotonic() - returned:.2f} s")
+                    measured.warning(
+                        f"who-2 back → both clients call it after {time.monotonic() - returned:.2f} s"
+                    )
                     assert dns_ports(mesh["dns_port"], APP.lower()) == set(ports.values())
             finally:
                 for log in logs:
                     stderr = log.stop()
                     failed = [c for c in log.calls if c[2]]
-                    print(f"{log.label}: {len(log.calls)} calls, {len(failed)} failed; stderr tail: {stderr[-300:]}")
+                    measured.warning(
+                        f"{log.label}: {len(log.calls)} calls, {len(failed)} failed; "
+                        f"stderr tail: {stderr[-300:]}"
+                    )
         finally:
             killed.__exit__(None, None, None)
