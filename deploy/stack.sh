@@ -21,7 +21,7 @@
 # forwards everything else to the node. Default 0: no reader.
 #
 # The mesh process (manage.py mesh, docs/mesh.md): STACK_MESH=1 (`make stack MESH=1`) also starts it,
-# following this node at http://127.0.0.1:PORT (EUREKA_MESH_NODE_URL unless set) and serving xDS on
+# once the node is ready, following this node at http://127.0.0.1:PORT (EUREKA_MESH_NODE_URL unless set) and serving xDS on
 # EUREKA_XDS_PORT (default PORT + 10000: 18761) and DNS, UDP and TCP on loopback, on EUREKA_DNS_PORT
 # (default PORT - 161: 8600, the port the chart and Compose use; PORT + 1 would be a second node's).
 # Either set to 0 turns that part off. Default 0: no mesh process.
@@ -302,15 +302,15 @@ if ((READERS > 0)); then
     export EUREKA_READER_NODE_URL=${EUREKA_READER_NODE_URL:-http://127.0.0.1:$PORT}
     start reader "$BIN/gunicorn" -c deploy/gunicorn_reader.conf.py --bind "0.0.0.0:$READER_PORT" --workers "$READERS"
 fi
-if ((MESH)); then
-    start mesh "$BIN/python" manage.py mesh
-fi
 
 ready_url="http://127.0.0.1:$PORT/readyz"
 ready=""
 reader_ready=""
 ((READERS > 0)) || reader_ready=skip
+# The mesh process starts once the node is ready (or has had its 60 s): it follows the node from its
+# first request on, rather than logging that the node is not there yet.
 mesh_ready=""
+mesh_deadline=""
 ((MESH)) || mesh_ready=skip
 ready_deadline=$((SECONDS + 60))
 failed=""
@@ -348,7 +348,11 @@ while [[ -z $stop_requested ]]; do
             log "reader not ready after 60s: GET http://127.0.0.1:$READER_PORT/readyz answers $code (the processes keep running)"
         fi
     fi
-    if [[ -z $mesh_ready ]]; then
+    if [[ -z $mesh_ready && -n $ready && -z $mesh_deadline ]]; then
+        start mesh "$BIN/python" manage.py mesh
+        mesh_deadline=$((SECONDS + 60))
+    fi
+    if [[ -z $mesh_ready && -n $mesh_deadline ]]; then
         # Listening = each port that is on accepts a TCP connection (DNS answers over TCP too).
         listening=1
         for port in "$EUREKA_XDS_PORT" "$EUREKA_DNS_PORT"; do
@@ -362,7 +366,7 @@ while [[ -z $stop_requested ]]; do
             if ((EUREKA_DNS_PORT)); then
                 log "mesh: DNS at 127.0.0.1:$EUREKA_DNS_PORT, UDP and TCP (dig @127.0.0.1 -p $EUREKA_DNS_PORT NAME.service.${EUREKA_DNS_DOMAIN:-eureka})"
             fi
-        elif ((SECONDS > ready_deadline)); then
+        elif ((SECONDS > mesh_deadline)); then
             mesh_ready=timeout
             log "mesh not listening after 60s on its ports (the processes keep running)"
         fi
