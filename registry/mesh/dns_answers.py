@@ -134,7 +134,7 @@ class Zone:
         """The answer to a query of one question (the server checked its opcode and question count).
         ``turn`` rotates the records' order: the server passes a count of the queries it answered, so
         that clients that take the first address spread over the instances."""
-        response = dns.message.make_response(query, our_payload=UDP_PAYLOAD_MAX)
+        response = dns.message.make_response(query, our_payload=UDP_PAYLOAD_MAX, pad=0)
         question = query.question[0]
         qname, qtype = question.name, question.rdtype
         if question.rdclass != IN:
