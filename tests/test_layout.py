@@ -174,7 +174,15 @@ LEVELS: tuple[frozenset[str], ...] = tuple(
         {"registry.config"},
         {"registry.cache"},
         {"registry.wire"},
-        {"registry.access", "registry.cluster", "registry.health", "registry.webhooks", "registry.feed"},
+        # registry.mesh: the mesh process's catalog and its servers (xDS, DNS), on the settings alone.
+        {
+            "registry.access",
+            "registry.cluster",
+            "registry.health",
+            "registry.webhooks",
+            "registry.feed",
+            "registry.mesh",
+        },
         {"registry.runtime"},
         # The HTTP servers run the node; only the views (/metrics reads their connection counts) and
         # what is above them import the servers.
