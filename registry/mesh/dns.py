@@ -223,23 +223,15 @@ class DnsHandler:
         if len(query.question) != 1:
             self.tally.note(QUESTION_COUNT, address)
             return (_header_reply(wire, dns.rcode.FORMERR) if within_rate else None), True
-        response = dns.message.make_response(query, our_payload=UDP_PAYLOAD_MAX, pad=0)
         limit = TCP_MAX if tcp else udp_limit(query)
-        if not within_rate:
-            self.tally.note(RATE_LIMITED, address)
-            response.flags |= dns.flags.TC
-            return render(response, limit)[0], True
-        if query.edns > 0:
-            self.tally.note(EDNS_VERSION, address)
-            response.set_rcode(dns.rcode.BADVERS)
-            return render(response, limit)[0], True
-        if self.allowed is not None and not self._allows(address):
-            self.tally.note(NOT_ALLOWED, address)
-            response.set_rcode(dns.rcode.REFUSED)
-            return render(response, limit)[0], True
-        if not self.catalog.ready.is_set():
-            self.tally.note(NOT_READY, address)
-            response.set_rcode(dns.rcode.SERVFAIL)
+        refusal = self._refusal(query, address, within_rate)
+        if refusal is not None:
+            kind, rcode = refusal
+            self.tally.note(kind, address)
+            response = dns.message.make_response(query, our_payload=UDP_PAYLOAD_MAX, pad=0)
+            response.set_rcode(rcode)
+            if kind == RATE_LIMITED:
+                response.flags |= dns.flags.TC
             return render(response, limit)[0], True
         self._turn += 1
         reply = self.zone.answer(query, self.catalog, self._turn)
@@ -249,6 +241,18 @@ class DnsHandler:
         if truncated:
             self.truncated += 1
         return answer, True
+
+    def _refusal(self, query: dns.message.Message, address: str, within_rate: bool) -> tuple[str, int] | None:
+        """(kind, rcode) of a query answered without records, in the order the checks are made."""
+        if not within_rate:
+            return RATE_LIMITED, dns.rcode.NOERROR
+        if query.edns > 0:
+            return EDNS_VERSION, dns.rcode.BADVERS
+        if self.allowed is not None and not self._allows(address):
+            return NOT_ALLOWED, dns.rcode.REFUSED
+        if not self.catalog.ready.is_set():
+            return NOT_READY, dns.rcode.SERVFAIL
+        return None
 
     def _allows(self, address: str) -> bool:
         try:

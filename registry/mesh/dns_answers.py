@@ -86,6 +86,20 @@ class Reply:
     refusal: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What a name holds of one type: its records (one RRset each), and the additional section's."""
+
+    records: tuple[dns.rrset.RRset, ...] = ()
+    additional: tuple[dns.rrset.RRset, ...] = ()
+
+
+NODATA = _Found()
+# (name, type) pairs a Zone remembers the records of, per catalog version: a flood of made-up names
+# empties it, no more.
+FOUND_CACHE_MAX = 4096
+
+
 class Zone:
     """The names under the domain, and the answers to queries for them (the module docstring)."""
 
@@ -101,22 +115,32 @@ class Zone:
         # Names that exist without records of their own because a service's name lies below them
         # (RFC 8020), computed from the catalog's names when first needed, per catalog version.
         self._parents: tuple[int, frozenset[tuple[bytes, ...]]] = (-1, frozenset())
+        # What each (name, type) asked holds, for the catalog's version: building records costs more
+        # than answering from them (dnspython hashes a record by rendering it).
+        self._found: dict[tuple[tuple[bytes, ...], int], _Found | None] = {}
+        self._found_version = -1
+        self._soa: tuple[int, dns.rrset.RRset | None] = (-1, None)
 
     # ------------------------------------------------------------------ records
 
     def soa(self, catalog: Catalog) -> dns.rrset.RRset:
+        version = catalog.version
+        if self._soa[0] == version and self._soa[1] is not None:
+            return self._soa[1]
         rdata = dns.rdtypes.ANY.SOA.SOA(
             IN,
             SOA,
             self.ns,
             dns.name.Name((b"hostmaster", *self.origin.labels)),
-            catalog.version & 0xFFFFFFFF,
+            version & 0xFFFFFFFF,
             SOA_REFRESH,
             SOA_RETRY,
             SOA_EXPIRE,
             self.ttl,
         )
-        return dns.rrset.from_rdata_list(self.origin, self.ttl, [rdata])
+        soa = dns.rrset.from_rdata_list(self.origin, self.ttl, [rdata])
+        self._soa = (version, soa)
+        return soa
 
     def address_name(self, address: str) -> dns.name.Name:
         """The SRV target naming an address: ``<hex>.addr.<domain>``."""
@@ -127,6 +151,11 @@ class Zone:
         if ":" in address:
             return dns.rdtypes.IN.AAAA.AAAA(IN, AAAA, address)
         return dns.rdtypes.IN.A.A(IN, A, address)
+
+    def _each(self, owner: dns.name.Name, rdatas) -> tuple[dns.rrset.RRset, ...]:
+        """One RRset per record: an answer's records are rotated, and cut to what fits, record by
+        record (``render``); the client merges them into one RRset again."""
+        return tuple(dns.rrset.from_rdata_list(owner, self.ttl, [rdata]) for rdata in rdatas)
 
     # ------------------------------------------------------------------ answers
 
@@ -149,89 +178,89 @@ class Zone:
             response.set_rcode(dns.rcode.REFUSED)
             return Reply(response, ZONE_TRANSFER)
         labels = tuple(label.lower() for label in qname.relativize(self.origin).labels)
-        found = self._records(labels, qname, qtype, catalog, turn)
+        found = self._lookup(labels, qtype, catalog)
         if found is None:
             response.set_rcode(dns.rcode.NXDOMAIN)
             response.authority.append(self.soa(catalog))
             return Reply(response)
-        answer, additional = found
         if qtype == ANY:
             # RFC 8482: one small record instead of all of them (the module docstring).
             hinfo = dns.rdtypes.ANY.HINFO.HINFO(IN, HINFO, b"RFC8482", b"")
             response.answer.append(dns.rrset.from_rdata_list(qname, self.ttl, [hinfo]))
             return Reply(response, ANY_QUERY)
-        if answer is None:
+        if not found.records:
             response.authority.append(self.soa(catalog))
         else:
-            response.answer.append(answer)
-            response.additional.extend(additional)
+            # The owner names are in lower case; on the wire they point at the question, so the
+            # client reads its own spelling back (resolvers that mix case, DNS 0x20, check it).
+            response.answer = _rotated(list(found.records), turn)
+            response.additional = list(found.additional)
         return Reply(response)
 
-    def _records(
-        self, labels: tuple[bytes, ...], qname: dns.name.Name, qtype: int, catalog: Catalog, turn: int
-    ) -> tuple[dns.rrset.RRset | None, list[dns.rrset.RRset]] | None:
-        """(the answer's RRset or None for NODATA, the additional RRsets) for an existing name; None
-        for a name the zone does not hold."""
-        none: tuple[None, list[dns.rrset.RRset]] = (None, [])
+    def _lookup(self, labels: tuple[bytes, ...], qtype: int, catalog: Catalog) -> _Found | None:
+        version = catalog.version
+        if version != self._found_version or len(self._found) >= FOUND_CACHE_MAX:
+            self._found = {}
+            self._found_version = version
+        key = (labels, qtype)
+        if key in self._found:
+            return self._found[key]
+        found = self._records(labels, qtype, catalog)
+        self._found[key] = found
+        return found
+
+    def _records(self, labels: tuple[bytes, ...], qtype: int, catalog: Catalog) -> _Found | None:
+        """What a name holds of a type (no record: NODATA); None for a name the zone does not hold."""
+        owner = dns.name.Name((*labels, *self.origin.labels))
         if not labels:
             if qtype == SOA:
-                return self.soa(catalog), []
+                return _Found(self._each(owner, [self.soa(catalog)[0]]))
             if qtype == NS:
-                ns = dns.rdtypes.ANY.NS.NS(IN, NS, self.ns)
-                return dns.rrset.from_rdata_list(qname, self.ttl, [ns]), []
-            return none
+                return _Found(self._each(owner, [dns.rdtypes.ANY.NS.NS(IN, NS, self.ns)]))
+            return NODATA
         if labels == (b"ns",):
             if self.ns_address is not None and qtype == (AAAA if self.ns_address.version == 6 else A):
-                rdata = self.address_rdata(str(self.ns_address))
-                return dns.rrset.from_rdata_list(qname, self.ttl, [rdata]), []
-            return none
+                return _Found(self._each(owner, [self.address_rdata(str(self.ns_address))]))
+            return NODATA
         if labels in ((b"service",), (b"addr",)):
-            return none
+            return NODATA
         if len(labels) == 2 and labels[1] == b"addr":
             address = _decode_address(labels[0])
             if address is None:
                 return None
             if qtype == (AAAA if address.version == 6 else A):
-                return dns.rrset.from_rdata_list(qname, self.ttl, [self.address_rdata(str(address))]), []
-            return none
+                return _Found(self._each(owner, [self.address_rdata(str(address))]))
+            return NODATA
         if labels[-1] != b"service":
             return None
         srv_form = len(labels) >= 3 and labels[-2] == b"_tcp" and labels[0].startswith(b"_")
         name = _service_name(labels[:-2] if srv_form else labels[:-1], strip_underscore=srv_form)
         endpoints = catalog.endpoints(name) if name else ()
         if not endpoints:
-            return none if labels in self._parent_names(catalog) else None
+            return NODATA if labels in self._parent_names(catalog) else None
         up = [endpoint for endpoint in endpoints if endpoint.up]
         if qtype == SRV:
-            return self._srv(qname, up, turn) if up else none
+            return self._srv(owner, up)
         if not srv_form and qtype in (A, AAAA):
-            rdatas = [self.address_rdata(e.address) for e in up if e.ipv6 == (qtype == AAAA)]
-            if rdatas:
-                return dns.rrset.from_rdata_list(qname, self.ttl, _rotated(rdatas, turn)), []
-        return none
+            # Instances sharing an address (on other ports) make one record.
+            addresses = dict.fromkeys(e.address for e in up if e.ipv6 == (qtype == AAAA))
+            return _Found(self._each(owner, [self.address_rdata(address) for address in addresses]))
+        return NODATA
 
-    def _srv(
-        self, qname: dns.name.Name, up: list[Endpoint], turn: int
-    ) -> tuple[dns.rrset.RRset, list[dns.rrset.RRset]]:
-        rdatas = [
-            dns.rdtypes.IN.SRV.SRV(
-                IN,
-                SRV,
-                SRV_PRIORITY,
-                min(max(endpoint.weight, 0), SRV_WEIGHT_MAX),
-                endpoint.port,
-                self.address_name(endpoint.address),
+    def _srv(self, owner: dns.name.Name, up: list[Endpoint]) -> _Found:
+        targets = {address: self.address_name(address) for address in dict.fromkeys(e.address for e in up)}
+        rdatas = {
+            (endpoint.address, endpoint.port, weight): dns.rdtypes.IN.SRV.SRV(
+                IN, SRV, SRV_PRIORITY, weight, endpoint.port, targets[endpoint.address]
             )
             for endpoint in up
-        ]
-        additional = {}
-        for endpoint in up:
-            target = self.address_name(endpoint.address)
-            if target not in additional:
-                additional[target] = dns.rrset.from_rdata_list(
-                    target, self.ttl, [self.address_rdata(endpoint.address)]
-                )
-        return dns.rrset.from_rdata_list(qname, self.ttl, _rotated(rdatas, turn)), list(additional.values())
+            for weight in [min(max(endpoint.weight, 0), SRV_WEIGHT_MAX)]
+        }
+        additional = tuple(
+            dns.rrset.from_rdata_list(target, self.ttl, [self.address_rdata(address)])
+            for address, target in targets.items()
+        )
+        return _Found(self._each(owner, rdatas.values()), additional)
 
     def _parent_names(self, catalog: Catalog) -> frozenset[tuple[bytes, ...]]:
         """Every name (relative to the domain, lower case) lying above a service's names."""
@@ -293,24 +322,8 @@ def udp_limit(query: dns.message.Message) -> int:
 
 def render(message: dns.message.Message, limit: int) -> tuple[bytes, bool]:
     """The message in wire form in at most ``limit`` bytes, and whether it was truncated (TC): an
-    answer that does not fit keeps as many whole records as fit, the additional section first to go
-    (without TC: RFC 2181 9), then answer records from the end (with TC, so the client asks over TCP)."""
-    try:
-        return message.to_wire(max_size=limit), False
-    except dns.exception.TooBig:
-        pass
-    # One RRset per record: the renderer drops a whole RRset that does not fit, so this keeps every
-    # record that fits. The client merges records of the same name and type again.
-    original = (message.answer, message.authority, message.additional)
-    try:
-        message.answer, message.authority, message.additional = (
-            [_single(rrset, rdata) for rrset in section for rdata in rrset] for section in original
-        )
-        wire = message.to_wire(max_size=limit, prefer_truncation=True)
-    finally:
-        message.answer, message.authority, message.additional = original
-    return wire, bool(dns.flags.Flag(int.from_bytes(wire[2:4], "big")) & dns.flags.TC)
-
-
-def _single(rrset: dns.rrset.RRset, rdata) -> dns.rrset.RRset:
-    return dns.rrset.from_rdata_list(rrset.name, rrset.ttl, [rdata])
+    answer that does not fit keeps as many whole records as fit (its RRsets hold one record each),
+    the additional section first to go (without TC: RFC 2181 9), then answer records from the end
+    (with TC, so the client asks over TCP)."""
+    wire = message.to_wire(max_size=limit, prefer_truncation=True)
+    return wire, bool(int.from_bytes(wire[2:4], "big") & dns.flags.TC)

@@ -14,6 +14,7 @@ import pytest
 
 from registry.mesh.dns_answers import (
     ANY_QUERY,
+    FOUND_CACHE_MAX,
     NOT_IN_CLASS,
     OUTSIDE_DOMAIN,
     ZONE_TRANSFER,
@@ -94,9 +95,10 @@ def test_a_type_the_name_has_no_record_of_is_nodata(catalog):
 def test_names_are_matched_without_regard_to_case_and_echoed_as_asked(catalog):
     message = ask(catalog, "OrDeRs.SeRvIcE.EuReKa")
     assert sorted(records(message.answer)) == ["10.0.0.1", "10.0.0.2"]
-    # Resolvers that mix the case of their questions (DNS 0x20) check the answer's owner spelling.
-    assert message.answer[0].name.to_text() == "OrDeRs.SeRvIcE.EuReKa."
-    assert message.question[0].name.to_text() == "OrDeRs.SeRvIcE.EuReKa."
+    # Resolvers that mix the case of their questions (DNS 0x20) check the spelling they get back.
+    received = dns.message.from_wire(render(message, 512)[0])
+    assert received.question[0].name.to_text() == "OrDeRs.SeRvIcE.EuReKa."
+    assert {rrset.name.to_text() for rrset in received.answer} == {"OrDeRs.SeRvIcE.EuReKa."}
     assert records(ask(catalog, "_ORDERS._TCP.service.eureka", "SRV").answer, "SRV")
 
 
@@ -145,7 +147,9 @@ def test_the_srv_weight_is_the_endpoints_weight_within_sixteen_bits():
     catalog = catalog_of(
         endpoint("ORDERS", "10.0.0.1", weight=1), endpoint("ORDERS", "10.0.0.2", weight=70_000)
     )
-    weights = sorted(rdata.weight for rdata in ask(catalog, "orders.service.eureka", "SRV").answer[0])
+    weights = sorted(
+        rdata.weight for rrset in ask(catalog, "orders.service.eureka", "SRV").answer for rdata in rrset
+    )
     assert weights == [1, 65535]
 
 
@@ -280,10 +284,34 @@ def test_a_large_srv_answer_loses_its_additional_records_first():
 def test_a_small_answer_is_sent_whole(catalog):
     message = ask(catalog, "orders.service.eureka")
     wire, truncated = render(message, 512)
-    assert not truncated and dns.message.from_wire(wire).answer == message.answer
+    assert not truncated and records(dns.message.from_wire(wire).answer) == records(message.answer)
 
 
 def test_a_padded_query_gets_no_padding_over_plain_dns(catalog):
     padded = query("orders.service.eureka", use_edns=0, options=[dns.edns.GenericOption(12, b"\0" * 8)])
     message = answer(padded, catalog, CONFIG).message
     assert len(render(message, 512)[0]) < 200
+
+
+def test_instances_sharing_an_address_make_one_address_record_and_one_srv_record_a_port():
+    catalog = catalog_of(
+        endpoint("ORDERS", "10.0.0.1", port=8080),
+        endpoint("ORDERS", "10.0.0.1", port=8081),
+        endpoint("ORDERS", "10.0.0.1", port=8081, instance_id="second-id"),
+    )
+    assert records(ask(catalog, "orders.service.eureka").answer) == ["10.0.0.1"]
+    srv = ask(catalog, "orders.service.eureka", "SRV")
+    assert sorted(records(srv.answer, "SRV")) == [
+        "1 100 8080 0a000001.addr.eureka.",
+        "1 100 8081 0a000001.addr.eureka.",
+    ]
+    assert records(srv.additional) == ["10.0.0.1"]
+
+
+def test_a_flood_of_made_up_names_keeps_the_zones_memory_bounded():
+    catalog = catalog_of(endpoint("ORDERS", "10.0.0.1"))
+    zone = Zone(CONFIG)
+    for n in range(FOUND_CACHE_MAX * 2 + 10):
+        zone.answer(query(f"x{n}.service.eureka"), catalog)
+    assert len(zone._found) <= FOUND_CACHE_MAX
+    assert records(zone.answer(query("orders.service.eureka"), catalog).message.answer) == ["10.0.0.1"]
