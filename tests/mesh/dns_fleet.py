@@ -62,8 +62,11 @@ def records(section: list[dns.rrset.RRset], rdtype: str = "A") -> list[str]:
 
 @contextlib.contextmanager
 def dns_server(catalog: Catalog, mesh_config: MeshConfig, **kwargs: Any) -> Iterator[DnsServer]:
-    """``start_dns`` on an event loop running in a thread of its own; closed on leaving."""
+    """``start_dns`` on an event loop running in a thread of its own; closed on leaving, when no
+    exception may have reached the loop (the server handles every one itself)."""
     loop = asyncio.new_event_loop()
+    escaped: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: escaped.append(context))
     thread = threading.Thread(target=loop.run_forever, name="dns-loop", daemon=True)
     thread.start()
     try:
@@ -81,3 +84,4 @@ def dns_server(catalog: Catalog, mesh_config: MeshConfig, **kwargs: Any) -> Iter
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+    assert escaped == [], f"exceptions reached the event loop: {escaped}"

@@ -323,3 +323,19 @@ def test_tcp_connections_are_closed_when_idle_after_their_queries_or_on_a_long_m
         for sock in (silent, stalled, busy, long):
             sock.close()
         assert records(tcp(server, "orders.service.eureka").answer)
+
+
+def test_bound_to_ipv6_loopback_it_answers_over_ipv6(catalog):
+    with dns_server(
+        catalog, config(dns_port=free_port("::1"), dns_bind="::1", dns_rate_per_address=2)
+    ) as server:
+        asked = query("orders.service.eureka", "AAAA")
+        for ask in (dns.query.udp, dns.query.tcp):
+            answer = ask(asked, "::1", port=server.port, timeout=TIMEOUT_S)
+            assert records(answer.answer, "AAAA") == ["fd00::1"]
+        ns = dns.query.udp(query("ns.eureka", "AAAA"), "::1", port=server.port, timeout=TIMEOUT_S)
+        assert records(ns.answer, "AAAA") == ["::1"]
+        # The rate is counted per IPv6 address too (2 a second here).
+        answers = [dns.query.udp(asked, "::1", port=server.port, timeout=TIMEOUT_S) for _ in range(10)]
+        slips = [answer for answer in answers if answer.flags & dns.flags.TC and not answer.answer]
+        assert slips and server.refusals[RATE_LIMITED] == len(slips)
