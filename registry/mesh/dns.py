@@ -410,7 +410,7 @@ class DnsServer:
             if task is not None:
                 self._tasks.discard(task)
             with contextlib.suppress(Exception):
-                writer.transport.abort()
+                writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str) -> None:
         limits = self.handler.limits
@@ -444,7 +444,11 @@ class DnsServer:
                 try:
                     await asyncio.wait_for(writer.drain(), idle)
                 except TimeoutError:
+                    # Not read: dropped with what it holds, not kept until it would be.
                     self.handler.tally.note(TCP_IDLE, address)
+                    writer.transport.abort()
+                    return
+                except ConnectionError:
                     return
             if not was_query:
                 return
