@@ -5,6 +5,7 @@ and the server's bounds against floods, garbage and too many connections."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import shutil
@@ -339,3 +340,23 @@ def test_bound_to_ipv6_loopback_it_answers_over_ipv6(catalog):
         answers = [dns.query.udp(asked, "::1", port=server.port, timeout=TIMEOUT_S) for _ in range(10)]
         slips = [answer for answer in answers if answer.flags & dns.flags.TC and not answer.answer]
         assert slips and server.refusals[RATE_LIMITED] == len(slips)
+
+
+def test_a_tcp_client_that_does_not_read_its_answers_is_dropped(catalog):
+    limits = DnsLimits(tcp_idle_seconds=0.5, tcp_queries_per_connection=2000)
+    with dns_server(catalog, config(dns_port=free_port(HOST)), limits=limits) as server:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(TIMEOUT_S)
+        sock.connect((HOST, server.port))
+        wire = query("big.service.eureka", "SRV").to_wire()
+        # 2,000 answers of 13 KB each: far more than the socket buffers between the two hold.
+        with contextlib.suppress(OSError):  # the server may drop it before it has sent them all
+            sock.sendall((len(wire).to_bytes(2, "big") + wire) * 2000)
+        deadline = time.monotonic() + 20
+        while server.refusals[TCP_IDLE] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.refusals[TCP_IDLE] == 1
+        assert server.tcp_connections == 0
+        sock.close()
+        assert records(tcp(server, "orders.service.eureka").answer)
