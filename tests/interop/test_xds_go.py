@@ -39,6 +39,7 @@ from tests.interop.xds_go import (  # noqa: F401 (xds_go_binary: the fixture)
 )
 from tests.mesh.backend import start as start_backend
 from tests.ports import free_port
+from tests.serving.tls_files import NodeTls
 
 pytestmark = pytest.mark.interop
 
@@ -57,6 +58,8 @@ UNICODE_KEY, UNICODE_VALUE = "régión-ключ-🙂", "значение ✓ 東
 # put on a locality's total.
 HEAVY_INSTANCES = 4_400
 MAX_WEIGHT = "1000000"
+
+READER_AUTHORIZATION = "Basic cmVhZGVyOnNlY3JldA=="  # reader:secret
 
 # The proxyless client's run: calls a second, and how long it calls.
 CALLS_PER_S = 20
@@ -291,6 +294,36 @@ def test_the_docs_envoy_bootstrap_passes_envoys_validation(xds_go_binary, fleet_
     cluster = fleet_validation.resources("sotw", "Cluster")[routed_to]["resource"]
     assert cluster["type"] == "EDS"
     assert cluster["edsClusterConfig"]["edsConfig"]["ads"] == {}
+
+
+def test_the_validator_reads_a_control_plane_over_mtls_with_credentials(xds_go_binary, tmp_path):  # noqa: F811
+    """``-tls-ca``/``-tls-cert``/``-tls-key`` and ``-header``: what a test against a control plane with
+    client certificates or API accounts on passes; without them the stream is refused (exit 2)."""
+    files = NodeTls.make(tmp_path)
+    client_cert, client_key = files.client_cert_files("reader.example")
+    tls = (files.cert_file.read_bytes(), files.key_file.read_bytes(), files.ca_file.read_bytes(), True)
+    seen: list[tuple[str | None, bool]] = []
+
+    async def authorize(authorization: str | None, certificate: bytes | None) -> str | None:
+        seen.append((authorization, certificate is not None))
+        return None if authorization == READER_AUTHORIZATION else "not a reader"
+
+    catalog = Catalog()
+    catalog.replace_all([endpoint_from_instance(eureka_instance("ORDERS", "orders-1", "10.0.0.1"))])
+    tls_flags = ["-tls-ca", str(files.ca_file), "-tls-cert", str(client_cert), "-tls-key", str(client_key)]
+    with xds_thread(catalog, {"authorize": authorize, "tls": tls}) as xds:
+        server = ["-server", f"127.0.0.1:{xds.port}", "-timeout", "10s"]
+        run = validate(xds_go_binary, *server, *tls_flags, "-header", f"authorization={READER_AUTHORIZATION}")
+        assert run.returncode == 0, run.describe()
+        assert set(run.resources("delta", "Cluster")) == {"orders"}
+        assert seen and set(seen) == {(READER_AUTHORIZATION, True)}
+
+        refused = validate(xds_go_binary, *server, *tls_flags, "-header", "authorization=Basic bm9ib2R5Og==")
+        assert refused.returncode == 2 and "not a reader" in refused.stderr, refused.describe()
+        no_certificate = validate(xds_go_binary, *server, "-tls-ca", str(files.ca_file))
+        assert no_certificate.returncode == 2 and "Unavailable" in no_certificate.stderr, (
+            no_certificate.describe()
+        )
 
 
 def test_grpc_go_moves_off_an_out_of_service_instance_and_back(xds_go_binary, tmp_path):  # noqa: F811

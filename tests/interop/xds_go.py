@@ -209,12 +209,15 @@ def start_client(
 
 
 @contextmanager
-def xds_thread(catalog: Catalog, **config_changes: Any) -> Iterator[XdsThread]:
+def xds_thread(
+    catalog: Catalog, start_options: dict[str, Any] | None = None, **config_changes: Any
+) -> Iterator[XdsThread]:
     """The control plane (``start_xds``) serving ``catalog`` on 127.0.0.1, on a port handed out by
-    ``free_port`` (another process reaches it), with MeshConfig's defaults changed by ``config_changes``;
-    on its own thread and event loop (``XdsThread``), stopped on exit."""
+    ``free_port`` (another process reaches it), with MeshConfig's defaults changed by ``config_changes``
+    and ``start_xds``'s keyword arguments (``authorize``, ``tls``) in ``start_options``; on its own
+    thread and event loop (``XdsThread``), stopped on exit."""
     config = dataclasses.replace(MeshConfig(), xds_bind="127.0.0.1", xds_port=free_port(), **config_changes)
-    server = XdsThread(catalog, config)
+    server = XdsThread(catalog, config, **(start_options or {}))
     try:
         yield server
     finally:

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -20,6 +23,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -35,7 +39,7 @@ const (
 	routeType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 )
 
-const validateUsage = `usage: xds-go validate -server HOST:PORT [flags]
+const validateUsage = `usage: xds-go validate -server HOST:PORT [-tls-ca FILE [-tls-cert FILE -tls-key FILE]] [flags]
        xds-go validate -bootstrap FILE
 
 With -server: opens an ADS stream (state of the world), subscribes to every cluster (CDS wildcard),
@@ -75,6 +79,9 @@ type validateOptions struct {
 	bootstrap string
 	streams   string
 	dump      bool
+	tlsCA     string
+	tlsCert   string
+	tlsKey    string
 }
 
 type result struct {
@@ -99,7 +106,7 @@ func runValidate(args []string) int {
 		names   string
 		headers headerFlags
 	)
-	flags.StringVar(&opts.server, "server", "", "ADS server address, HOST:PORT (plain gRPC)")
+	flags.StringVar(&opts.server, "server", "", "ADS server address, HOST:PORT (plain gRPC unless -tls-ca is given)")
 	flags.StringVar(&names, "names", "", "comma-separated listener names for LDS (default: the names CDS gave)")
 	flags.DurationVar(&opts.timeout, "timeout", 10*time.Second, "how long to wait for each answer")
 	flags.StringVar(&opts.nodeID, "node-id", "xds-go-validate", "node.id sent in the requests")
@@ -107,6 +114,9 @@ func runValidate(args []string) int {
 	flags.Var(&headers, "header", "KEY=VALUE request metadata on the streams (repeatable), e.g. authorization=Basic ...")
 	flags.StringVar(&opts.bootstrap, "bootstrap", "", "check this Envoy bootstrap file instead of a server")
 	flags.StringVar(&opts.streams, "streams", "sotw,delta", "which ADS streams to open: sotw, delta or both")
+	flags.StringVar(&opts.tlsCA, "tls-ca", "", "connect over TLS, trusting the CA certificates of this PEM file")
+	flags.StringVar(&opts.tlsCert, "tls-cert", "", "client certificate (PEM) to present over TLS, with -tls-key")
+	flags.StringVar(&opts.tlsKey, "tls-key", "", "private key (PEM) of -tls-cert")
 	flags.BoolVar(&opts.dump, "dump", false, "add each resource, in Envoy's JSON form, to its line (\"resource\")")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -139,7 +149,17 @@ func runValidate(args []string) int {
 		opts.headers.Append(strings.ToLower(key), value)
 	}
 
-	conn, err := grpc.NewClient(opts.server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := transportCredentials(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	// A big fleet's endpoint assignments can outgrow gRPC's default 4 MB limit on a message.
+	conn, err := grpc.NewClient(
+		opts.server,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+	)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot dial %s: %v\n", opts.server, err)
 		return 2
@@ -175,6 +195,34 @@ func runValidate(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// transportCredentials are plain gRPC unless -tls-ca is given: then TLS, with a client certificate
+// when -tls-cert and -tls-key are.
+func transportCredentials(opts validateOptions) (credentials.TransportCredentials, error) {
+	if opts.tlsCA == "" {
+		if opts.tlsCert != "" || opts.tlsKey != "" {
+			return nil, errors.New("-tls-cert and -tls-key need -tls-ca")
+		}
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(opts.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("-tls-ca: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-tls-ca: no PEM certificate in %s", opts.tlsCA)
+	}
+	config := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if opts.tlsCert != "" || opts.tlsKey != "" {
+		pair, err := tls.LoadX509KeyPair(opts.tlsCert, opts.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(config), nil
 }
 
 // tally prints each verdict and counts them.
@@ -332,6 +380,8 @@ type sotwStream struct {
 	tally   *tally
 	timeout time.Duration
 	first   bool
+	// The names subscribed by type (nil: wildcard): an ACK repeats them.
+	subscribed map[string][]string
 }
 
 func runSotw(ctx context.Context, client discoveryv3.AggregatedDiscoveryServiceClient, node *corev3.Node, opts validateOptions, t *tally) error {
@@ -341,7 +391,7 @@ func runSotw(ctx context.Context, client discoveryv3.AggregatedDiscoveryServiceC
 	}
 	s := &sotwStream{
 		stream: stream, answers: make(chan *discoveryv3.DiscoveryResponse, 64), failed: make(chan error, 1),
-		node: node, tally: t, timeout: opts.timeout, first: true,
+		node: node, tally: t, timeout: opts.timeout, first: true, subscribed: map[string][]string{},
 	}
 	go func() {
 		for {
@@ -383,6 +433,7 @@ func (s *sotwStream) fetch(typeURL string, names []string) ([]proto.Message, err
 		return nil, nil
 	}
 	request := &discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names}
+	s.subscribed[typeURL] = names
 	if s.first {
 		request.Node = s.node
 		s.first = false
@@ -407,8 +458,9 @@ func (s *sotwStream) fetch(typeURL string, names []string) ([]proto.Message, err
 			if answer.GetNonce() == "" {
 				problems = append(problems, "no nonce: the client cannot ACK it")
 			}
-			if answer.GetTypeUrl() != typeURL {
-				problems = append(problems, fmt.Sprintf("answer of type %q while waiting for %s (nothing else is subscribed anew)", answer.GetTypeUrl(), shortType(typeURL)))
+			answerNames, known := s.subscribed[answer.GetTypeUrl()]
+			if !known {
+				problems = append(problems, fmt.Sprintf("answer of type %q, never subscribed to", answer.GetTypeUrl()))
 			}
 			s.tally.report("DiscoveryResponse", answer.GetTypeUrl(), answer.GetVersionInfo(), problems)
 			for _, packed := range answer.GetResources() {
@@ -417,7 +469,7 @@ func (s *sotwStream) fetch(typeURL string, names []string) ([]proto.Message, err
 				}
 			}
 			ack := &discoveryv3.DiscoveryRequest{
-				TypeUrl: answer.GetTypeUrl(), ResourceNames: names, VersionInfo: answer.GetVersionInfo(),
+				TypeUrl: answer.GetTypeUrl(), ResourceNames: answerNames, VersionInfo: answer.GetVersionInfo(),
 				ResponseNonce: answer.GetNonce(),
 			}
 			if err := s.stream.Send(ack); err != nil {
@@ -471,6 +523,8 @@ type deltaStream struct {
 	tally   *tally
 	timeout time.Duration
 	first   bool
+	// The types subscribed to so far.
+	subscribed map[string]bool
 }
 
 func runDelta(ctx context.Context, client discoveryv3.AggregatedDiscoveryServiceClient, node *corev3.Node, opts validateOptions, t *tally) error {
@@ -480,7 +534,7 @@ func runDelta(ctx context.Context, client discoveryv3.AggregatedDiscoveryService
 	}
 	s := &deltaStream{
 		stream: stream, answers: make(chan *discoveryv3.DeltaDiscoveryResponse, 64), failed: make(chan error, 1),
-		node: node, tally: t, timeout: opts.timeout, first: true,
+		node: node, tally: t, timeout: opts.timeout, first: true, subscribed: map[string]bool{},
 	}
 	go func() {
 		for {
@@ -521,6 +575,7 @@ func (s *deltaStream) fetch(typeURL string, names []string) ([]proto.Message, er
 		return nil, nil
 	}
 	request := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: names}
+	s.subscribed[typeURL] = true
 	if s.first {
 		request.Node = s.node
 		s.first = false
@@ -545,8 +600,8 @@ func (s *deltaStream) fetch(typeURL string, names []string) ([]proto.Message, er
 			if answer.GetNonce() == "" {
 				problems = append(problems, "no nonce: the client cannot ACK it")
 			}
-			if answer.GetTypeUrl() != typeURL {
-				problems = append(problems, fmt.Sprintf("answer of type %q while waiting for %s (nothing else is subscribed anew)", answer.GetTypeUrl(), shortType(typeURL)))
+			if !s.subscribed[answer.GetTypeUrl()] {
+				problems = append(problems, fmt.Sprintf("answer of type %q, never subscribed to", answer.GetTypeUrl()))
 			}
 			s.tally.report("DeltaDiscoveryResponse", answer.GetTypeUrl(), answer.GetSystemVersionInfo(), problems)
 			for _, r := range answer.GetResources() {
