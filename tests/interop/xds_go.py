@@ -216,9 +216,20 @@ def xds_thread(
     ``free_port`` (another process reaches it), with MeshConfig's defaults changed by ``config_changes``
     and ``start_xds``'s keyword arguments (``authorize``, ``tls``) in ``start_options``; on its own
     thread and event loop (``XdsThread``), stopped on exit."""
-    config = dataclasses.replace(MeshConfig(), xds_bind="127.0.0.1", xds_port=free_port(), **config_changes)
-    server = XdsThread(catalog, config, **(start_options or {}))
+    try:
+        server = _started(catalog, start_options, config_changes)
+    except RuntimeError:
+        # The free port may have been taken between probing and binding (by a test process of
+        # another run): one more try, on another port.
+        server = _started(catalog, start_options, config_changes)
     try:
         yield server
     finally:
         server.stop()
+
+
+def _started(
+    catalog: Catalog, start_options: dict[str, Any] | None, config_changes: dict[str, Any]
+) -> XdsThread:
+    config = dataclasses.replace(MeshConfig(), xds_bind="127.0.0.1", xds_port=free_port(), **config_changes)
+    return XdsThread(catalog, config, **(start_options or {}))
