@@ -37,7 +37,7 @@ from tests.interop.xds_go import (  # noqa: F401 (xds_go_binary: the fixture)
     xds_go_binary,
     xds_thread,
 )
-from tests.mesh.backend import start as start_backend
+from tests.mesh.backend import serve as start_backend
 from tests.ports import free_port
 from tests.serving.tls_files import NodeTls
 

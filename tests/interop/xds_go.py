@@ -10,7 +10,7 @@ Use in a test module (a fixture, imported by name)::
     from tests.interop.xds_go import xds_go_binary  # noqa: F401 (the fixture)
 
     def test_x(xds_go_binary):  # noqa: F811
-        run = validate(xds_go_binary, f"127.0.0.1:{port}")
+        run = validate(xds_go_binary, "-server", f"127.0.0.1:{port}")
         client = start_client(xds_go_binary, "orders", grpc_bootstrap(tmp_path, port), seconds=8)
 
 ``xds_thread(catalog)`` runs the control plane (``registry.mesh.xds.start_xds``) on an event loop of

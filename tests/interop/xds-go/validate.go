@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -439,7 +440,7 @@ func (s *sotwStream) fetch(typeURL string, names []string) ([]proto.Message, err
 		s.first = false
 	}
 	if err := s.stream.Send(request); err != nil {
-		return nil, fmt.Errorf("send %s request: %w", shortType(typeURL), err)
+		return nil, fmt.Errorf("send %s request: %w", shortType(typeURL), why(err, s.failed, s.timeout))
 	}
 	got := map[string]proto.Message{}
 	deadline := time.After(s.timeout)
@@ -473,7 +474,7 @@ func (s *sotwStream) fetch(typeURL string, names []string) ([]proto.Message, err
 				ResponseNonce: answer.GetNonce(),
 			}
 			if err := s.stream.Send(ack); err != nil {
-				return nil, fmt.Errorf("ACK %s: %w", shortType(typeURL), err)
+				return nil, fmt.Errorf("ACK %s: %w", shortType(typeURL), why(err, s.failed, s.timeout))
 			}
 			if answer.GetTypeUrl() == typeURL && (names == nil || hasAll(got, names)) {
 				return values(got), nil
@@ -489,6 +490,20 @@ func reportMissing(t *tally, typeURL string, names []string, got map[string]prot
 		}
 	}
 	return values(got)
+}
+
+// why is the reason a send failed: gRPC's Send says only io.EOF when the server has ended the stream,
+// and the stream's status (e.g. PermissionDenied and the server's message) comes with the next Recv.
+func why(err error, failed <-chan error, timeout time.Duration) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	select {
+	case status := <-failed:
+		return status
+	case <-time.After(timeout):
+		return err
+	}
 }
 
 func hasAll(got map[string]proto.Message, names []string) bool {
@@ -581,7 +596,7 @@ func (s *deltaStream) fetch(typeURL string, names []string) ([]proto.Message, er
 		s.first = false
 	}
 	if err := s.stream.Send(request); err != nil {
-		return nil, fmt.Errorf("send %s request: %w", shortType(typeURL), err)
+		return nil, fmt.Errorf("send %s request: %w", shortType(typeURL), why(err, s.failed, s.timeout))
 	}
 	got := map[string]proto.Message{}
 	deadline := time.After(s.timeout)
@@ -611,7 +626,7 @@ func (s *deltaStream) fetch(typeURL string, names []string) ([]proto.Message, er
 			}
 			ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: answer.GetTypeUrl(), ResponseNonce: answer.GetNonce()}
 			if err := s.stream.Send(ack); err != nil {
-				return nil, fmt.Errorf("ACK %s: %w", shortType(typeURL), err)
+				return nil, fmt.Errorf("ACK %s: %w", shortType(typeURL), why(err, s.failed, s.timeout))
 			}
 			if answer.GetTypeUrl() == typeURL && (names == nil || hasAll(got, names)) {
 				return values(got), nil
