@@ -6,6 +6,7 @@ proxyless client (tests/interop/xds-go, built by tests/interop/xds_go.py).
   from 1 to the maximum, every status, VIP addresses shared by two apps), over a state-of-the-world
   and a delta ADS stream, passes go-control-plane's ``ValidateAll()``: the protoc-gen-validate rules
   Envoy applies to a resource before it uses it, inside every Any too.
+* grpc-go's own xDS client ACKs every one of those resources (``xds-go accepts``: its CSDS account).
 * The Envoy bootstrap of the docs (docs/examples/envoy-bootstrap.yaml) passes the same rules, and the
   cluster it routes to is one the control plane serves for the app ORDERS.
 * grpc-go's ``xds:///orders`` resolver spreads its calls over three backends, stops calling the one
@@ -21,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from tests.factories import instance_body
 from tests.interop.conftest import wait_until
 from tests.interop.xds_go import (  # noqa: F401 (xds_go_binary: the fixture)
     Validation,
+    accepts,
     grpc_bootstrap,
     start_client,
     validate,
@@ -38,6 +41,7 @@ from tests.interop.xds_go import (  # noqa: F401 (xds_go_binary: the fixture)
     xds_thread,
 )
 from tests.mesh.backend import serve as start_backend
+from tests.mesh.xds_harness import XdsThread
 from tests.ports import free_port
 from tests.serving.tls_files import NodeTls
 
@@ -168,10 +172,15 @@ def fleet_catalog() -> Catalog:
 
 
 @pytest.fixture(scope="module")
-def fleet_validation(xds_go_binary, fleet_catalog) -> Validation:  # noqa: F811
+def fleet_xds(fleet_catalog) -> Iterator[XdsThread]:
     # A metadata limit above the fleet's biggest, so that the huge metadata is served whole.
     with xds_thread(fleet_catalog, xds_metadata_max_bytes=1_000_000) as xds:
-        return validate(xds_go_binary, "-server", f"127.0.0.1:{xds.port}", "-dump", "-timeout", "30s")
+        yield xds
+
+
+@pytest.fixture(scope="module")
+def fleet_validation(xds_go_binary, fleet_xds) -> Validation:  # noqa: F811
+    return validate(xds_go_binary, "-server", f"127.0.0.1:{fleet_xds.port}", "-dump", "-timeout", "30s")
 
 
 def socket_addresses(assignment: dict) -> set[tuple[str, int]]:
@@ -247,6 +256,22 @@ def test_the_odd_instances_are_in_what_was_validated(fleet_validation):
         assert socket_addresses(assignments["shared.vip"]) == {("10.0.2.1", 8080), ("10.0.3.1", 8080)}
         heavy = lb_endpoints(assignments["heavy"])
         assert len(heavy) == HEAVY_INSTANCES
+
+
+def test_grpc_go_acks_every_resource_served_for_the_odd_fleet(
+    xds_go_binary,  # noqa: F811
+    fleet_xds,
+    fleet_catalog,
+    tmp_path,
+):
+    """Envoy's rules are not gRPC's (gRPC refuses a locality without its ID, or an address listed twice
+    in one assignment): grpc-go's own xDS client subscribes to every service name and ACKs all it gets."""
+    names = fleet_catalog.names()
+    run = accepts(xds_go_binary, grpc_bootstrap(tmp_path, fleet_xds.port), names)
+    bad = [line for line in run.lines if not line.get("ok")]
+    assert run.returncode == 0 and not bad, run.describe()
+    for kind in KINDS:
+        assert {line["name"] for line in run.lines if line["type"] == kind} == set(names), run.describe()
 
 
 def test_the_validator_reports_what_envoy_would_refuse(xds_go_binary, tmp_path):  # noqa: F811

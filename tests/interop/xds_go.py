@@ -2,7 +2,8 @@
 binary, ``xds-go``, built once per session, and the helpers that run it.
 
 ``xds-go validate`` checks what an xDS server serves (or an Envoy bootstrap) with go-control-plane's
-``ValidateAll()``, Envoy's own rules; ``xds-go client`` calls ``/mesh.test.Who/Name`` through grpc-go's
+``ValidateAll()``, Envoy's own rules; ``xds-go accepts`` asks grpc-go's xDS client whether it ACKs
+what it is served; ``xds-go client`` calls ``/mesh.test.Who/Name`` through grpc-go's
 ``xds:///`` resolver, one JSON line per call. ``xds-go <command> -h`` documents their flags and lines.
 
 Use in a test module (a fixture, imported by name)::
@@ -112,7 +113,8 @@ def xds_go_binary() -> Path:
 
 @dataclass
 class Validation:
-    """One ``xds-go validate`` run: its exit code and JSON lines (one per resource and response)."""
+    """One ``xds-go validate`` (or ``accepts``) run: its exit code and JSON lines (one per resource, and
+    per response for ``validate``)."""
 
     command: list[str]
     returncode: int
@@ -146,13 +148,29 @@ def validate(binary: Path, *flags: str) -> Validation:
         done = subprocess.run(command, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(command)} ran over {VALIDATE_TIMEOUT_S}s: {exc.stderr!r}", pytrace=False)
+    return Validation(command, done.returncode, _json_lines(done.stdout), done.stderr)
+
+
+def accepts(binary: Path, bootstrap: Path, names: list[str], wait_s: float = 20) -> Validation:
+    """``xds-go accepts -names NAMES``: grpc-go's xDS client's own status (CSDS) of every resource it
+    subscribed to for ``xds:///NAME``, one line each (``status`` ``ACKED`` when it took it)."""
+    command = [str(binary), "accepts", "-names", ",".join(names), "-wait", f"{wait_s}s"]
+    env = {**os.environ, "GRPC_XDS_BOOTSTRAP": str(bootstrap)}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=wait_s + 60, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(command)} ran over {wait_s + 60}s: {exc.stderr!r}", pytrace=False)
+    return Validation(command, done.returncode, _json_lines(done.stdout), done.stderr)
+
+
+def _json_lines(stdout: str) -> list[dict[str, Any]]:
     lines = []
-    for text in done.stdout.splitlines():
+    for text in stdout.splitlines():
         try:
             lines.append(json.loads(text))
         except json.JSONDecodeError:
             lines.append({"type": "output", "name": text, "ok": False, "error": "not a JSON line"})
-    return Validation(command, done.returncode, lines, done.stderr)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------- client

@@ -5,6 +5,7 @@
 //	xds-go validate -server 127.0.0.1:18000 [-names orders,payments] [-timeout 10s] [-header k=v]
 //	xds-go validate -bootstrap docs/examples/envoy-bootstrap.yaml
 //	xds-go client -target xds:///orders -rate 20 -duration 8s [-call-timeout 1s]
+//	xds-go accepts -names orders,payments [-wait 10s]
 //	xds-go version
 //
 // Each subcommand prints its usage with -h. Every line on stdout is one JSON object; diagnostics go
@@ -27,6 +28,8 @@ commands:
              check an Envoy bootstrap (YAML or JSON) the same way
   client     call /mesh.test.Who/Name through grpc-go's xds resolver at a steady rate, one JSON line
              per call (bootstrap from GRPC_XDS_BOOTSTRAP)
+  accepts    ask grpc-go's own xDS client (CSDS) whether it ACKs every resource of xds:///NAME for
+             each name given (bootstrap from GRPC_XDS_BOOTSTRAP); nothing is called
   version    print the versions of go-control-plane and grpc-go built in, as JSON
 
 "xds-go <command> -h" lists the command's flags.
@@ -43,6 +46,8 @@ func main() {
 		os.Exit(runValidate(args))
 	case "client":
 		os.Exit(runClient(args))
+	case "accepts":
+		os.Exit(runAccepts(args))
 	case "version":
 		os.Exit(runVersion())
 	case "-h", "-help", "--help", "help":
