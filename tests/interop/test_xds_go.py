@@ -381,7 +381,8 @@ def test_grpc_go_moves_off_an_out_of_service_instance_and_back(xds_go_binary, tm
                 catalog.apply(puts=[endpoint_from_instance(raw[leaving])])
                 wait_until(
                     lambda: any(
-                        c["t"] >= back_at and c.get("backend") == leaving for c in calls(client.events)
+                        c["t"] >= back_at and c.get("backend") == leaving
+                        for c in calls(client.events_since())
                     ),
                     timeout=MOVE_LIMIT_MS / 1000,
                     message=lambda: f"no call reached {leaving} again (UP at {back_at}):\n{client.tail()}",
@@ -395,7 +396,7 @@ def test_grpc_go_moves_off_an_out_of_service_instance_and_back(xds_go_binary, tm
         for backend in backends:
             backend.stop(0)
 
-    made = sorted(calls(client.events), key=lambda c: c["t"])
+    made = sorted(calls(client.events_since()), key=lambda c: c["t"])
     first_answer = next(c["t"] for c in made if "backend" in c)
     failed = [c for c in made if c["t"] >= first_answer and "error" in c]
     assert not failed, f"calls failed once the client was answering: {failed[:5]}"
@@ -408,7 +409,8 @@ def test_grpc_go_moves_off_an_out_of_service_instance_and_back(xds_go_binary, tm
     moved_ms = moved_at - out_at
     after_move = [c for c in window if c["t"] >= moved_at]
     assert {c["backend"] for c in after_move} == set(ports) - {leaving}
-    assert back_at - moved_at >= HOLD_OUT_S * 1000 - 100, "the traffic stayed off it while it was out"
+    # ... for the whole time it stayed out after that.
+    assert back_at - moved_at >= HOLD_OUT_S * 1000
     assert moved_ms <= MOVE_LIMIT_MS
 
     # Back: it is called again, and all three share the calls after that.
