@@ -41,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+import dns.exception
 import dns.message
 import dns.rdatatype
 import httpx
@@ -82,8 +83,8 @@ class Mesh(Process):
                 answer = dns_query(self.dns_port, "bench-svc-000.service.eureka", timeout=0.5)
                 if answer is not None and answer.answer:
                     return
-            except OSError:
-                pass
+            except (OSError, dns.exception.DNSException):
+                pass  # not listening yet, or not following the node yet
             if self.process is not None and self.process.poll() is not None:
                 raise SystemExit(f"the mesh process exited: see {self.log}")
             time.sleep(0.2)

@@ -22,16 +22,16 @@ import sys
 import time
 
 import grpc
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 HEALTH = {
-    "HEALTHY": base_pb2.HEALTHY,
-    "UNHEALTHY": base_pb2.UNHEALTHY,
-    "DRAINING": base_pb2.DRAINING,
+    "HEALTHY": health_check_pb2.HEALTHY,
+    "UNHEALTHY": health_check_pb2.UNHEALTHY,
+    "DRAINING": health_check_pb2.DRAINING,
 }
 
 
