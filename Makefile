@@ -71,19 +71,21 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock
 	else echo "npm not found: the eureka-js-client suite will be skipped (install Node.js 18+ to run it)"; fi
 
 # The integration tests need redis-server (missing = make test fails), the browser test Debian's
-# Chromium and the readers' routing test nginx (missing = those skip, or fail under CI). All are
-# installed when we may (root + apt).
+# Chromium, the readers' routing test nginx and the DNS interface's tests dig (bind9-dnsutils)
+# (missing = those skip, or fail under CI). All are installed when we may (root + apt).
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || missing="$$missing chromium"; \
 	{ command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx; } || missing="$$missing nginx"; \
+	command -v dig >/dev/null 2>&1 || missing="$$missing bind9-dnsutils"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing$$missing (Debian packages) for the integration and browser tests"; \
+		echo "installing$$missing (Debian packages) for the integration, browser and DNS tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	elif [ -n "$$missing" ]; then \
 		case "$$missing" in *chromium*) echo "chromium is missing: the browser test will be skipped (install it with 'sudo apt-get install chromium')";; esac; \
 		case "$$missing" in *nginx*) echo "nginx is missing: the readers' nginx routing test will be skipped (install it with 'sudo apt-get install nginx')";; esac; \
+		case "$$missing" in *bind9-dnsutils*) echo "dig is missing: the DNS interface's dig tests will be skipped (install it with 'sudo apt-get install bind9-dnsutils')";; esac; \
 		case "$$missing" in *redis-server*) echo "redis-server is missing: install it with 'sudo apt-get install redis-server'"; exit 1;; esac; \
 	fi
 
