@@ -90,6 +90,14 @@ GRPC_OPTIONS = (
 
 # (the ``authorization`` metadata value, the client certificate as DER) → None, or a refusal reason.
 Authorize = Callable[[str | None, bytes | None], Awaitable[str | None]]
+
+
+class Forbidden(str):
+    """A refusal reason of ``authorize`` for a caller its credentials name who may not read the
+    registry: the stream ends PERMISSION_DENIED (the node's 403). Any other reason (no credentials,
+    wrong ones) ends it UNAUTHENTICATED (the node's 401)."""
+
+
 # (certificate chain PEM, private key PEM, client CA PEM or None, client certificate required).
 TlsFiles = tuple[bytes, bytes, bytes | None, bool]
 
@@ -593,9 +601,9 @@ class XdsServer:
             ) from None
         if reason is None:
             return
-        if authorization is None and certificate is None:
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "xds_unauthenticated", reason)
-        raise Refused(grpc.StatusCode.PERMISSION_DENIED, "xds_permission_denied", reason)
+        if isinstance(reason, Forbidden):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, "xds_permission_denied", str(reason))
+        raise Refused(grpc.StatusCode.UNAUTHENTICATED, "xds_unauthenticated", reason)
 
     async def _serve(
         self, kind: type[Stream], requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
