@@ -35,7 +35,7 @@ NO_CREDENTIALS = (
 )
 
 
-def _check(authorization: str | None, certificate_der: bytes | None) -> str | None:
+def _check(authorization: str | None, certificate_der: bytes | None, address: str) -> str | None:
     """The node's rules (registry/access/drf.py ``principal_of``): a certificate that names an
     account signs in as it, Basic credentials too (both: the same account), a certificate that names
     none adds nothing to credentials that hold."""
@@ -45,7 +45,7 @@ def _check(authorization: str | None, certificate_der: bytes | None) -> str | No
     except BadCertificate as exc:
         return f"unreadable client certificate: {exc}"
     try:
-        principal = principal_of(authorization, certificate)
+        principal = principal_of(authorization, certificate, lambda: address)
     except accounts.Refused as refused:
         return refused.reason
     if principal is None:
@@ -57,14 +57,18 @@ def _check(authorization: str | None, certificate_der: bytes | None) -> str | No
     return None
 
 
-def xds_authorizer(api_auth: bool) -> Callable[[str | None, bytes | None], Awaitable[str | None]] | None:
+def xds_authorizer(
+    api_auth: bool,
+) -> Callable[[str | None, bytes | None, str], Awaitable[str | None]] | None:
     """The ``authorize`` of ``start_xds``: None (open) unless API accounts are on. A password check
-    costs CPU and a database read, so it runs off the event loop."""
+    costs CPU and a database read, so it runs off the event loop. Failed sign-ins count against the
+    client's address, as the node counts them (registry/access/throttle.py): one client's guesses
+    lock out that client, not every xDS client."""
     if not api_auth:
         return None
 
-    async def authorize(authorization: str | None, certificate_der: bytes | None) -> str | None:
-        return await asyncio.to_thread(_check, authorization, certificate_der)
+    async def authorize(authorization: str | None, certificate_der: bytes | None, address: str) -> str | None:
+        return await asyncio.to_thread(_check, authorization, certificate_der, address)
 
     return authorize
 

@@ -89,7 +89,9 @@ def authorize():
     ):
         check = xds_authorizer(True)
         assert check is not None
-        yield lambda authorization=None, der=None: asyncio.run(check(authorization, der))
+        yield lambda authorization=None, der=None, address="10.0.0.1": asyncio.run(
+            check(authorization, der, address)
+        )
     accounts.reset_credential_cache(None)
     accounts.reset_signin_throttle(None)
 
@@ -157,3 +159,12 @@ def test_certificates_follow_the_node_rules(authorize, ca):
     refused = authorize(basic("other", "pw2"), known)
     assert "names 'by-cert'" in refused and not isinstance(refused, Forbidden)
     assert authorize(der=b"not a certificate").startswith("unreadable client certificate")
+
+
+@DB
+def test_failed_sign_ins_lock_out_the_address_that_failed_not_every_xds_client(authorize):
+    account("mesh-reader", "reader", password="pw")
+    for attempt in range(settings.EUREKA.access.signin_max_failures):
+        assert authorize(basic(f"guess-{attempt}", "x"), address="10.6.6.6") == "wrong user name or password"
+    assert authorize(basic("mesh-reader", "pw"), address="10.6.6.6").startswith("too many failed sign-ins")
+    assert authorize(basic("mesh-reader", "pw"), address="10.0.0.2") is None

@@ -469,7 +469,8 @@ class FakeAuthorize:
     def __init__(self):
         self.calls: list[tuple[str | None, bytes | None]] = []
 
-    async def __call__(self, authorization, certificate):
+    async def __call__(self, authorization, certificate, address):
+        assert address == "127.0.0.1"
         self.calls.append((authorization, certificate))
         if certificate is not None or authorization == "Basic cmVhZGVyOnNlY3JldA==":
             return None
@@ -529,7 +530,7 @@ def test_a_stream_with_accepted_credentials_is_served_and_asked_once(catalog, ma
 def test_a_failing_access_check_refuses_the_stream_unavailable(catalog, make_server):
     fleet(catalog, "ORDERS")
 
-    async def broken(authorization, certificate):
+    async def broken(authorization, certificate, address):
         raise ConnectionError("the accounts database is down")
 
     server = make_server(authorize=broken)

@@ -88,8 +88,9 @@ GRPC_OPTIONS = (
     ("grpc.max_connection_idle_ms", 300_000),
 )
 
-# (the ``authorization`` metadata value, the client certificate as DER) → None, or a refusal reason.
-Authorize = Callable[[str | None, bytes | None], Awaitable[str | None]]
+# (the ``authorization`` metadata value, the client certificate as DER, the client's address: what
+# failed sign-ins are counted by) → None, or a refusal reason.
+Authorize = Callable[[str | None, bytes | None, str], Awaitable[str | None]]
 
 
 class Forbidden(str):
@@ -584,7 +585,7 @@ class XdsServer:
                 "(EUREKA_XDS_STREAMS_PER_ADDRESS_MAX)",
             )
 
-    async def _check_access(self, context: grpc.aio.ServicerContext) -> None:
+    async def _check_access(self, context: grpc.aio.ServicerContext, address: str) -> None:
         if self.authorize is None:
             return
         authorization = None
@@ -593,9 +594,9 @@ class XdsServer:
                 authorization = value if isinstance(value, str) else value.decode("latin-1")
         certificate = client_certificate(context)
         try:
-            reason = await self.authorize(authorization, certificate)
+            reason = await self.authorize(authorization, certificate, address)
         except Exception:
-            log.exception("xDS: the access check of a stream from %s failed", peer_address(context.peer()))
+            log.exception("xDS: the access check of a stream from %s failed", address)
             raise Refused(
                 grpc.StatusCode.UNAVAILABLE, "xds_access_check_failed", "the access check failed; try again"
             ) from None
@@ -615,7 +616,7 @@ class XdsServer:
             self.streams_open += 1
             self.by_address[address] = self.by_address.get(address, 0) + 1
             try:
-                await self._check_access(context)
+                await self._check_access(context, address)
                 stream = kind(self, address)
                 self.streams.add(stream)
                 await stream.run(requests, context)
