@@ -18,6 +18,7 @@ import queue
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ from tests.ports import free_port
 pytestmark = pytest.mark.live
 
 APP = "ORDERS"
+# SIGTERM to exit: xDS streams get a grace of 2 s, none is open when a test ends.
+STOP_S = 4.0
 READER = Account("reader", "mesh-reader", "reader-Secret-42")
 CLIENT = Account("client", "mesh-client", "client-Secret-42")
 # A Django user with no role: it signs in, and may read nothing.
@@ -162,12 +165,15 @@ def mesh_process(node, name: str, extra: dict[str, str]) -> Iterator[Mesh]:
         assert mesh.process.poll() is None, mesh.text()
         yield mesh
     finally:
+        asked = time.monotonic()
         mesh.process.send_signal(signal.SIGTERM)
         try:
             mesh.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             mesh.process.kill()
             mesh.process.wait()
+    # It stops at once, its stream of the node's changes (over HTTPS) too.
+    assert time.monotonic() - asked < STOP_S, mesh.text()
 
 
 def tls_channel(pki: Pki, port: int, identity: Identity | None = None) -> grpc.Channel:
