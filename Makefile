@@ -42,10 +42,13 @@ superuser: install $(STATIC)
 # Production topology in the foreground, without Docker: Redis (started if none answers at REDIS_URL),
 # gunicorn, Celery worker and Celery beat, reading deploy/.env if present. See deploy/stack.sh.
 # `make stack READERS=2` adds a reader with 2 workers on READER_PORT (default PORT + 19: 8780).
+# `make stack MESH=1` adds the mesh process (manage.py mesh): xDS on PORT + 10000 (18761), DNS on
+# PORT - 161 (8600), unless EUREKA_XDS_PORT / EUREKA_DNS_PORT say otherwise.
 READERS ?= $(or $(STACK_READERS),0)
+MESH ?= $(or $(STACK_MESH),0)
 
 stack: install $(STATIC)
-	PORT=$(PORT) STACK_READERS=$(READERS) bash deploy/stack.sh
+	PORT=$(PORT) STACK_READERS=$(READERS) STACK_MESH=$(MESH) bash deploy/stack.sh
 
 lint: install
 	$(BIN)/ruff check .

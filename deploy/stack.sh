@@ -19,6 +19,12 @@
 # with deploy/gunicorn_reader.conf.py and N worker processes, on READER_PORT (default PORT + 19: 8780).
 # It serves GET /eureka/apps, apps/delta, apps/{app}, vips and svips from this node's Redis cache and
 # forwards everything else to the node. Default 0: no reader.
+#
+# The mesh process (manage.py mesh, docs/mesh.md): STACK_MESH=1 (`make stack MESH=1`) also starts it,
+# once the node is ready, following this node at http://127.0.0.1:PORT (EUREKA_MESH_NODE_URL unless set) and serving xDS on
+# EUREKA_XDS_PORT (default PORT + 10000: 18761) and DNS, UDP and TCP on loopback, on EUREKA_DNS_PORT
+# (default PORT - 161: 8600, the port the chart and Compose use; PORT + 1 would be a second node's).
+# Either set to 0 turns that part off. Default 0: no mesh process.
 # shellcheck disable=SC2317  # cleanup, on_signal and stop_pids run from traps
 set -euo pipefail
 
@@ -30,6 +36,7 @@ STOP_TIMEOUT=${STACK_STOP_TIMEOUT:-30}
 PORT=${PORT:-8761}
 READERS=${STACK_READERS:-0}
 READER_PORT=${READER_PORT:-$((PORT + 19))}
+MESH=${STACK_MESH:-0}
 
 names=()
 pids=()
@@ -226,6 +233,8 @@ ensure_redis() {
 
 [[ -x $BIN/python ]] || die "no $BIN/python: run 'make install' first (or use 'make stack')"
 [[ $READERS =~ ^[0-9]+$ ]] || die "STACK_READERS (make stack READERS=N) must be a number of reader workers, got '$READERS'"
+[[ $MESH == 0 || $MESH == 1 ]] || die "STACK_MESH (make stack MESH=1) must be 0 or 1, got '$MESH'"
+[[ $PORT =~ ^[0-9]+$ ]] && ((PORT >= 1 && PORT <= 65535)) || die "PORT must be a TCP port, got '$PORT'"
 mkdir -p var
 
 trap 'on_signal INT' INT
@@ -261,6 +270,23 @@ if [[ -z ${SECRET_KEY:-} && -z ${SECRET_KEY_FILE:-} ]]; then
     log "SECRET_KEY: the local one in var/stack-secret-key"
 fi
 
+if ((MESH)); then
+    # Checked before anything starts: the mesh process would only fail once the rest is up.
+    export EUREKA_XDS_PORT=${EUREKA_XDS_PORT:-$((PORT + 10000))}
+    export EUREKA_DNS_PORT=${EUREKA_DNS_PORT:-$((PORT - 161))}
+    export EUREKA_MESH_NODE_URL=${EUREKA_MESH_NODE_URL:-http://127.0.0.1:$PORT}
+    for name in EUREKA_XDS_PORT EUREKA_DNS_PORT; do
+        value=${!name}
+        [[ $value =~ ^[0-9]+$ ]] && ((value <= 65535)) || die "$name must be a port (or 0: off), got '$value'"
+        if ((value == PORT)) || { ((READERS > 0)) && ((value == READER_PORT)); }; then
+            die "$name=$value is the registry's or the reader's port: set another one"
+        fi
+    done
+    ((EUREKA_XDS_PORT || EUREKA_DNS_PORT)) || die "STACK_MESH=1 with EUREKA_XDS_PORT=0 and EUREKA_DNS_PORT=0: nothing to serve"
+    ((EUREKA_XDS_PORT != EUREKA_DNS_PORT)) || die "EUREKA_XDS_PORT and EUREKA_DNS_PORT must differ (DNS listens on TCP too)"
+    log "mesh: xDS on port $EUREKA_XDS_PORT, DNS on port $EUREKA_DNS_PORT (0: off), following $EUREKA_MESH_NODE_URL"
+fi
+
 ensure_redis
 [[ -z $stop_requested ]] || exit 0
 
@@ -281,6 +307,11 @@ ready_url="http://127.0.0.1:$PORT/readyz"
 ready=""
 reader_ready=""
 ((READERS > 0)) || reader_ready=skip
+# The mesh process starts once the node is ready (or has had its 60 s): it follows the node from its
+# first request on, rather than logging that the node is not there yet.
+mesh_ready=""
+mesh_deadline=""
+((MESH)) || mesh_ready=skip
 ready_deadline=$((SECONDS + 60))
 failed=""
 while [[ -z $stop_requested ]]; do
@@ -315,6 +346,29 @@ while [[ -z $stop_requested ]]; do
         elif ((SECONDS > ready_deadline)); then
             reader_ready=timeout
             log "reader not ready after 60s: GET http://127.0.0.1:$READER_PORT/readyz answers $code (the processes keep running)"
+        fi
+    fi
+    if [[ -z $mesh_ready && -n $ready && -z $mesh_deadline ]]; then
+        start mesh "$BIN/python" manage.py mesh
+        mesh_deadline=$((SECONDS + 60))
+    fi
+    if [[ -z $mesh_ready && -n $mesh_deadline ]]; then
+        # Listening = each port that is on accepts a TCP connection (DNS answers over TCP too).
+        listening=1
+        for port in "$EUREKA_XDS_PORT" "$EUREKA_DNS_PORT"; do
+            if ((port)) && ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then listening=""; fi
+        done
+        if [[ -n $listening ]]; then
+            mesh_ready=1
+            if ((EUREKA_XDS_PORT)); then
+                log "mesh: xDS (ADS, gRPC) at 127.0.0.1:$EUREKA_XDS_PORT (the server_uri of an Envoy or gRPC bootstrap)"
+            fi
+            if ((EUREKA_DNS_PORT)); then
+                log "mesh: DNS at 127.0.0.1:$EUREKA_DNS_PORT, UDP and TCP (dig @127.0.0.1 -p $EUREKA_DNS_PORT NAME.service.${EUREKA_DNS_DOMAIN:-eureka})"
+            fi
+        elif ((SECONDS > mesh_deadline)); then
+            mesh_ready=timeout
+            log "mesh not listening after 60s on its ports (the processes keep running)"
         fi
     fi
     sleep 1 &

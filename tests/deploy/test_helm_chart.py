@@ -68,6 +68,17 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "apiAuth.enabled=true", *PROMETHEUS_OPERATOR,
         "--set", "metrics.serviceMonitor.clientCertSecret=prometheus-client",
     ],
+    "mesh: xDS and DNS, embedded mode": [
+        "--set", "productionMode=false", "--set", "mesh.xds.enabled=true", "--set", "mesh.dns.enabled=true",
+    ],
+    "TLS, client certificates, API accounts, mesh: xDS and DNS": [
+        "--set", "tls.enabled=true", "--set", "tls.secretName=eureka-certs",
+        "--set", "tls.clientAuth=required", "--set", "tls.clientCaSecret=client-ca",
+        "--set", "apiAuth.enabled=true", "--set", "readers.enabled=true",
+        "--set", "mesh.xds.enabled=true", "--set", "mesh.xds.port=15010",
+        "--set", "mesh.dns.enabled=true", "--set", "mesh.dns.port=5353",
+        "--set", "mesh.dns.domain=mesh.example", "--set", "mesh.dns.allowedNetworks=10.0.0.0/8\\,fd00::/8",
+    ],
 }  # fmt: skip
 TLS_SECRET = "TLS from a Secret, readers"
 TLS_CERT_MANAGER = "TLS by cert-manager, client certificates required, API accounts"
@@ -545,7 +556,7 @@ def test_without_tls_nothing_changes(rendered, variant):
         assert env["EUREKA_HTTPS"]["value"] == "false"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             if probe in container:
-                assert "scheme" not in container[probe]["httpGet"], (container["name"], probe)
+                assert "scheme" not in container[probe].get("httpGet", {}), (container["name"], probe)
     for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint
@@ -748,3 +759,202 @@ def test_the_notes_print_https_urls_with_tls_and_http_without(helm):
     assert "must present a client certificate" in with_tls
     assert "http://eureka.eureka.svc:8761/eureka/" in notes()
     assert "https://" not in notes()
+
+
+# ------------------------------------------------------------------------------------- mesh (mesh.*)
+
+MESH_EMBEDDED = "mesh: xDS and DNS, embedded mode"
+MESH_TLS = "TLS, client certificates, API accounts, mesh: xDS and DNS"
+MESH_ENV = ("EUREKA_MESH_", "EUREKA_XDS_", "EUREKA_DNS_PORT", "EUREKA_DNS_BIND", "EUREKA_DNS_DOMAIN",
+            "EUREKA_DNS_ALLOWED")  # fmt: skip
+
+
+def mesh_container(docs: list[dict]) -> dict:
+    (mesh,) = [c for c in statefulset(docs)["spec"]["template"]["spec"]["containers"] if c["name"] == "mesh"]
+    return mesh
+
+
+def client_service_ports(docs: list[dict]) -> dict[str, tuple[int, str, str]]:
+    client = one(docs, "Service", "eureka")
+    return {p["name"]: (p["port"], p["targetPort"], p["protocol"]) for p in client["spec"]["ports"]}
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if "mesh" not in v])
+def test_with_the_mesh_off_there_is_no_mesh_container_port_or_setting(rendered, variant):
+    docs = rendered[variant]
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    assert "mesh" not in [c["name"] for c in pod["containers"]]
+    for container in pod["containers"]:
+        assert not [name for name in env_of(container) if name.startswith(MESH_ENV)], container["name"]
+        assert not {"xds", "dns-udp", "dns-tcp"} & {p["name"] for p in container.get("ports", [])}
+    assert not {"xds", "dns-udp", "dns-tcp"} & set(client_service_ports(docs))
+
+
+def test_the_mesh_values_change_nothing_while_both_are_off(helm):
+    def pod_and_services(*args: str) -> list[dict]:
+        # The chart's Secret is generated anew at every render: everything else must be the same.
+        return [d for d in render(*args) if d["kind"] != "Secret"]
+
+    assert pod_and_services() == pod_and_services(
+        "--set", "mesh.xds.port=19000", "--set", "mesh.dns.port=5300", "--set", "mesh.dns.domain=other",
+        "--set", "mesh.dns.allowedNetworks=10.0.0.0/8", "--set", "mesh.resources.requests.cpu=2",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variant", "containers"),
+    [
+        (MESH_EMBEDDED, ["registry", "mesh"]),
+        (MESH_TLS, ["registry", "celery-worker", "celery-beat", "reader", "mesh"]),
+    ],
+)
+def test_the_mesh_container_runs_manage_py_mesh_beside_the_node_in_either_mode(rendered, variant, containers):
+    docs = rendered[variant]
+    pod = statefulset(docs)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == containers
+    mesh = mesh_container(docs)
+    registry = registry_container(docs)
+    assert mesh["command"][:2] == ["sh", "-c"]
+    assert mesh["command"][2].strip().splitlines()[-1] == "exec python manage.py mesh"
+    assert mesh["image"] == registry["image"]
+    assert mesh["securityContext"] == registry["securityContext"]
+    # The node's settings as every container of the pod gets them, then the mesh process's own.
+    mesh_env = [e for e in mesh["env"] if not e["name"].startswith(MESH_ENV)]
+    assert mesh_env == [e for e in registry["env"] if not e["name"].startswith(MESH_ENV)]
+    assert mesh["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert {m["name"]: m["mountPath"] for m in mesh["volumeMounts"]} == {
+        m["name"]: m["mountPath"] for m in registry["volumeMounts"] if m["name"] != "accounts"
+    }, "the data directory (API accounts in SQLite), /tmp, and with TLS the node's files"
+
+
+def test_the_mesh_process_follows_its_own_node_and_serves_both_ports(rendered):
+    docs = rendered[MESH_EMBEDDED]
+    mesh = mesh_container(docs)
+    env = {name: entry.get("value") for name, entry in env_of(mesh).items()}
+    assert env["EUREKA_MESH_NODE_URL"] == "http://127.0.0.1:8761"
+    assert env["EUREKA_XDS_PORT"] == "18000" and env["EUREKA_DNS_PORT"] == "8600"
+    assert env["EUREKA_DNS_BIND"] == "0.0.0.0", "the pod's loopback is of no use to other pods"
+    assert env["EUREKA_DNS_DOMAIN"] == "eureka"
+    assert "EUREKA_DNS_ALLOWED_NETWORKS" not in env, "empty: the setting's own default"
+    assert "EUREKA_MESH_NODE_USER" not in env and "EUREKA_MESH_NODE_PASSWORD_FILE" not in env
+    assert mesh["ports"] == [
+        {"name": "xds", "containerPort": 18000, "protocol": "TCP"},
+        {"name": "dns-udp", "containerPort": 8600, "protocol": "UDP"},
+        {"name": "dns-tcp", "containerPort": 8600, "protocol": "TCP"},
+    ]
+    assert client_service_ports(docs) == {
+        "http": (8761, "http", "TCP"),
+        "xds": (18000, "xds", "TCP"),
+        "dns-udp": (8600, "dns-udp", "UDP"),
+        "dns-tcp": (8600, "dns-tcp", "TCP"),
+    }
+    headless = one(docs, "Service", "eureka-headless")
+    assert [p["name"] for p in headless["spec"]["ports"]] == ["http"], "peers' SRV name stays _http._tcp"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert mesh[probe]["tcpSocket"] == {"port": "xds"}, probe
+    assert mesh["lifecycle"] == registry_container(docs)["lifecycle"], "preStop like the others"
+
+
+def test_the_rendered_mesh_settings_are_what_the_mesh_process_reads(rendered, tmp_path):
+    from registry.config.eureka import parse_config
+
+    mesh = mesh_container(rendered[MESH_TLS])
+    password_file = tmp_path / "EUREKA_PEER_PASSWORD"
+    password_file.write_text("peer-secret\n")
+    environ = {
+        name: entry["value"].replace("/etc/eureka/peer/EUREKA_PEER_PASSWORD", str(password_file))
+        for name, entry in env_of(mesh).items()
+        if name.startswith(MESH_ENV) or name in ("EUREKA_API_AUTH", "EUREKA_CONTROL_URL")
+    }
+    config = parse_config(environ).mesh
+    assert config.node_url == "https://127.0.0.1:8761"
+    assert (config.node_user, config.node_password) == ("eureka-peer", "peer-secret")
+    assert (config.xds_port, config.dns_port) == (15010, 5353)
+    assert config.dns_bind == "0.0.0.0" and config.dns_domain == "mesh.example"
+    assert config.dns_allowed_networks == ("10.0.0.0/8", "fd00::/8")
+
+
+def test_with_api_accounts_and_tls_the_mesh_reads_as_the_peer_account_over_https(rendered):
+    docs = rendered[MESH_TLS]
+    mesh = mesh_container(docs)
+    env = env_of(mesh)
+    assert env["EUREKA_MESH_NODE_URL"]["value"] == "https://127.0.0.1:8761"
+    assert env["EUREKA_MESH_NODE_USER"]["value"] == "eureka-peer"
+    # The password: the same Secret key the registry container makes the peer account with, as a file.
+    password_file = env["EUREKA_MESH_NODE_PASSWORD_FILE"]["value"]
+    mounts = {m["mountPath"]: m for m in mesh["volumeMounts"]}
+    mount = mounts[str(Path(password_file).parent)]
+    assert mount["readOnly"] is True
+    volumes = {v["name"]: v for v in statefulset(docs)["spec"]["template"]["spec"]["volumes"]}
+    items = volumes[mount["name"]]["secret"]["items"]
+    assert {"key": "EUREKA_PEER_PASSWORD", "path": Path(password_file).name} in items
+    assert f"--password-file {password_file}" in registry_container(docs)["command"][2]
+    # TLS: the node's files, for the xDS port's TLS and for the calls to the node.
+    assert {"name": "tls", "mountPath": TLS_DIR, "readOnly": True} in mesh["volumeMounts"]
+    assert {"name": "client-ca", "mountPath": "/etc/eureka/client-ca", "readOnly": True} in mesh[
+        "volumeMounts"
+    ]
+    for name in TLS_ENV:
+        assert env[name] == env_of(registry_container(docs))[name], name
+    assert env["EUREKA_DNS_ALLOWED_NETWORKS"]["value"] == "10.0.0.0/8,fd00::/8"
+    assert env["EUREKA_DNS_DOMAIN"]["value"] == "mesh.example"
+    # A TCP probe needs no handshake: required client certificates do not stop it.
+    assert mesh["readinessProbe"]["tcpSocket"] == {"port": "xds"}
+    ports = client_service_ports(docs)
+    assert ports["xds"] == (15010, "xds", "TCP") and ports["dns-udp"] == (5353, "dns-udp", "UDP")
+    assert ports["reader"] == (8780, "reader", "TCP")
+
+
+def test_only_what_is_on_is_served_probed_and_offered(helm):
+    xds_only = render("--set", "mesh.xds.enabled=true")
+    mesh = mesh_container(xds_only)
+    env = env_of(mesh)
+    assert env["EUREKA_XDS_PORT"]["value"] == "18000"
+    assert not {"EUREKA_DNS_PORT", "EUREKA_DNS_BIND", "EUREKA_DNS_DOMAIN"} & set(env)
+    assert [p["name"] for p in mesh["ports"]] == ["xds"]
+    assert set(client_service_ports(xds_only)) == {"http", "xds"}
+
+    dns_only = render("--set", "mesh.dns.enabled=true")
+    mesh = mesh_container(dns_only)
+    env = env_of(mesh)
+    assert "EUREKA_XDS_PORT" not in env and env["EUREKA_DNS_PORT"]["value"] == "8600"
+    assert [p["name"] for p in mesh["ports"]] == ["dns-udp", "dns-tcp"]
+    assert set(client_service_ports(dns_only)) == {"http", "dns-udp", "dns-tcp"}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert mesh[probe]["tcpSocket"] == {"port": "dns-tcp"}, "DNS's TCP port when xDS is off"
+
+
+def test_mesh_values_that_cannot_work_are_refused(helm):
+    both = ["--set", "mesh.xds.enabled=true", "--set", "mesh.dns.enabled=true"]
+    with pytest.raises(tools.ToolFailed, match="mesh.xds.port and mesh.dns.port must differ"):
+        tools.render(*both, "--set", "mesh.dns.port=18000")
+    with pytest.raises(tools.ToolFailed, match="mesh.xds.port must differ from the node's port"):
+        tools.render(*both, "--set", "mesh.xds.port=8761")
+    with pytest.raises(tools.ToolFailed, match="mesh.dns.port must differ from readers.port"):
+        tools.render(*both, "--set", "readers.enabled=true", "--set", "mesh.dns.port=8780")
+    with pytest.raises(tools.ToolFailed, match="mesh.dns.port"):
+        tools.render(
+            *both, "--set", "mesh.dns.port=53"
+        )  # a privileged port: the container has no right to it
+    with pytest.raises(tools.ToolFailed, match="mesh.dns.domain"):
+        tools.render(*both, "--set", "mesh.dns.domain=not a domain")
+    with pytest.raises(tools.ToolFailed, match="mesh.dns.allowedNetworks"):
+        tools.render(*both, "--set", "mesh.dns.allowedNetworks=everyone")
+    # The same ports are fine while the part that would use them is off.
+    tools.render("--set", "mesh.xds.enabled=true", "--set", "mesh.dns.port=18000")
+
+
+def test_the_notes_tell_the_xds_address_and_the_dns_names_when_on(helm):
+    on = notes(
+        "--set", "mesh.xds.enabled=true", "--set", "mesh.dns.enabled=true",
+        "--set", "mesh.dns.domain=mesh.example",
+    )  # fmt: skip
+    assert "eureka.eureka.svc:18000" in on
+    assert "NAME.service.mesh.example" in on and "_NAME._tcp.service.mesh.example" in on
+    assert "forward . CLUSTER_IP:8600" in on
+    assert "answers the pod itself only" not in on
+    guarded = notes("--set", "mesh.dns.enabled=true", "--set", "apiAuth.enabled=true")
+    assert "answers the pod itself only" in guarded and "mesh.dns.allowedNetworks" in guarded
+    assert "18000" not in guarded, "xDS is off"
+    off = notes()
+    assert "xDS" not in off and ".service." not in off

@@ -114,9 +114,17 @@ class DriverProcess:
     """A client driver (the JS and Java suites' programs): a process that prints one JSON object a line,
     its events (other lines come as ``{"event": "output", "line": ...}``, and ``{"event": "eof"}``
     ends them), collected by a reader thread, and reads commands as JSON lines on stdin. Closing its
-    stdin tells it to stop its client and exit. ``label`` names it in failures ("the JS client")."""
+    stdin tells it to stop its client and exit. ``label`` names it in failures ("the JS client");
+    ``env``, when given, is its whole environment (else the test process's)."""
 
-    def __init__(self, command: list[str], cwd: Path, label: str, close_timeout: float):
+    def __init__(
+        self,
+        command: list[str],
+        cwd: Path,
+        label: str,
+        close_timeout: float,
+        env: dict[str, str] | None = None,
+    ):
         self.label = label
         self.close_timeout = close_timeout
         self.process = subprocess.Popen(
@@ -127,6 +135,7 @@ class DriverProcess:
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
+            env=env,
         )
         self.events: list[dict] = []
         self._cond = threading.Condition()

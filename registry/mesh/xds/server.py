@@ -86,6 +86,9 @@ GRPC_OPTIONS = (
     ("grpc.http2.max_ping_strikes", 2),
     # A connection that has held no stream for 5 minutes is closed.
     ("grpc.max_connection_idle_ms", 300_000),
+    # gRPC sets SO_REUSEPORT by default: a second mesh process started on the same port would share it
+    # without an error, and clients would reach one or the other at random. Taken is taken.
+    ("grpc.so_reuseport", 0),
 )
 
 # (the ``authorization`` metadata value, the client certificate as DER, the client's address: what
