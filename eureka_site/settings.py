@@ -221,6 +221,10 @@ _LOG_SECRETS = log_secrets(
     [SECRET_KEY, EUREKA.control_secret, EUREKA.metrics.token, DATABASES["default"].get("PASSWORD") or ""],
     urls=[EUREKA.redis.url, *EUREKA.cluster.peer_urls, *EUREKA.remote_regions.urls.values()],
 )
+# gRPC's C core (the mesh's xDS port, registry/mesh/xds/) writes a line of its own for every TLS
+# handshake that fails, one per hostile connection: its errors only, unless the operator asks for
+# more. Read by grpc when it is first imported, which is after the settings.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

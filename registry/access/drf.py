@@ -112,6 +112,14 @@ def identify(environ: dict, client=lambda: "") -> Principal | None:
         certificate = client_certificate(environ)
     except certificates.BadCertificate as exc:
         raise accounts.Refused(f"unreadable client certificate: {exc}") from None
+    return principal_of(header, certificate, client)
+
+
+def principal_of(
+    header: str | None, certificate: certificates.ClientCertificate | None, client=lambda: ""
+) -> Principal | None:
+    """``identify``'s rules for credentials already read: an ``Authorization`` header and a verified
+    client certificate, either or both (the mesh's xDS streams carry the same two)."""
     if certificate is None:
         return accounts.authenticate(header, client) if header else None
     if not header:

@@ -2,11 +2,12 @@
 
 With ``EUREKA_API_AUTH`` off, everyone (as ``GET /eureka/apps``). With it on:
 
-- **xDS**: each stream is checked once, when it opens, like a request: a client certificate of the TLS
-  connection (the xDS port speaks TLS with the node's ``EUREKA_TLS_*`` files) identifies an account by
-  its certificate names; else the stream's ``authorization`` metadata (``Basic ...``, what Envoy's
-  ``initial_metadata`` sends) is checked as an HTTP request's. The account needs the reader role (or
-  client, or peer): the read permission, as for ``GET /eureka/apps``.
+- **xDS**: each stream is checked once, when it opens, as a request is: a client certificate of the
+  TLS connection (the xDS port speaks TLS with the node's ``EUREKA_TLS_*`` files) identifies an
+  account by its certificate names, the stream's ``authorization`` metadata (``Basic ...``, what
+  Envoy's ``initial_metadata`` sends) by its credentials. The account needs the reader role (or
+  client, or peer): the read permission, as for ``GET /eureka/apps``. No credentials, or wrong ones:
+  UNAUTHENTICATED; an account without the permission: PERMISSION_DENIED (``Forbidden``).
 - **DNS** carries no credentials, so it answers only the networks in ``EUREKA_DNS_ALLOWED_NETWORKS``,
   by default loopback only: a node-local resolver, or the networks of the operator's choosing.
 
@@ -23,7 +24,9 @@ from django.db import close_old_connections
 
 from registry.access import accounts, roles
 from registry.access.certificates import BadCertificate, from_der
+from registry.access.drf import principal_of
 from registry.domain.endpoints import parse_networks
+from registry.mesh.xds.server import Forbidden
 
 LOOPBACK = "127.0.0.0/8,::1/128"
 NO_CREDENTIALS = (
@@ -32,33 +35,40 @@ NO_CREDENTIALS = (
 )
 
 
-def _check(authorization: str | None, certificate_der: bytes | None) -> str | None:
+def _check(authorization: str | None, certificate_der: bytes | None, address: str) -> str | None:
+    """The node's rules (registry/access/drf.py ``principal_of``): a certificate that names an
+    account signs in as it, Basic credentials too (both: the same account), a certificate that names
+    none adds nothing to credentials that hold."""
     close_old_connections()
     try:
-        if certificate_der:
-            try:
-                principal = accounts.authenticate_certificate(from_der(certificate_der))
-            except BadCertificate as exc:
-                return f"unreadable client certificate: {exc}"
-        elif authorization:
-            principal = accounts.authenticate(authorization)
-        else:
-            return NO_CREDENTIALS
+        certificate = from_der(certificate_der) if certificate_der else None
+    except BadCertificate as exc:
+        return f"unreadable client certificate: {exc}"
+    try:
+        principal = principal_of(authorization, certificate, lambda: address)
     except accounts.Refused as refused:
         return refused.reason
+    if principal is None:
+        return NO_CREDENTIALS
     if roles.READ not in principal.permissions:
-        return f"account {principal.username!r} may not read the registry (it needs the reader role)"
+        return Forbidden(
+            f"account {principal.username!r} may not read the registry (it needs the reader role)"
+        )
     return None
 
 
-def xds_authorizer(api_auth: bool) -> Callable[[str | None, bytes | None], Awaitable[str | None]] | None:
+def xds_authorizer(
+    api_auth: bool,
+) -> Callable[[str | None, bytes | None, str], Awaitable[str | None]] | None:
     """The ``authorize`` of ``start_xds``: None (open) unless API accounts are on. A password check
-    costs CPU and a database read, so it runs off the event loop."""
+    costs CPU and a database read, so it runs off the event loop. Failed sign-ins count against the
+    client's address, as the node counts them (registry/access/throttle.py): one client's guesses
+    lock out that client, not every xDS client."""
     if not api_auth:
         return None
 
-    async def authorize(authorization: str | None, certificate_der: bytes | None) -> str | None:
-        return await asyncio.to_thread(_check, authorization, certificate_der)
+    async def authorize(authorization: str | None, certificate_der: bytes | None, address: str) -> str | None:
+        return await asyncio.to_thread(_check, authorization, certificate_der, address)
 
     return authorize
 
@@ -75,8 +85,8 @@ def dns_allowed(networks: tuple[str, ...], api_auth: bool) -> Callable[[str], bo
             ip = ipaddress.ip_address(address.split("%")[0])
         except ValueError:
             return False
-        if ip.version == 6 and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        return any(ip in network for network in parsed)
+        # An IPv4 client of a dual-stack socket comes as ::ffff:a.b.c.d: either form may be named.
+        mapped = ip.ipv4_mapped if ip.version == 6 else None
+        return any(ip in network or (mapped is not None and mapped in network) for network in parsed)
 
     return allowed

@@ -19,6 +19,7 @@ the failure is logged once per outage. Plain Python: httpx, no Django.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -112,7 +113,18 @@ class NodeFollower:
         self._stopping.set()
         response = self._response
         if response is not None:
-            # Unblocks the stream's read at once instead of at the next keep-alive comment.
+            # Unblocks the stream's read at once instead of at the next keep-alive comment. Closing a
+            # socket does not wake a read blocked on it in another thread (over TLS it waits for
+            # data); shutting it down does, and the reader sees the end of the stream.
+            stream = response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                try:
+                    # The plain socket's shutdown: an SSLSocket's own would drop its TLS state under
+                    # the reader.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
             try:
                 response.close()
             except Exception:  # noqa: BLE001 - closing from another thread may race the reader

@@ -329,7 +329,7 @@ def test_the_validator_reads_a_control_plane_over_mtls_with_credentials(xds_go_b
     tls = (files.cert_file.read_bytes(), files.key_file.read_bytes(), files.ca_file.read_bytes(), True)
     seen: list[tuple[str | None, bool]] = []
 
-    async def authorize(authorization: str | None, certificate: bytes | None) -> str | None:
+    async def authorize(authorization: str | None, certificate: bytes | None, address: str) -> str | None:
         seen.append((authorization, certificate is not None))
         return None if authorization == READER_AUTHORIZATION else "not a reader"
 

@@ -21,7 +21,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from registry.config.services import MeshConfig
 from registry.mesh.catalog import Catalog
 from registry.mesh.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from registry.mesh.xds.server import MAX_NAMES, SERVICE
+from registry.mesh.xds.server import MAX_NAMES, SERVICE, Forbidden
 from tests.mesh.xds_harness import AdsClient, XdsThread, endpoint
 
 pytestmark = pytest.mark.live
@@ -469,13 +469,16 @@ class FakeAuthorize:
     def __init__(self):
         self.calls: list[tuple[str | None, bytes | None]] = []
 
-    async def __call__(self, authorization, certificate):
+    async def __call__(self, authorization, certificate, address):
+        assert address == "127.0.0.1"
         self.calls.append((authorization, certificate))
         if certificate is not None or authorization == "Basic cmVhZGVyOnNlY3JldA==":
             return None
         if authorization is None:
             return "credentials needed to read the registry"
-        return "this account may not read the registry"
+        if authorization == "Basic bm9ib2R5Om5v":
+            return Forbidden("this account may not read the registry")
+        return "wrong user name or password"
 
 
 def test_a_stream_without_credentials_is_refused_unauthenticated(catalog, make_server):
@@ -488,7 +491,7 @@ def test_a_stream_without_credentials_is_refused_unauthenticated(catalog, make_s
     assert authorize.calls == [(None, None)]
 
 
-def test_a_stream_with_refused_credentials_is_refused_permission_denied(catalog, make_server):
+def test_a_stream_of_an_account_that_may_not_read_is_refused_permission_denied(catalog, make_server):
     fleet(catalog, "ORDERS")
     server = make_server(authorize=FakeAuthorize())
     client = AdsClient(f"127.0.0.1:{server.port}", metadata=(("authorization", "Basic bm9ib2R5Om5v"),))
@@ -496,6 +499,16 @@ def test_a_stream_with_refused_credentials_is_refused_permission_denied(catalog,
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     assert error.details() == "this account may not read the registry"
     assert server.server.refused == {"xds_permission_denied": 1}
+
+
+def test_a_stream_with_wrong_credentials_is_refused_unauthenticated(catalog, make_server):
+    fleet(catalog, "ORDERS")
+    server = make_server(authorize=FakeAuthorize())
+    client = AdsClient(f"127.0.0.1:{server.port}", metadata=(("authorization", "Basic d3Jvbmc6bm8="),))
+    error = client.ended()
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error.details() == "wrong user name or password"
+    assert server.server.refused == {"xds_unauthenticated": 1}
 
 
 def test_a_stream_with_accepted_credentials_is_served_and_asked_once(catalog, make_server):
@@ -517,7 +530,7 @@ def test_a_stream_with_accepted_credentials_is_served_and_asked_once(catalog, ma
 def test_a_failing_access_check_refuses_the_stream_unavailable(catalog, make_server):
     fleet(catalog, "ORDERS")
 
-    async def broken(authorization, certificate):
+    async def broken(authorization, certificate, address):
         raise ConnectionError("the accounts database is down")
 
     server = make_server(authorize=broken)

@@ -26,14 +26,16 @@ STOP_GRACE_S = 2.0
 
 
 def _xds_tls(config) -> tuple[bytes, bytes, bytes | None, bool] | None:
-    """The xDS port speaks TLS with the node's own certificate and client-certificate rules."""
+    """The xDS port speaks TLS with the node's own certificate, and asks for a client certificate when
+    the node requires one. grpcio either requires a verified client certificate or asks for none: with
+    ``EUREKA_TLS_CLIENT_AUTH=optional`` it asks for none, and xDS clients sign in with metadata."""
     tls = config.tls
     if not tls.cert_file:
         return None
     with open(tls.cert_file, "rb") as chain, open(tls.key_file, "rb") as key:
         chain_pem, key_pem = chain.read(), key.read()
     client_ca = None
-    if tls.client_auth != "none" and tls.client_ca_file:
+    if tls.client_auth == "required":
         with open(tls.client_ca_file, "rb") as ca:
             client_ca = ca.read()
     return chain_pem, key_pem, client_ca, tls.client_auth == "required"
@@ -79,6 +81,12 @@ class Command(BaseCommand):
 
                 xds = await start_xds(catalog, mesh, authorize=xds_authorizer(api_auth), tls=_xds_tls(config))
                 self.stdout.write(f"mesh: xDS (ADS) on {mesh.xds_bind}:{xds.port}, following {mesh.node_url}")
+                if config.tls.cert_file and config.tls.client_auth == "optional":
+                    self.stdout.write(
+                        "mesh: EUREKA_TLS_CLIENT_AUTH=optional: the xDS port asks no client certificate "
+                        "(gRPC asks for one only when it is required); xDS clients sign in with "
+                        "authorization metadata"
+                    )
             if mesh.dns_port:
                 from registry.mesh.dns import start_dns
 

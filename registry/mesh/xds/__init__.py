@@ -3,6 +3,6 @@ clusters, endpoint assignments) for every service name of the catalog, over gRPC
 Discovery Service in both its variants, for Envoy and for proxyless gRPC clients. No Django.
 resources.py builds the resources, server.py serves them (``start_xds``)."""
 
-from registry.mesh.xds.server import XdsServer, start_xds
+from registry.mesh.xds.server import Forbidden, XdsServer, start_xds
 
-__all__ = ["XdsServer", "start_xds"]
+__all__ = ["Forbidden", "XdsServer", "start_xds"]

@@ -91,8 +91,17 @@ GRPC_OPTIONS = (
     ("grpc.so_reuseport", 0),
 )
 
-# (the ``authorization`` metadata value, the client certificate as DER) → None, or a refusal reason.
-Authorize = Callable[[str | None, bytes | None], Awaitable[str | None]]
+# (the ``authorization`` metadata value, the client certificate as DER, the client's address: what
+# failed sign-ins are counted by) → None, or a refusal reason.
+Authorize = Callable[[str | None, bytes | None, str], Awaitable[str | None]]
+
+
+class Forbidden(str):
+    """A refusal reason of ``authorize`` for a caller its credentials name who may not read the
+    registry: the stream ends PERMISSION_DENIED (the node's 403). Any other reason (no credentials,
+    wrong ones) ends it UNAUTHENTICATED (the node's 401)."""
+
+
 # (certificate chain PEM, private key PEM, client CA PEM or None, client certificate required).
 TlsFiles = tuple[bytes, bytes, bytes | None, bool]
 
@@ -579,7 +588,7 @@ class XdsServer:
                 "(EUREKA_XDS_STREAMS_PER_ADDRESS_MAX)",
             )
 
-    async def _check_access(self, context: grpc.aio.ServicerContext) -> None:
+    async def _check_access(self, context: grpc.aio.ServicerContext, address: str) -> None:
         if self.authorize is None:
             return
         authorization = None
@@ -588,17 +597,17 @@ class XdsServer:
                 authorization = value if isinstance(value, str) else value.decode("latin-1")
         certificate = client_certificate(context)
         try:
-            reason = await self.authorize(authorization, certificate)
+            reason = await self.authorize(authorization, certificate, address)
         except Exception:
-            log.exception("xDS: the access check of a stream from %s failed", peer_address(context.peer()))
+            log.exception("xDS: the access check of a stream from %s failed", address)
             raise Refused(
                 grpc.StatusCode.UNAVAILABLE, "xds_access_check_failed", "the access check failed; try again"
             ) from None
         if reason is None:
             return
-        if authorization is None and certificate is None:
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "xds_unauthenticated", reason)
-        raise Refused(grpc.StatusCode.PERMISSION_DENIED, "xds_permission_denied", reason)
+        if isinstance(reason, Forbidden):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, "xds_permission_denied", str(reason))
+        raise Refused(grpc.StatusCode.UNAUTHENTICATED, "xds_unauthenticated", reason)
 
     async def _serve(
         self, kind: type[Stream], requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -610,7 +619,7 @@ class XdsServer:
             self.streams_open += 1
             self.by_address[address] = self.by_address.get(address, 0) + 1
             try:
-                await self._check_access(context)
+                await self._check_access(context, address)
                 stream = kind(self, address)
                 self.streams.add(stream)
                 await stream.run(requests, context)
