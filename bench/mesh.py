@@ -7,7 +7,7 @@ its memory and CPU, DNS queries/s, and what running it costs the node's heartbea
    in ``--client-processes`` processes), each subscribed to every cluster and its endpoints. Prints the
    time each stream took to hold the full snapshot, and when the last one had it.
 3. ``--changes`` times: announces the change to the clients, then flips one instance's status at the
-   node (``PUT .../status?value=OUT_OF_SERVICE``, then ``DELETE`` the override), and prints, over the
+   node (``PUT .../status?value=OUT_OF_SERVICE``, then ``?value=UP``), and prints, over the
    changes, the median, p99 and maximum of the time from the node's answer to the LAST client holding
    the new endpoints (and to the first).
 4. The mesh process's resident memory and CPU seconds over each phase.
@@ -179,18 +179,16 @@ def propagation(node: Node, clients: Clients, changes: int, streams: int) -> tup
     rng = random.Random(47)
     with httpx.Client(timeout=10) as http:
         for seq in range(changes):
-            app = rng.choice(apps)
-            instance_id = rng.choice(instances_of(node, app))
             out = seq % 2 == 0
-            # Out of service → DRAINING; the override removed → back to UP → HEALTHY.
+            if out:  # a new instance goes out of service; the next change brings the same one back
+                app = rng.choice(apps)
+                instance_id = rng.choice(instances_of(node, app))
+            # Out of service → DRAINING; then UP → HEALTHY (both overrides: removing the override would
+            # leave the instance UNKNOWN until its next heartbeat, and this phase sends none).
             clients.announce(seq, app, instance_id, "DRAINING" if out else "HEALTHY")
             time.sleep(0.05)  # the clients have read the announcement
-            if out:
-                answer = http.put(
-                    f"{node.url}apps/{app}/{instance_id}/status", params={"value": "OUT_OF_SERVICE"}
-                )
-            else:
-                answer = http.delete(f"{node.url}apps/{app}/{instance_id}/status")
+            value = "OUT_OF_SERVICE" if out else "UP"
+            answer = http.put(f"{node.url}apps/{app}/{instance_id}/status", params={"value": value})
             changed_at = time.time()
             if answer.status_code != 200:
                 raise SystemExit(f"status change {seq} answered {answer.status_code}")

@@ -140,7 +140,8 @@ def _has(assignment, instance_id: str, health: int) -> bool:
 
 async def main(args: argparse.Namespace) -> None:
     watches = Watches()
-    asyncio.create_task(read_watches(watches))
+    # Held: the loop keeps only a weak reference to a task, and a collected reader drops the watches.
+    reader = asyncio.create_task(read_watches(watches))
     events = [asyncio.Event() for _ in range(args.streams)]
     tasks = []
     for index in range(args.streams):
@@ -151,9 +152,9 @@ async def main(args: argparse.Namespace) -> None:
         )
     await asyncio.gather(*(event.wait() for event in events))
     emit({"ready": True})
-    done, _ = await asyncio.wait(tasks, timeout=args.duration)
+    done, _ = await asyncio.wait([*tasks, reader], timeout=args.duration)
     for task in done:
-        if task.exception() is not None:
+        if task is not reader and task.exception() is not None:
             emit({"error": repr(task.exception())})
 
 
