@@ -46,7 +46,7 @@ import dns.message
 import dns.rdatatype
 import httpx
 import psutil
-from nodes import BIN, HOST, ROOT, Node, Process, build_loadgen, free_port, stop_all
+from nodes import BIN, HOST, ROOT, Node, Process, build_loadgen, die_with_parent, free_port, stop_all
 from setting_cost import loadgen
 
 MESH_READY_TIMEOUT_S = 120
@@ -121,7 +121,13 @@ class Clients:
             ]
             first += count
             process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd=ROOT
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                cwd=ROOT,
+                preexec_fn=die_with_parent,  # none outlives a benchmark killed by a signal
             )
             self.processes.append(process)
             threading.Thread(target=self._read, args=(process,), daemon=True).start()
@@ -286,7 +292,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dns-seconds", type=float, default=5, help="seconds of DNS flood (5)")
     parser.add_argument("--dns-senders", type=int, default=4, help="UDP sockets of the flood (4)")
     parser.add_argument(
-        "--dns-rate", type=int, default=200, help="DNS queries/s during 'on' renew rounds (200)"
+        "--dns-rate", type=int, default=200, help="DNS queries/s during 'on' renew rounds (200; 0: none)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="off/on renew rounds (3)")
     parser.add_argument("--duration", type=float, default=10, help="measured seconds per renew round (10)")
@@ -370,7 +376,10 @@ def main(argv: list[str]) -> int:
                         SNAPSHOT_TIMEOUT_S,
                         "snapshots",
                     )
-                    with DnsLoad(mesh.dns_port, names, args.dns_rate):
+                    if args.dns_rate:
+                        with DnsLoad(mesh.dns_port, names, args.dns_rate):
+                            metrics = loadgen(node, "renew", args)
+                    else:
                         metrics = loadgen(node, "renew", args)
                 rates[side].append(metrics["req/s"])
                 print(

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "health_round": ("health_round.py", "Health checks"),
     "junk_names": ("junk_names.py", "Junk names"),
     "memory_cost": ("memory_cost.py", "Memory at 100,000 instances"),
+    "mesh": ("mesh.py", "Mesh: xDS and DNS"),
     "metrics_cost": ("metrics_cost.py", "Metrics cost"),
     "readers": ("readers.py", "Readers"),
     "rebuild_cost": ("rebuild_cost.py", "Payload rebuilds and the garbage collector"),

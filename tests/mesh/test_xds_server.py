@@ -20,7 +20,8 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from registry.config.services import MeshConfig
 from registry.mesh.catalog import Catalog
-from registry.mesh.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from registry.mesh.xds import server as server_module
+from registry.mesh.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE, ResourceCache
 from registry.mesh.xds.server import MAX_NAMES, SERVICE, Forbidden
 from tests.mesh.xds_harness import AdsClient, XdsThread, endpoint
 
@@ -178,6 +179,33 @@ def test_endpoints_are_sent_when_they_change_and_only_to_those_who_asked(catalog
     second = client.recv()
     assert addresses(unpacked(second)["orders"]) == ["10.0.0.1", "10.0.0.2", "10.0.0.9"]
     assert second.version_info != first.version_info
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
+def test_assignments_come_a_part_at_a_time_so_a_slow_client_holds_one_part(
+    catalog, clients, monkeypatch, delta
+):
+    """Every resource arrives, in responses of about MAX_RESPONSE_BYTES each, each with its nonce."""
+    catalog.replace_all(
+        [endpoint(f"APP{a}", f"i{n}", ip=f"10.{a}.0.{n + 1}") for a in range(12) for n in range(20)]
+    )
+    names = [f"app{a}" for a in range(12)]
+    one = len(ResourceCache(catalog, 4096).get(ENDPOINT, "app0").sotw_piece)
+    monkeypatch.setattr(server_module, "MAX_RESPONSE_BYTES", one * 3)
+    client = clients(delta=delta)
+    client.send(ENDPOINT, names)
+    got: dict[str, object] = {}
+    nonces = set()
+    while len(got) < len(names):
+        response = client.recv()
+        nonces.add(response.nonce)
+        found = {r.name: r for r in response.resources} if delta else unpacked(response)
+        assert 1 <= len(found) <= 3
+        got.update(found)
+        client.ack(response, () if delta else names)
+    # At most three a part: four parts or more, each its own response.
+    assert sorted(got) == sorted(names) and 4 <= len(nonces) < len(names)
+    assert client.quiet() == []
 
 
 def test_a_request_with_a_stale_nonce_is_ignored(catalog, clients):

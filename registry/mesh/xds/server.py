@@ -35,6 +35,12 @@ name of the catalog. The rules they follow, from Envoy's "xDS REST and gRPC prot
    of a stream (INVALID_ARGUMENT), the size of a request (gRPC's receive limit), a request that is not
    a discovery request (INVALID_ARGUMENT); a type URL not served is answered with nothing. Every
    refusal is logged at most once a minute per kind, with a count, and counted in ``refused``.
+8. Memory. gRPC holds a response in memory until the client has taken it, and a stream writes its
+   next response only then. So route configurations and assignments, and every type in delta, go
+   ``MAX_RESPONSE_BYTES`` at a time, each part with its own nonce (the protocol lets these be sent a
+   few at a time): the whole registry to hundreds of clients that read slowly is held a part per
+   stream, not a copy per stream. Listeners and clusters are small, and a response of theirs must
+   list them all.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ COALESCE_S = 0.02
 READY_POLL_S = 0.05
 # Responses of one delta stream not yet answered by the client that are remembered (for its ACK/NACK).
 MAX_IN_FLIGHT = 64
+# Resources of one response, about, in bytes; more go in the next responses (rule 8).
+MAX_RESPONSE_BYTES = 1 << 20
 # A client's NACK reason in our log, at most.
 REASON_MAX_CHARS = 500
 
@@ -344,13 +352,16 @@ class SotwStream(Stream):
             state.dirty, state.dirty_all = set(), False
             if changes is None:
                 continue
-            pieces = [entry.sotw_piece for entry in changes.values() if entry is not None]
-            header = discovery_pb2.DiscoveryResponse(
-                version_info=_hash(sorted(state.sent.items())),
-                type_url=type_url,
-                nonce=self._nonce(state, changes),
-            )
-            out.append(header.SerializeToString() + b"".join(pieces))
+            version = _hash(sorted(state.sent.items()))
+            # Listeners and clusters list every resource in each response: one response. Routes and
+            # assignments may come a few at a time (rule 8).
+            parts = [changes] if type_url in FULL_STATE else _parts(changes, "sotw_piece")
+            for part in parts:
+                pieces = [entry.sotw_piece for entry in part.values() if entry is not None]
+                header = discovery_pb2.DiscoveryResponse(
+                    version_info=version, type_url=type_url, nonce=self._nonce(state, part)
+                )
+                out.append(header.SerializeToString() + b"".join(pieces))
         return out
 
     def _full_state(self, type_url: str, state: TypeState) -> dict[str, Entry | None] | None:
@@ -479,15 +490,30 @@ class DeltaStream(Stream):
                     state.forget(name)
             if not changes:
                 continue
-            pieces = [entry.delta_piece for entry in changes.values() if entry is not None]
-            header = discovery_pb2.DeltaDiscoveryResponse(
-                system_version_info=str(self.server.catalog.version),
-                type_url=type_url,
-                nonce=self._nonce(state, changes),
-                removed_resources=removed,
-            )
-            out.append(header.SerializeToString() + b"".join(pieces))
+            for index, part in enumerate(_parts(changes, "delta_piece")):
+                pieces = [entry.delta_piece for entry in part.values() if entry is not None]
+                header = discovery_pb2.DeltaDiscoveryResponse(
+                    system_version_info=str(self.server.catalog.version),
+                    type_url=type_url,
+                    nonce=self._nonce(state, part),
+                    removed_resources=removed if index == 0 else (),
+                )
+                out.append(header.SerializeToString() + b"".join(pieces))
         return out
+
+
+def _parts(changes: dict[str, Entry | None], piece: str) -> list[dict[str, Entry | None]]:
+    """``changes`` cut into parts of about MAX_RESPONSE_BYTES of resources, in order (rule 8)."""
+    parts: list[dict[str, Entry | None]] = [{}]
+    size = 0
+    for name, entry in changes.items():
+        length = len(getattr(entry, piece)) if entry is not None else 0
+        if size and size + length > MAX_RESPONSE_BYTES:
+            parts.append({})
+            size = 0
+        parts[-1][name] = entry
+        size += length
+    return parts
 
 
 class XdsServer:
