@@ -41,7 +41,7 @@ import dns.rcode
 from registry.config.services import MeshConfig
 from registry.domain.refusals import RefusalLines, refusal_fields, since_last_line
 from registry.mesh.catalog import Catalog
-from registry.mesh.dns_answers import TCP_MAX, UDP_PAYLOAD_MAX, Zone, render, udp_limit
+from registry.mesh.dns_answers import ROTATIONS, TCP_MAX, UDP_PAYLOAD_MAX, Zone, render, udp_limit
 
 logger = logging.getLogger("registry.mesh.dns")
 
@@ -162,6 +162,14 @@ def _header_reply(wire: bytes, rcode: int) -> bytes:
     return wire[:2] + answer_flags.to_bytes(2, "big") + bytes(8)
 
 
+# Rendering an answer is most of a query's cost (dnspython builds the message record by record). An
+# answer depends only on the query's bytes after its id (flags, question as spelt, EDNS), the size it
+# must fit, the rotation and the catalog: so answers are kept per catalog version and a repeated query
+# gets the same bytes behind its own id. A name is answered in ROTATIONS orders in turn
+# (registry/mesh/dns_answers.py), so a popular name costs at most that many renderings a change.
+ANSWERS_KEPT = 4_096
+
+
 class DnsHandler:
     """Bytes of a query in, bytes of the answer out (or none), for either transport: every rule of
     the module docstring but the sockets' own. Never raises."""
@@ -185,6 +193,8 @@ class DnsHandler:
         self.queries = {"udp": 0, "tcp": 0}
         self.truncated = 0
         self._turn = 0
+        self._answers: dict[tuple[bytes, int, int], tuple[bytes, str | None, bool]] = {}
+        self._answers_version = -1
 
     def handle(self, wire: bytes, address: str, tcp: bool) -> tuple[bytes | None, bool]:
         """(the answer or None, whether the message was a query at all: a TCP connection that sent
@@ -234,13 +244,26 @@ class DnsHandler:
                 response.flags |= dns.flags.TC
             return render(response, limit)[0], True
         self._turn += 1
-        reply = self.zone.answer(query, self.catalog, self._turn)
-        if reply.refusal is not None:
-            self.tally.note(reply.refusal, address)
-        answer, truncated = render(reply.message, limit)
+        turn = self._turn % ROTATIONS
+        version = self.catalog.version
+        if version != self._answers_version:
+            self._answers.clear()
+            self._answers_version = version
+        key = (wire[2:], limit, turn)
+        kept = self._answers.get(key)
+        if kept is None:
+            reply = self.zone.answer(query, self.catalog, turn)
+            answer, truncated = render(reply.message, limit)
+            kept = (answer[2:], reply.refusal, truncated)
+            if len(self._answers) >= ANSWERS_KEPT:
+                self._answers.clear()
+            self._answers[key] = kept
+        body, refusal, truncated = kept
+        if refusal is not None:
+            self.tally.note(refusal, address)
         if truncated:
             self.truncated += 1
-        return answer, True
+        return wire[:2] + body, True
 
     def _refusal(self, query: dns.message.Message, address: str, within_rate: bool) -> tuple[str, int] | None:
         """(kind, rcode) of a query answered without records, in the order the checks are made."""

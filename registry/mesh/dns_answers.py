@@ -48,6 +48,9 @@ import dns.rrset
 from registry.config.services import MeshConfig
 from registry.mesh.catalog import Catalog, Endpoint
 
+# How many orders of its records a name is answered in, in turn (``_rotated``).
+ROTATIONS = 16
+
 IN = dns.rdataclass.IN
 A = dns.rdatatype.A
 AAAA = dns.rdatatype.AAAA
@@ -302,9 +305,14 @@ def _decode_address(label: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Addre
 
 
 def _rotated(items: list, turn: int) -> list:
+    """The records starting at the turn's place: one turn after another for up to ROTATIONS records;
+    for more, ROTATIONS starting places spread evenly over them, so the answers the server keeps per
+    rotation (registry/mesh/dns.py) stay few, and the UDP answers of the ROTATIONS turns, each cut to
+    what fits, between them hold every record of a few hundred."""
     if not items:
         return items
-    start = turn % len(items)
+    few = len(items) <= ROTATIONS
+    start = turn % len(items) if few else (turn % ROTATIONS) * len(items) // ROTATIONS
     return items[start:] + items[:start]
 
 

@@ -15,6 +15,7 @@ import dns.rcode
 import pytest
 
 from registry.domain.refusals import RefusalLines
+from registry.mesh import dns as dns_module
 from registry.mesh.catalog import Catalog
 from registry.mesh.dns import (
     EDNS_VERSION,
@@ -27,6 +28,7 @@ from registry.mesh.dns import (
     QUESTION_COUNT,
     RATE_LIMITED,
     REFUSALS,
+    ROTATIONS,
     TOO_LONG,
     DnsHandler,
     DnsTally,
@@ -294,3 +296,42 @@ def test_every_refusal_kind_has_a_line_and_starts_at_zero():
     tally = DnsTally()
     assert set(tally.totals) == set(REFUSALS) and not any(tally.totals.values())
     assert all(len(words.split()) >= 5 for words in REFUSALS.values())
+
+
+# ------------------------------------------------------------------ answers kept per catalog version
+
+
+def test_a_repeated_query_gets_the_kept_answer_behind_its_own_id(handler, monkeypatch):
+    rendered = []
+    real_render = dns_module.render
+    monkeypatch.setattr(dns_module, "render", lambda *a: rendered.append(1) or real_render(*a))
+    answers = []
+    for _ in range(3 * ROTATIONS):
+        ask = query("orders.service.eureka")
+        answers.append(parsed(udp(handler, ask.to_wire())))
+        assert answers[-1].id == ask.id
+    # One rendering per rotation, then the same bytes again.
+    assert len(rendered) == ROTATIONS
+    assert records(answers[0].answer) == records(answers[ROTATIONS].answer) == ["10.0.0.1"]
+
+
+def test_a_catalog_change_is_in_the_next_answer_though_answers_are_kept():
+    catalog = catalog_of(endpoint("ORDERS", "10.0.0.1"))
+    handler = handler_for(catalog, Clock())
+    for _ in range(ROTATIONS + 1):
+        assert records(parsed(udp(handler, query("orders.service.eureka").to_wire())).answer) == ["10.0.0.1"]
+    catalog.apply(puts=[endpoint("ORDERS", "10.0.0.2")])
+    assert sorted(records(parsed(udp(handler, query("orders.service.eureka").to_wire())).answer)) == [
+        "10.0.0.1",
+        "10.0.0.2",
+    ]
+
+
+def test_the_rotations_between_them_serve_every_instance_over_udp(handler):
+    """200 instances: each UDP answer holds a few dozen; the rotations start spread over the list."""
+    served = set()
+    for _ in range(ROTATIONS):
+        answer = parsed(udp(handler, query("big.service.eureka").to_wire()))
+        assert answer.flags & dns.flags.TC
+        served |= set(records(answer.answer))
+    assert len(served) == 200

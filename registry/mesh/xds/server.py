@@ -78,6 +78,9 @@ COALESCE_S = 0.02
 READY_POLL_S = 0.05
 # Responses of one delta stream not yet answered by the client that are remembered (for its ACK/NACK).
 MAX_IN_FLIGHT = 64
+# A response as a stream keeps it until its turn to be written: the header's bytes, and the pieces of
+# its resources (shared with every other stream, in the resource cache).
+Response = tuple[bytes, list[bytes]]
 # Resources of one response, about, in bytes; more go in the next responses (rule 8).
 MAX_RESPONSE_BYTES = 1 << 20
 # A client's NACK reason in our log, at most.
@@ -224,8 +227,9 @@ class Stream:
                 if self.refusal is not None:
                     raise self.refusal
                 if self.server.catalog.ready.is_set():
-                    for response in self.responses():
-                        await context.write(response)
+                    for header, pieces in self.responses():
+                        # Joined only now: a stream holds one response's bytes at a time (rule 8).
+                        await context.write(header + b"".join(pieces))
                         self.server.pushes += 1
                 if reader.done():
                     if self.refusal is not None:
@@ -287,7 +291,8 @@ class Stream:
     def take(self, raw: bytes) -> None:
         raise NotImplementedError
 
-    def responses(self) -> list[bytes]:
+    def responses(self) -> list[Response]:
+        """What a push sends: each response's header and its resources' cached pieces, in order."""
         raise NotImplementedError
 
 
@@ -340,7 +345,7 @@ class SotwStream(Stream):
         state.requested = True
         state.dirty_all = True
 
-    def responses(self) -> list[bytes]:
+    def responses(self) -> list[Response]:
         out = []
         for type_url, state in self.types.items():
             if not state.requested or not (state.dirty_all or state.dirty):
@@ -361,7 +366,7 @@ class SotwStream(Stream):
                 header = discovery_pb2.DiscoveryResponse(
                     version_info=version, type_url=type_url, nonce=self._nonce(state, part)
                 )
-                out.append(header.SerializeToString() + b"".join(pieces))
+                out.append((header.SerializeToString(), pieces))
         return out
 
     def _full_state(self, type_url: str, state: TypeState) -> dict[str, Entry | None] | None:
@@ -461,7 +466,7 @@ class DeltaStream(Stream):
                 f"{len(state.subscribed)} {kind} resources subscribed on one stream (at most {MAX_NAMES})",
             )
 
-    def responses(self) -> list[bytes]:
+    def responses(self) -> list[Response]:
         out = []
         cache = self.server.cache
         for type_url, state in self.types.items():
@@ -498,7 +503,7 @@ class DeltaStream(Stream):
                     nonce=self._nonce(state, part),
                     removed_resources=removed if index == 0 else (),
                 )
-                out.append(header.SerializeToString() + b"".join(pieces))
+                out.append((header.SerializeToString(), pieces))
         return out
 
 
