@@ -3,7 +3,7 @@ its memory and CPU, DNS queries/s, and what running it costs the node's heartbea
 
 1. Starts a node (gunicorn, embedded mode) and registers ``-n`` instances in ``--apps`` apps with the Go
    load generator.
-2. Starts ``manage.py mesh`` (xDS and DNS) beside it and ``--clients`` xDS streams (bench/xds_load.py,
+2. Starts ``manage.py mesh`` (xDS and DNS) beside it and ``--clients`` xDS streams (``mesh.py clients``,
    in ``--client-processes`` processes), each subscribed to every cluster and its endpoints. Prints the
    time each stream took to hold the full snapshot, and when the last one had it.
 3. ``--changes`` times: announces the change to the clients, then flips one instance's status at the
@@ -44,9 +44,13 @@ from pathlib import Path
 import dns.exception
 import dns.message
 import dns.rdatatype
+import grpc
 import httpx
-import psutil
-from nodes import BIN, HOST, ROOT, Node, Process, build_loadgen, die_with_parent, free_port, stop_all
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2, health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from nodes import BIN, HOST, ROOT, Mesh, Node, build_loadgen, die_with_parent, stop_all
 from setting_cost import loadgen
 
 MESH_READY_TIMEOUT_S = 120
@@ -59,42 +63,13 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-class Mesh(Process):
-    """``manage.py mesh`` beside ``node``, xDS and DNS on free ports."""
-
-    def __init__(self, node: Node, workdir: Path):
-        self.xds_port = free_port()
-        self.dns_port = free_port()
-        env = {
-            **node.env,
-            "EUREKA_MESH_NODE_URL": node.base,
-            "EUREKA_XDS_PORT": str(self.xds_port),
-            "EUREKA_XDS_BIND": HOST,
-            "EUREKA_XDS_STREAMS_PER_ADDRESS_MAX": "0",
-            "EUREKA_DNS_PORT": str(self.dns_port),
-            "EUREKA_DNS_RATE_PER_ADDRESS": "0",
-        }
-        super().__init__("mesh", [str(BIN / "python"), "manage.py", "mesh"], workdir / "mesh.log", env=env)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + MESH_READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                answer = dns_query(self.dns_port, "bench-svc-000.service.eureka", timeout=0.5)
-                if answer is not None and answer.answer:
-                    return
-            except (OSError, dns.exception.DNSException):
-                pass  # not listening yet, or not following the node yet
-            if self.process is not None and self.process.poll() is not None:
-                raise SystemExit(f"the mesh process exited: see {self.log}")
-            time.sleep(0.2)
-        raise SystemExit(f"the mesh process did not serve within {MESH_READY_TIMEOUT_S} s: see {self.log}")
-
-    def usage(self) -> tuple[float, float]:
-        """(resident MiB, CPU seconds so far)."""
-        process = psutil.Process(self.process.pid)
-        times = process.cpu_times()
-        return process.memory_info().rss / 2**20, times.user + times.system
+def mesh_answers(mesh: Mesh) -> bool:
+    """The mesh follows the node: DNS answers the first app's name."""
+    try:
+        answer = dns_query(mesh.dns_port, "bench-svc-000.service.eureka", timeout=0.5)
+    except dns.exception.DNSException:
+        return False  # not following the node yet
+    return bool(answer.answer)
 
 
 def dns_query(port: int, name: str, timeout: float = 2.0):
@@ -104,7 +79,7 @@ def dns_query(port: int, name: str, timeout: float = 2.0):
 
 
 class Clients:
-    """The xDS client processes (bench/xds_load.py) and what they print."""
+    """The xDS client processes (``mesh.py clients``) and what they print."""
 
     def __init__(self, mesh: Mesh, clients: int, processes: int, names: int):
         per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
@@ -115,7 +90,8 @@ class Clients:
         for count in per:
             command = [
                 str(BIN / "python"),
-                str(ROOT / "bench" / "xds_load.py"),
+                str(ROOT / "bench" / "mesh.py"),
+                "clients",
                 *("--target", f"{HOST}:{mesh.xds_port}", "--streams", str(count), "--first", str(first)),
                 *("--names", str(names)),
             ]
@@ -282,6 +258,145 @@ class DnsLoad:
         self.thread.join(timeout=5)
 
 
+# ------------------------------------------------------------------------------------------ clients
+# ``mesh.py clients``: ``--streams`` state-of-the-world ADS streams in one process, each subscribed to
+# every cluster (CDS wildcard) and every cluster's endpoints (EDS), ACKing as Envoy does. One JSON line
+# per event on stdout: ``{"snapshot": S, "stream": i}`` once a stream holds every cluster's endpoints;
+# ``{"seen": SEQ, "at": T, "stream": i}`` when a stream receives the endpoints of a change announced on
+# stdin (``watch SEQ APP INSTANCE_ID HEALTH``, written before the change is made; T is the wall clock,
+# shared with the controller); ``{"ready": true}`` once every stream holds the snapshot; ``{"error": ...}``.
+# Only the watched app's assignments are decoded past their names.
+
+CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+HEALTH = {
+    "HEALTHY": health_check_pb2.HEALTHY,
+    "UNHEALTHY": health_check_pb2.UNHEALTHY,
+    "DRAINING": health_check_pb2.DRAINING,
+}
+
+
+def emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+class Watches:
+    """Changes the controller announced: SEQ → (cluster, instance id, health)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple[str, str, int]] = {}
+
+    def by_cluster(self, cluster: str) -> list[tuple[int, str, int]]:
+        return [(seq, iid, health) for seq, (name, iid, health) in self.pending.items() if name == cluster]
+
+
+async def read_watches(watches: Watches) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        parts = line.decode().split()
+        if len(parts) == 5 and parts[0] == "watch":
+            watches.pending[int(parts[1])] = (parts[2].lower(), parts[3], HEALTH[parts[4]])
+
+
+async def one_stream(index: int, target: str, names: int, watches: Watches, ready: asyncio.Event) -> None:
+    queue: asyncio.Queue = asyncio.Queue()
+    node = base_pb2.Node(id=f"bench-{index}", cluster="bench")
+
+    async def requests():
+        while True:
+            yield await queue.get()
+
+    async with grpc.aio.insecure_channel(
+        target, options=[("grpc.max_receive_message_length", 64 << 20)]
+    ) as channel:
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        started = time.monotonic()
+        await queue.put(discovery_pb2.DiscoveryRequest(node=node, type_url=CDS))
+        call = stub.StreamAggregatedResources(requests())
+        clusters: list[str] = []
+        held: set[str] = set()
+        seen: dict[int, bool] = {}
+        snapshot_done = False
+        async for response in call:
+            if response.type_url == CDS:
+                fresh = sorted({_cluster_name(any_) for any_ in response.resources})
+                await queue.put(
+                    discovery_pb2.DiscoveryRequest(
+                        node=node,
+                        type_url=CDS,
+                        version_info=response.version_info,
+                        response_nonce=response.nonce,
+                    )
+                )
+                if fresh != clusters:
+                    clusters = fresh
+                    await queue.put(
+                        discovery_pb2.DiscoveryRequest(node=node, type_url=EDS, resource_names=clusters)
+                    )
+                continue
+            if response.type_url != EDS:
+                continue
+            now = time.time()
+            for any_ in response.resources:
+                assignment = endpoint_pb2.ClusterLoadAssignment.FromString(any_.value)
+                held.add(assignment.cluster_name)
+                for seq, instance_id, health in watches.by_cluster(assignment.cluster_name):
+                    if seq in seen:
+                        continue
+                    if _has(assignment, instance_id, health):
+                        seen[seq] = True
+                        emit({"seen": seq, "at": now, "stream": index})
+            await queue.put(
+                discovery_pb2.DiscoveryRequest(
+                    node=node,
+                    type_url=EDS,
+                    resource_names=clusters,
+                    version_info=response.version_info,
+                    response_nonce=response.nonce,
+                )
+            )
+            if not snapshot_done and len(held) >= names:
+                snapshot_done = True
+                emit({"snapshot": time.monotonic() - started, "stream": index})
+                ready.set()
+
+
+def _cluster_name(any_) -> str:
+    return cluster_pb2.Cluster.FromString(any_.value).name
+
+
+def _has(assignment, instance_id: str, health: int) -> bool:
+    for locality in assignment.endpoints:
+        for endpoint in locality.lb_endpoints:
+            fields = endpoint.metadata.filter_metadata["eureka"].fields
+            if fields["instanceId"].string_value == instance_id:
+                return endpoint.health_status == health
+    return False
+
+
+async def run_clients(args: argparse.Namespace) -> None:
+    watches = Watches()
+    # Held: the loop keeps only a weak reference to a task, and a collected reader drops the watches.
+    reader = asyncio.create_task(read_watches(watches))
+    events = [asyncio.Event() for _ in range(args.streams)]
+    tasks = []
+    for index in range(args.streams):
+        tasks.append(
+            asyncio.create_task(
+                one_stream(args.first + index, args.target, args.names, watches, events[index])
+            )
+        )
+    await asyncio.gather(*(event.wait() for event in events))
+    emit({"ready": True})
+    done, _ = await asyncio.wait([*tasks, reader], timeout=args.duration)
+    for task in done:
+        if task is not reader and task.exception() is not None:
+            emit({"error": repr(task.exception())})
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=10_000, help="instances (10000)")
@@ -312,7 +427,7 @@ def main(argv: list[str]) -> int:
 
         mesh = Mesh(node, workdir)
         mesh.start()
-        mesh.wait_ready()
+        mesh.wait_ready(lambda: mesh_answers(mesh))
         rss, cpu0 = mesh.usage()
         print(f"mesh: following the node, {rss:.0f} MiB resident before any xDS client")
 
@@ -369,7 +484,7 @@ def main(argv: list[str]) -> int:
                 else:
                     mesh = Mesh(node, workdir)
                     mesh.start()
-                    mesh.wait_ready()
+                    mesh.wait_ready(lambda m=mesh: mesh_answers(m))
                     clients = started_clients = Clients(mesh, args.clients, args.client_processes, args.apps)
                     started_clients.wait(
                         lambda c=started_clients: len(c.records("ready")) == len(c.processes),
@@ -396,5 +511,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def clients_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mesh.py clients", description="xDS clients of bench/mesh.py")
+    parser.add_argument("--target", required=True, help="host:port of the xDS server")
+    parser.add_argument("--streams", type=int, default=50)
+    parser.add_argument("--first", type=int, default=0, help="number of the first stream (for node ids)")
+    parser.add_argument("--names", type=int, required=True, help="clusters a full snapshot holds")
+    parser.add_argument("--duration", type=float, default=600, help="seconds to run at most")
+    asyncio.run(run_clients(parser.parse_args(argv)))
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["clients"]:
+        sys.exit(clients_main(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))

@@ -483,6 +483,44 @@ class Node(Server):
         super().terminate()
 
 
+class Mesh(Process):
+    """``manage.py mesh`` beside ``node`` (docs/mesh.md): xDS and DNS on free loopback ports, with no
+    per-address stream cap and no DNS rate limit (the benchmark's clients all come from 127.0.0.1).
+    ``wait_ready(ready)`` waits until ``ready()`` (the caller's check that it serves)."""
+
+    def __init__(self, node: Node, workdir: Path):
+        self.xds_port = free_port()
+        self.dns_port = free_port()
+        env = {
+            **(node.env or {}),
+            "EUREKA_MESH_NODE_URL": node.base,
+            "EUREKA_XDS_PORT": str(self.xds_port),
+            "EUREKA_XDS_BIND": HOST,
+            "EUREKA_XDS_STREAMS_PER_ADDRESS_MAX": "0",
+            "EUREKA_DNS_PORT": str(self.dns_port),
+            "EUREKA_DNS_RATE_PER_ADDRESS": "0",
+        }
+        super().__init__("mesh", [str(BIN / "python"), "manage.py", "mesh"], workdir / "mesh.log", env=env)
+
+    def wait_ready(self, ready: Callable[[], bool], timeout: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise SystemExit(f"the mesh process exited; {self.log}:\n{self.log_tail()}")
+            with contextlib.suppress(OSError):
+                if ready():
+                    return
+            time.sleep(0.2)
+        self.stop()
+        raise SystemExit(f"the mesh process did not serve within {timeout:.0f} s; {self.log}")
+
+    def usage(self) -> tuple[float, float]:
+        """(resident MiB, CPU seconds so far)."""
+        process = psutil.Process(self.process.pid)
+        times = process.cpu_times()
+        return process.memory_info().rss / 2**20, times.user + times.system
+
+
 def reader(node: Node, workers: int, workdir: Path | None = None) -> Node:
     """A reader (deploy/gunicorn_reader.conf.py) with ``workers`` processes beside a production-mode
     node, serving from its Redis; started and answering /healthz."""
