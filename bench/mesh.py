@@ -46,6 +46,7 @@ import dns.message
 import dns.rdatatype
 import grpc
 import httpx
+import psutil
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -133,6 +134,13 @@ class Clients:
                 raise SystemExit(f"an xDS client failed: {errors[0]}")
             time.sleep(0.02)
         raise SystemExit(f"timed out waiting for {what}")
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for process in self.processes:
+            times = psutil.Process(process.pid).cpu_times()
+            total += times.user + times.system
+        return total
 
     def stop(self) -> None:
         for process in self.processes:
@@ -412,6 +420,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="off/on renew rounds (3)")
     parser.add_argument("--duration", type=float, default=10, help="measured seconds per renew round (10)")
     parser.add_argument("--warmup", type=float, default=2, help="unmeasured seconds per renew round (2)")
+    parser.add_argument(
+        "--settle", type=float, default=5, help="seconds between the mesh's start and an 'on' round (5)"
+    )
     args = parser.parse_args(argv)
     build_loadgen()
     workdir = Path(tempfile.mkdtemp(prefix="bench-mesh-"))
@@ -491,14 +502,29 @@ def main(argv: list[str]) -> int:
                         SNAPSHOT_TIMEOUT_S,
                         "snapshots",
                     )
+                    # The node built its registry page and the mesh pushed 200 snapshots: let both settle.
+                    time.sleep(args.settle)
+                    _, mesh_cpu = mesh.usage()
+                    clients_cpu = started_clients.cpu_seconds()
+                    round_started = time.monotonic()
                     if args.dns_rate:
                         with DnsLoad(mesh.dns_port, names, args.dns_rate):
                             metrics = loadgen(node, "renew", args)
                     else:
                         metrics = loadgen(node, "renew", args)
+                    took = time.monotonic() - round_started
+                    used = (
+                        (mesh.usage()[1] - mesh_cpu) / took,
+                        (started_clients.cpu_seconds() - clients_cpu) / took,
+                    )
                 rates[side].append(metrics["req/s"])
+                beside = (
+                    f"; the mesh used {used[0]:.3f} cores, its xDS clients {used[1]:.3f}"
+                    if side == "on"
+                    else ""
+                )
                 print(
-                    f"round {round_ + 1} mesh {side:>3}: {metrics['req/s']:,.0f} renews/s, "
+                    f"round {round_ + 1} mesh {side:>3}: {metrics['req/s']:,.0f} renews/s{beside}, "
                     f"p99 {metrics.get('p99_ms', 0):.1f} ms"
                 )
         off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
