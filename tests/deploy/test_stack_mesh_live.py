@@ -9,12 +9,10 @@ node and to its ports, and takes it down with the rest.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import dns.exception
@@ -25,45 +23,12 @@ import httpx
 import pytest
 
 from tests.factories import instance_body
-from tests.interop.conftest import require_toolchain, wait_until
+from tests.interop.conftest import wait_until
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    """A redis-server of the test's own: the stack uses one that answers rather than starting its own."""
-    redis_server = shutil.which("redis-server")
-    require_toolchain(
-        "redis-server", redis_server is not None, "install it with `sudo apt-get install redis-server`"
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        from redis import Redis
-
-        client = Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_timeout=1)
-
-        def answers() -> bool:
-            try:
-                return bool(client.ping())
-            except Exception:
-                time.sleep(0.1)
-                return False
-
-        wait_until(answers, 10, "redis-server did not start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def listening(port: int) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import shutil
 import subprocess
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 
 from registry.runtime.snapshots import FILE_NAME, decode, redis_key
 from tests.factories import instance_body
-from tests.interop.conftest import require_toolchain, running_server, wait_until
+from tests.interop.conftest import running_server, wait_until
 from tests.ports import free_port
 
 pytestmark = pytest.mark.live
@@ -365,43 +364,6 @@ def test_a_node_started_with_warm_restart_off_starts_empty(tmp_path):
 
 
 # ------------------------------------------------------------------------- production mode
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    redis_server = shutil.which("redis-server")
-    require_toolchain(
-        "redis-server", redis_server is not None, "install it with `sudo apt-get install redis-server`"
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        from redis import Redis
-
-        client = Redis.from_url(url, socket_timeout=1)
-
-        def answers() -> bool:
-            try:
-                return bool(client.ping())
-            except Exception:
-                time.sleep(0.1)
-                return False
-
-        wait_until(answers, 10, "redis-server did not start")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def test_in_production_mode_the_snapshot_is_a_redis_key_written_periodically_and_at_stop(tmp_path, redis_url):

@@ -26,25 +26,22 @@ With API accounts on (``auth_live_server``) fargo's credentials go in its servic
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-from filelock import FileLock
 
 from tests.interop.conftest import (
     LiveServer,
     RegistryAdmin,
     assert_challenge,
     assert_refused,
-    require_toolchain,
     wait_until,
 )
+from tests.interop.go_build import go_program
 
 pytestmark = pytest.mark.interop
 
@@ -52,7 +49,6 @@ GO_DIR = Path(__file__).resolve().parent / "go"
 BINARY = GO_DIR / "bin" / "fargo-interop"
 FARGO_VERSION = "v1.4.0"
 MIN_GO = (1, 21)
-BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 60
 # fargo's service URL: the /eureka/v2 prefix its README and tests use, without a trailing slash.
 FARGO_PREFIX = "/eureka/v2"
@@ -70,52 +66,11 @@ OWN_METADATA = {"registered.by": "fargo-interop"}
 # ---------------------------------------------------------------------------------------- build
 
 
-def _go_version(go: str) -> tuple[int, int]:
-    try:
-        out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return (0, 0)
-    match = re.match(r"go(\d+)\.(\d+)", out.strip())
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-
-
-def _sources() -> list[Path]:
-    return [GO_DIR / "go.mod", GO_DIR / "go.sum", *sorted(GO_DIR.glob("*.go"))]
-
-
 @pytest.fixture(scope="session")
 def fargo_binary() -> Path:
-    """The driver, built once per session; skips (fails under EUREKA_REQUIRE_ALL_SUITES=1) without Go."""
-    go = shutil.which("go")
+    """The driver, built once per session (tests/interop/go_build.py)."""
     how = "install Go 1.21+ (e.g. `apt-get install golang-go`); fargo comes from the Go module proxy"
-    require_toolchain("go", go is not None, how)
-    assert go is not None
-    require_toolchain(f"go >= {MIN_GO[0]}.{MIN_GO[1]}", _go_version(go) >= MIN_GO, how)
-    BINARY.parent.mkdir(exist_ok=True)
-    # One pytest-xdist worker builds; the others wait for it and find the binary up to date.
-    with FileLock(BINARY.with_name("build.lock"), timeout=BUILD_TIMEOUT_S + 60):
-        newest_source = max(path.stat().st_mtime for path in _sources())
-        if BINARY.exists() and BINARY.stat().st_mtime > newest_source:
-            return BINARY
-        partial = BINARY.with_name(f"{BINARY.name}.{os.getpid()}.tmp")
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
-        try:
-            build = subprocess.run(
-                [go, "build", "-buildvcs=false", "-o", str(partial), "."],
-                cwd=GO_DIR,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=BUILD_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            partial.unlink(missing_ok=True)
-            pytest.fail(f"`go build` in {GO_DIR} took more than {BUILD_TIMEOUT_S}s", pytrace=False)
-        if build.returncode != 0:
-            partial.unlink(missing_ok=True)
-            pytest.fail(f"`go build` in {GO_DIR} failed:\n{build.stdout}{build.stderr}", pytrace=False)
-        partial.replace(BINARY)
-        return BINARY
+    return go_program(GO_DIR, BINARY, MIN_GO, how)
 
 
 # ---------------------------------------------------------------------------------------- runs

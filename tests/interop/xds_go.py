@@ -24,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock
 
 from registry.config.services import MeshConfig
 from registry.mesh.catalog import Catalog
-from tests.interop.conftest import DriverProcess, require_toolchain
+from tests.interop.conftest import DriverProcess
+from tests.interop.go_build import go_program
 from tests.mesh.xds_harness import XdsThread
 from tests.ports import free_port
 
@@ -46,61 +44,19 @@ GO_DIR = Path(__file__).resolve().parent / "xds-go"
 BINARY = GO_DIR / "bin" / "xds-go"
 # go.mod's `go` line: grpc-go and go-control-plane's envoy module need it.
 MIN_GO = (1, 24)
-BUILD_TIMEOUT_S = 600
 VALIDATE_TIMEOUT_S = 120
 
 
 # ---------------------------------------------------------------------------------------- build
 
 
-def go_version(go: str) -> tuple[int, int]:
-    try:
-        out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return (0, 0)
-    match = re.match(r"go(\d+)\.(\d+)", out.strip())
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-
-
-def _sources() -> list[Path]:
-    return [GO_DIR / "go.mod", GO_DIR / "go.sum", *sorted(GO_DIR.glob("*.go"))]
-
-
 def build_xds_go() -> Path:
-    """``xds-go``, built unless newer than its sources; skips (fails under EUREKA_REQUIRE_ALL_SUITES=1)
-    without Go. One pytest-xdist worker builds, the others wait for it under the lock."""
-    go = shutil.which("go")
+    """``xds-go``, built unless newer than its sources (tests/interop/go_build.py)."""
     how = (
         f"install Go {MIN_GO[0]}.{MIN_GO[1]}+ (e.g. `apt-get install golang-go`); grpc-go and "
         "go-control-plane come from the Go module proxy"
     )
-    require_toolchain("go", go is not None, how)
-    assert go is not None
-    require_toolchain(f"go >= {MIN_GO[0]}.{MIN_GO[1]}", go_version(go) >= MIN_GO, how)
-    BINARY.parent.mkdir(exist_ok=True)
-    with FileLock(BINARY.with_name("build.lock"), timeout=BUILD_TIMEOUT_S + 60):
-        newest_source = max(path.stat().st_mtime for path in _sources())
-        if BINARY.exists() and BINARY.stat().st_mtime > newest_source:
-            return BINARY
-        partial = BINARY.with_name(f"{BINARY.name}.{os.getpid()}.tmp")
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
-        try:
-            build = subprocess.run(
-                [go, "build", "-buildvcs=false", "-o", str(partial), "."],
-                cwd=GO_DIR,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=BUILD_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            partial.unlink(missing_ok=True)
-            pytest.fail(f"`go build` in {GO_DIR} took more than {BUILD_TIMEOUT_S}s", pytrace=False)
-        if build.returncode != 0:
-            partial.unlink(missing_ok=True)
-            pytest.fail(f"`go build` in {GO_DIR} failed:\n{build.stdout}{build.stderr}", pytrace=False)
-        partial.replace(BINARY)
-        return BINARY
+    return go_program(GO_DIR, BINARY, MIN_GO, how)
 
 
 @pytest.fixture(scope="session")
